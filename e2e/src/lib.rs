@@ -1,0 +1,20 @@
+//! # zlink-e2e
+//!
+//! End-to-end tests for zlink: the behaviours that cross process or cluster boundaries and so
+//! cannot be proven by the unit and in-process tests of `zlink-node` and `zlink-operator` —
+//! relocating live objects between separate `zlink-node` processes without losing a message or
+//! reconnecting a client, draining a node, and rolling out a new version through the operator.
+//!
+//! Nothing is implemented yet; this crate doc records the plan.
+//!
+//! ## Planned layout
+//!
+//! - a process harness: starts `zlink-node` processes bound to free loopback ports with a
+//!   shared Redis Location Store (started by `scripts/test`) or the embedded memory store,
+//!   collects their logs, and stops them on drop, so multi-process tests run in the default
+//!   `scripts/test` run with millisecond timeouts;
+//! - a client driver: game clients over the STREAM packet protocol, counting sent and received
+//!   messages to check "no loss, no reorder" across relocations;
+//! - Kubernetes scenarios on a local kind cluster (with the scripts that create it): the
+//!   operator's rolling update and pod eviction. They need a cluster, so they are opt-in and do
+//!   not run by default.

@@ -1,0 +1,328 @@
+//! Location Store authority keys (wire §1 "Location Store authority key 형식").
+//!
+//! | object | key |
+//! | --- | --- |
+//! | Actor | `zla1:a:<byte-length>:<encoded-ActorId>` |
+//! | Spot | `zla1:s:<byte-length>:<encoded-SpotRid>` |
+//!
+//! `<byte-length>` is the decimal length of the raw UTF-8 ID in bytes, without leading zeros.
+//! The encoding is RFC 3986 percent-encoding that keeps only the unreserved bytes
+//! `A-Z a-z 0-9 - . _ ~` and writes every other byte (including every byte of a multi-byte UTF-8
+//! character) as `%XX` with **uppercase** hex. The MeshName is not part of the key; it lives in
+//! the authority payload.
+//!
+//! Every ID therefore has exactly one key, and [`parse_authority_key`] accepts only that
+//! canonical spelling (no lowercase hex, no literal reserved bytes, no leading zeros), so a key
+//! read back from the store maps to one ID. Because `{` and `}` are always percent-encoded, an ID
+//! can never smuggle a Redis Cluster hash tag into its key.
+
+use crate::ids::{IdError, validate_actor_id, validate_spot_id};
+
+/// Version tag that starts every authority key.
+pub const AUTHORITY_KEY_VERSION: &str = "zla1";
+
+/// Which kind of object an authority key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKindKey {
+    /// An Actor (`a`).
+    Actor,
+    /// A Spot (`s`).
+    Spot,
+}
+
+impl ObjectKindKey {
+    /// The one-letter tag in the key.
+    pub const fn tag(self) -> char {
+        match self {
+            Self::Actor => 'a',
+            Self::Spot => 's',
+        }
+    }
+}
+
+/// Whether `b` is an RFC 3986 unreserved byte, kept literally by the key encoding.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Percent-encode `id` as the key encoding does: unreserved bytes literally, every other byte as
+/// `%XX` with uppercase hex.
+pub fn percent_encode(id: &str) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if is_unreserved(b) {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 0x0F)]));
+        }
+    }
+    out
+}
+
+/// Decode the canonical percent-encoding produced by [`percent_encode`]: literal unreserved bytes
+/// and `%XX` with uppercase hex only. The result must be UTF-8.
+///
+/// # Errors
+/// [`IdError::MalformedAuthorityKey`] for any other spelling or non-UTF-8 bytes.
+pub fn percent_decode(encoded: &str) -> Result<String, IdError> {
+    let bytes = encoded.as_bytes();
+    // The decoded form is never longer than the encoded one.
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hi = bytes.get(i + 1).copied().and_then(upper_hex_value);
+            let lo = bytes.get(i + 2).copied().and_then(upper_hex_value);
+            let (Some(hi), Some(lo)) = (hi, lo) else {
+                return Err(IdError::MalformedAuthorityKey {
+                    reason: "percent escape is not %XX with uppercase hex",
+                });
+            };
+            let decoded = hi << 4 | lo;
+            if is_unreserved(decoded) {
+                return Err(IdError::MalformedAuthorityKey {
+                    reason: "unreserved byte is percent-encoded",
+                });
+            }
+            out.push(decoded);
+            i += 3;
+        } else if is_unreserved(b) {
+            out.push(b);
+            i += 1;
+        } else {
+            return Err(IdError::MalformedAuthorityKey {
+                reason: "reserved byte is not percent-encoded",
+            });
+        }
+    }
+    String::from_utf8(out).map_err(|_| IdError::MalformedAuthorityKey {
+        reason: "decoded ID is not UTF-8",
+    })
+}
+
+fn upper_hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// The authority key of an object of `kind` with ID `id`, after checking the ID shape.
+///
+/// # Errors
+/// The errors of [`validate_actor_id`] or [`validate_spot_id`].
+pub fn authority_key(kind: ObjectKindKey, id: &str) -> Result<String, IdError> {
+    match kind {
+        ObjectKindKey::Actor => validate_actor_id(id)?,
+        ObjectKindKey::Spot => validate_spot_id(id)?,
+    }
+    Ok(format!(
+        "{AUTHORITY_KEY_VERSION}:{}:{}:{}",
+        kind.tag(),
+        id.len(),
+        percent_encode(id)
+    ))
+}
+
+/// `zla1:a:<byte-length>:<encoded-ActorId>`.
+///
+/// # Errors
+/// The errors of [`validate_actor_id`].
+pub fn actor_authority_key(actor_id: &str) -> Result<String, IdError> {
+    authority_key(ObjectKindKey::Actor, actor_id)
+}
+
+/// `zla1:s:<byte-length>:<encoded-SpotRid>`. Any Spot ID has a key, including Framework-issued
+/// Entry Spot IDs.
+///
+/// # Errors
+/// The errors of [`validate_spot_id`].
+pub fn spot_authority_key(spot_rid: &str) -> Result<String, IdError> {
+    authority_key(ObjectKindKey::Spot, spot_rid)
+}
+
+/// Parse a canonical authority key back into the object kind and the raw ID, checking that the
+/// declared byte length matches the decoded ID.
+///
+/// # Errors
+/// [`IdError::MalformedAuthorityKey`] for a key that is not in canonical form,
+/// [`IdError::AuthorityKeyLengthMismatch`] when `<byte-length>` disagrees with the ID, and the
+/// ID-shape errors of [`authority_key`].
+pub fn parse_authority_key(key: &str) -> Result<(ObjectKindKey, String), IdError> {
+    let malformed = |reason| IdError::MalformedAuthorityKey { reason };
+    let mut fields = key.splitn(4, ':');
+    if fields.next() != Some(AUTHORITY_KEY_VERSION) {
+        return Err(malformed("key does not start with zla1:"));
+    }
+    let kind = match fields.next() {
+        Some("a") => ObjectKindKey::Actor,
+        Some("s") => ObjectKindKey::Spot,
+        _ => return Err(malformed("object kind is not a or s")),
+    };
+    let (Some(len_text), Some(encoded)) = (fields.next(), fields.next()) else {
+        return Err(malformed("missing byte-length or ID field"));
+    };
+    let declared = parse_decimal_len(len_text)?;
+    let id = percent_decode(encoded)?;
+    if declared != id.len() {
+        return Err(IdError::AuthorityKeyLengthMismatch {
+            declared,
+            actual: id.len(),
+        });
+    }
+    match kind {
+        ObjectKindKey::Actor => validate_actor_id(&id)?,
+        ObjectKindKey::Spot => validate_spot_id(&id)?,
+    }
+    Ok((kind, id))
+}
+
+/// Canonical decimal: digits only, no sign, no leading zero (except the value `0` itself).
+fn parse_decimal_len(text: &str) -> Result<usize, IdError> {
+    let malformed = |reason| IdError::MalformedAuthorityKey { reason };
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(malformed("byte-length is not a decimal number"));
+    }
+    if text.len() > 1 && text.starts_with('0') {
+        return Err(malformed("byte-length has a leading zero"));
+    }
+    text.parse::<usize>()
+        .map_err(|_| malformed("byte-length does not fit in usize"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ascii_ids_keep_unreserved_bytes() {
+        assert_eq!(
+            actor_authority_key("player-42_a.b~c").unwrap(),
+            "zla1:a:15:player-42_a.b~c"
+        );
+        assert_eq!(spot_authority_key("Room7").unwrap(), "zla1:s:5:Room7");
+    }
+
+    #[test]
+    fn spaces_percent_signs_and_reserved_bytes_are_uppercase_escapes() {
+        assert_eq!(
+            actor_authority_key("a b%c/d:e{f}").unwrap(),
+            "zla1:a:12:a%20b%25c%2Fd%3Ae%7Bf%7D"
+        );
+    }
+
+    #[test]
+    fn korean_ids_count_utf8_bytes_and_escape_each_byte() {
+        // "방" is U+BC29 = EB B0 A9 in UTF-8.
+        assert_eq!(
+            spot_authority_key("방-1").unwrap(),
+            "zla1:s:5:%EB%B0%A9-1"
+        );
+        assert_eq!(
+            parse_authority_key("zla1:s:5:%EB%B0%A9-1").unwrap(),
+            (ObjectKindKey::Spot, "방-1".to_owned())
+        );
+    }
+
+    #[test]
+    fn invalid_ids_have_no_key() {
+        assert!(matches!(actor_authority_key(""), Err(IdError::Empty { .. })));
+        assert!(matches!(
+            spot_authority_key(&"x".repeat(256)),
+            Err(IdError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn entry_spot_ids_have_keys() {
+        let id = crate::ids::entry_spot_id("gw", [7; 16]).unwrap();
+        let key = spot_authority_key(&id).unwrap();
+        assert_eq!(parse_authority_key(&key).unwrap().1, id);
+    }
+
+    #[test]
+    fn parse_checks_the_declared_length() {
+        assert_eq!(
+            parse_authority_key("zla1:a:3:ab"),
+            Err(IdError::AuthorityKeyLengthMismatch {
+                declared: 3,
+                actual: 2
+            })
+        );
+        // The length counts raw bytes, not encoded characters.
+        assert!(matches!(
+            parse_authority_key("zla1:a:3:a%20"),
+            Err(IdError::AuthorityKeyLengthMismatch { declared: 3, actual: 2 })
+        ));
+    }
+
+    #[test]
+    fn parse_rejects_non_canonical_spellings() {
+        for key in [
+            "zla2:a:1:a",
+            "zla1:x:1:a",
+            "zla1:a:1",
+            "zla1:a::a",
+            "zla1:a:01:a",
+            "zla1:a:+1:a",
+            "zla1:a:99999999999999999999999:a",
+            "zla1:a:2:a%2f",   // lowercase hex
+            "zla1:a:2:a%2",    // truncated escape
+            "zla1:a:3:a b",    // literal space
+            "zla1:a:2:a:",     // literal colon
+            "zla1:a:1:%41",    // unreserved byte escaped
+            "zla1:a:1:%FF",    // not UTF-8
+        ] {
+            assert!(
+                matches!(
+                    parse_authority_key(key),
+                    Err(IdError::MalformedAuthorityKey { .. })
+                ),
+                "{key}: {:?}",
+                parse_authority_key(key)
+            );
+        }
+        assert!(matches!(
+            parse_authority_key("zla1:a:0:"),
+            Err(IdError::Empty { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn keys_round_trip(id in "\\PC{1,80}", actor in any::<bool>()) {
+            prop_assume!(id.len() <= 255);
+            let kind = if actor { ObjectKindKey::Actor } else { ObjectKindKey::Spot };
+            let key = authority_key(kind, &id).unwrap();
+            prop_assert!(key.is_ascii());
+            prop_assert_eq!(parse_authority_key(&key).unwrap(), (kind, id));
+        }
+
+        #[test]
+        fn encoded_ids_use_only_unreserved_bytes_and_uppercase_escapes(id in any::<String>()) {
+            let encoded = percent_encode(&id);
+            prop_assert!(encoded.bytes().all(|b| is_unreserved(b) || b == b'%'));
+            let b = encoded.as_bytes();
+            for (i, _) in encoded.match_indices('%') {
+                prop_assert!(b[i + 1..i + 3].iter().all(|c| upper_hex_value(*c).is_some()));
+            }
+            prop_assert_eq!(percent_decode(&encoded).unwrap(), id);
+        }
+
+        #[test]
+        fn arbitrary_keys_never_panic(key in any::<String>()) {
+            let _ = parse_authority_key(&key);
+        }
+
+        #[test]
+        fn arbitrary_key_like_strings_never_panic(rest in "[a-zA-Z0-9%:~ ._-]{0,40}") {
+            let _ = parse_authority_key(&format!("zla1:a:{rest}"));
+        }
+    }
+}
