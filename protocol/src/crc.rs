@@ -4,7 +4,7 @@
 //! `boundaryChecksumCrc32c`) and of the remaining Relocation Store paths (chunk and manifest
 //! checksums) uses the same parameters: Castagnoli polynomial `0x1EDC6F41`, initial value
 //! `0xFFFFFFFF`, reflected input and output, final XOR `0xFFFFFFFF`, so that
-//! `check("123456789") == 0xE3069283`. The [`crc32c`](::crc32c) crate implements exactly that
+//! `check("123456789") == 0xE3069283`. The `crc32c` crate implements exactly that
 //! (with hardware acceleration where the CPU has it).
 
 /// CRC-32C of `bytes` in one call.
@@ -13,7 +13,7 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 }
 
 /// An incremental CRC-32C: feeding the bytes in any number of pieces gives the same value as
-/// [`crc32c`] over their concatenation. Used when a payload is checksummed chunk by chunk.
+/// [`crc32c()`] over their concatenation. Used when a payload is checksummed chunk by chunk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Crc32c {
     /// The finished CRC of the bytes seen so far (the crate's append form continues from it).

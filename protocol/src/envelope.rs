@@ -85,7 +85,12 @@ impl TypedPayload {
     /// [`ProtocolError::OutOfBounds`] for a name or content type over 255 bytes or a payload over
     /// [`APPLICATION_PAYLOAD_ABSOLUTE_BYTES`].
     pub fn validate(&self) -> Result<()> {
-        check_bounds(NAME_FIELD, self.packet_name.len() as u64, 0, MAX_NAME_BYTES as u64)?;
+        check_bounds(
+            NAME_FIELD,
+            self.packet_name.len() as u64,
+            0,
+            MAX_NAME_BYTES as u64,
+        )?;
         check_bounds(
             CONTENT_TYPE_FIELD,
             self.content_type.len() as u64,
@@ -182,7 +187,10 @@ mod tests {
         let head = 5u64;
         let overhead = head + (1 + 255) + (1 + 255) + 4;
         assert_eq!(overhead, 521);
-        assert_eq!(APPLICATION_PAYLOAD_ABSOLUTE_BYTES, u64::from(u32::MAX) - overhead);
+        assert_eq!(
+            APPLICATION_PAYLOAD_ABSOLUTE_BYTES,
+            u64::from(u32::MAX) - overhead
+        );
     }
 
     #[test]
@@ -206,15 +214,25 @@ mod tests {
     fn names_over_255_bytes_do_not_encode() {
         let long = "n".repeat(256);
         assert_eq!(
-            TypedPayload::new(long.clone(), "", vec![]).encode().unwrap_err().kind(),
+            TypedPayload::new(long.clone(), "", vec![])
+                .encode()
+                .unwrap_err()
+                .kind(),
             "OutOfBounds"
         );
         assert_eq!(
-            TypedPayload::new("", long, vec![]).encode().unwrap_err().kind(),
+            TypedPayload::new("", long, vec![])
+                .encode()
+                .unwrap_err()
+                .kind(),
             "OutOfBounds"
         );
         let mut w = Writer::new();
-        assert!(TypedPayload::new("", "c".repeat(256), vec![]).encode_into(&mut w).is_err());
+        assert!(
+            TypedPayload::new("", "c".repeat(256), vec![])
+                .encode_into(&mut w)
+                .is_err()
+        );
         assert!(w.is_empty(), "nothing is written on error");
     }
 
@@ -233,7 +251,10 @@ mod tests {
         );
         let mut at_limit = vec![0, 0];
         at_limit.extend_from_slice(&(APPLICATION_PAYLOAD_ABSOLUTE_BYTES as u32).to_be_bytes());
-        assert_eq!(TypedPayload::decode(&at_limit).unwrap_err().kind(), "Incomplete");
+        assert_eq!(
+            TypedPayload::decode(&at_limit).unwrap_err().kind(),
+            "Incomplete"
+        );
     }
 
     #[test]

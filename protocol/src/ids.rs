@@ -247,7 +247,10 @@ pub fn is_entry_spot_id(spot_id: &str) -> bool {
 /// The prefix errors of [`validate_rid_prefix`].
 pub fn entry_spot_id(prefix: &str, uuid_random: [u8; 16]) -> Result<String, IdError> {
     validate_rid_prefix(prefix)?;
-    Ok(format!("{prefix}{ENTRY_INFIX}{}", uuid_v4_string(uuid_random)))
+    Ok(format!(
+        "{prefix}{ENTRY_INFIX}{}",
+        uuid_v4_string(uuid_random)
+    ))
 }
 
 /// Build a Framework automatic Routing ID `<prefix>-<uuid-v4>` from a Routing ID prefix and 16
@@ -291,10 +294,7 @@ pub fn lifecycle_generation_from_random(random: u64) -> Option<u64> {
 /// [`IdError::Empty`], [`IdError::TooLong`] or [`IdError::InvalidCorrelationIdByte`].
 pub fn validate_correlation_id(correlation_id: &str) -> Result<(), IdError> {
     check_len("correlationId", correlation_id, MAX_CORRELATION_ID_LEN)?;
-    match correlation_id
-        .bytes()
-        .find(|b| !(0x21..=0x7E).contains(b))
-    {
+    match correlation_id.bytes().find(|b| !(0x21..=0x7E).contains(b)) {
         Some(byte) => Err(IdError::InvalidCorrelationIdByte { byte }),
         None => Ok(()),
     }
@@ -313,14 +313,23 @@ mod tests {
 
     #[test]
     fn spot_actor_and_stable_type_accept_1_to_255_utf8_bytes() {
-        for validate in [validate_spot_id, validate_actor_id, validate_stable_type, validate_rid] {
+        for validate in [
+            validate_spot_id,
+            validate_actor_id,
+            validate_stable_type,
+            validate_rid,
+        ] {
             assert!(validate("a").is_ok());
             assert!(validate(&"x".repeat(255)).is_ok());
             assert!(validate("방-7 Room/Ü").is_ok());
             assert!(matches!(validate(""), Err(IdError::Empty { .. })));
             assert!(matches!(
                 validate(&"x".repeat(256)),
-                Err(IdError::TooLong { len: 256, max: 255, .. })
+                Err(IdError::TooLong {
+                    len: 256,
+                    max: 255,
+                    ..
+                })
             ));
         }
     }
@@ -360,7 +369,10 @@ mod tests {
         assert_eq!(id, "game-node.1-entry-00112233-4455-4677-8899-aabbccddeeff");
         assert!(is_entry_spot_id(&id));
         assert!(validate_spot_id(&id).is_ok());
-        assert_eq!(validate_user_spot_id(&id), Err(IdError::ReservedEntrySpotId));
+        assert_eq!(
+            validate_user_spot_id(&id),
+            Err(IdError::ReservedEntrySpotId)
+        );
     }
 
     #[test]
@@ -398,7 +410,10 @@ mod tests {
             validate_rid_prefix(&"p".repeat(65)),
             Err(IdError::TooLong { max: 64, .. })
         ));
-        assert!(matches!(validate_rid_prefix(""), Err(IdError::Empty { .. })));
+        assert!(matches!(
+            validate_rid_prefix(""),
+            Err(IdError::Empty { .. })
+        ));
         assert_eq!(
             validate_rid_prefix("node/1"),
             Err(IdError::InvalidRidPrefixChar { byte: b'/' })

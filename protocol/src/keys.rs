@@ -220,10 +220,7 @@ mod tests {
     #[test]
     fn korean_ids_count_utf8_bytes_and_escape_each_byte() {
         // "방" is U+BC29 = EB B0 A9 in UTF-8.
-        assert_eq!(
-            spot_authority_key("방-1").unwrap(),
-            "zla1:s:5:%EB%B0%A9-1"
-        );
+        assert_eq!(spot_authority_key("방-1").unwrap(), "zla1:s:5:%EB%B0%A9-1");
         assert_eq!(
             parse_authority_key("zla1:s:5:%EB%B0%A9-1").unwrap(),
             (ObjectKindKey::Spot, "방-1".to_owned())
@@ -232,7 +229,10 @@ mod tests {
 
     #[test]
     fn invalid_ids_have_no_key() {
-        assert!(matches!(actor_authority_key(""), Err(IdError::Empty { .. })));
+        assert!(matches!(
+            actor_authority_key(""),
+            Err(IdError::Empty { .. })
+        ));
         assert!(matches!(
             spot_authority_key(&"x".repeat(256)),
             Err(IdError::TooLong { .. })
@@ -258,7 +258,10 @@ mod tests {
         // The length counts raw bytes, not encoded characters.
         assert!(matches!(
             parse_authority_key("zla1:a:3:a%20"),
-            Err(IdError::AuthorityKeyLengthMismatch { declared: 3, actual: 2 })
+            Err(IdError::AuthorityKeyLengthMismatch {
+                declared: 3,
+                actual: 2
+            })
         ));
     }
 
@@ -272,12 +275,12 @@ mod tests {
             "zla1:a:01:a",
             "zla1:a:+1:a",
             "zla1:a:99999999999999999999999:a",
-            "zla1:a:2:a%2f",   // lowercase hex
-            "zla1:a:2:a%2",    // truncated escape
-            "zla1:a:3:a b",    // literal space
-            "zla1:a:2:a:",     // literal colon
-            "zla1:a:1:%41",    // unreserved byte escaped
-            "zla1:a:1:%FF",    // not UTF-8
+            "zla1:a:2:a%2f", // lowercase hex
+            "zla1:a:2:a%2",  // truncated escape
+            "zla1:a:3:a b",  // literal space
+            "zla1:a:2:a:",   // literal colon
+            "zla1:a:1:%41",  // unreserved byte escaped
+            "zla1:a:1:%FF",  // not UTF-8
         ] {
             assert!(
                 matches!(

@@ -333,8 +333,8 @@ mod tests {
 
     #[test]
     fn many_distinct_keys_stop_construction_early() {
-        let err = Metadata::new((0..100_000).map(|i| (format!("key{i}"), String::new())))
-            .unwrap_err();
+        let err =
+            Metadata::new((0..100_000).map(|i| (format!("key{i}"), String::new()))).unwrap_err();
         assert_eq!(err.kind(), "MetadataTooLarge");
     }
 

@@ -60,7 +60,13 @@ pub fn encode_parts(parts: &[&[u8]]) -> Result<Vec<u8>> {
     )?;
     // `total` fits the absolute limit, so it fits in memory the parts already occupy.
     let mut w = Writer::with_capacity(total as usize);
-    w.count(LenType::U32, 1, u64::from(u32::MAX), parts.len(), COUNT_FIELD)?;
+    w.count(
+        LenType::U32,
+        1,
+        u64::from(u32::MAX),
+        parts.len(),
+        COUNT_FIELD,
+    )?;
     for part in parts {
         w.length_delimited(LenType::U32, 0, u64::from(u32::MAX), part, PART_FIELD)?;
     }
@@ -142,7 +148,10 @@ mod tests {
 
     #[test]
     fn zero_parts_is_empty_multipart_both_ways() {
-        assert_eq!(encode_parts(&[]).unwrap_err(), ProtocolError::EmptyMultipart);
+        assert_eq!(
+            encode_parts(&[]).unwrap_err(),
+            ProtocolError::EmptyMultipart
+        );
         assert_eq!(
             decode_parts(&[0, 0, 0, 0]).unwrap_err(),
             ProtocolError::EmptyMultipart
@@ -188,18 +197,27 @@ mod tests {
         assert_eq!(p.content_type, "application/x-zlink-multipart");
         assert!(p.is_multipart());
         let decoded = TypedPayload::decode(&p.encode().unwrap()).unwrap();
-        assert_eq!(decoded.multipart_parts().unwrap(), [&b"one"[..], &b"two"[..]]);
+        assert_eq!(
+            decoded.multipart_parts().unwrap(),
+            [&b"one"[..], &b"two"[..]]
+        );
     }
 
     #[test]
     fn parts_of_another_profile_are_a_constraint_violation() {
         let mut p = TypedPayload::multipart(&[b"x"]).unwrap();
         p.content_type = "application/json".to_owned();
-        assert_eq!(p.multipart_parts().unwrap_err().kind(), "ConstraintViolated");
+        assert_eq!(
+            p.multipart_parts().unwrap_err().kind(),
+            "ConstraintViolated"
+        );
         let mut p = TypedPayload::multipart(&[b"x"]).unwrap();
         p.packet_name = "Chat".to_owned();
         assert!(!p.is_multipart());
-        assert_eq!(p.multipart_parts().unwrap_err().kind(), "ConstraintViolated");
+        assert_eq!(
+            p.multipart_parts().unwrap_err().kind(),
+            "ConstraintViolated"
+        );
     }
 
     proptest! {

@@ -101,7 +101,8 @@ pub mod flags {
 }
 
 const COMMAND: &str = "STREAM packet";
-const SEQ_CONSTRAINT: &str = "STREAM: request_seq is present exactly for Request, Response and Error";
+const SEQ_CONSTRAINT: &str =
+    "STREAM: request_seq is present exactly for Request, Response and Error";
 const NAME_CONSTRAINT: &str = "STREAM: Response and Error packets carry an empty packet name";
 
 /// Message kind of a STREAM packet.
@@ -879,7 +880,11 @@ impl StreamDecoder {
                     let Some(prefix) = StreamPrefix::parse(&self.buf[self.frontier..]) else {
                         return;
                     };
-                    match self.limit.check(prefix).and_then(|()| packet_len_usize(prefix)) {
+                    match self
+                        .limit
+                        .check(prefix)
+                        .and_then(|()| packet_len_usize(prefix))
+                    {
                         Ok(total) => self.frontier_len = Some(total),
                         Err(e) => {
                             self.oversized = Some(e);
@@ -1020,7 +1025,9 @@ mod tests {
     fn full_packet_layout_follows_the_flag_order() {
         let p = full_packet();
         let bytes = p.encode().unwrap();
-        let mut header = vec![0xF2, 2, 1, 0x0F, 0, 0, 0, 0, 0, 0, 0, 7, 4, b'M', b'o', b'v', b'e'];
+        let mut header = vec![
+            0xF2, 2, 1, 0x0F, 0, 0, 0, 0, 0, 0, 0, 7, 4, b'M', b'o', b'v', b'e',
+        ];
         header.extend_from_slice(&[0, 13, 0, 1, 0, 5]);
         header.extend_from_slice(b"trace");
         header.extend_from_slice(&[0, 2, b't', b'1', 3, b'c', b'-', b'1']);
@@ -1046,7 +1053,10 @@ mod tests {
     #[test]
     fn encode_rejects_what_decode_rejects() {
         let cases = [
-            (StreamPacket::request(StreamCodec::Raw, 0, "x", vec![]), "ZeroValue"),
+            (
+                StreamPacket::request(StreamCodec::Raw, 0, "x", vec![]),
+                "ZeroValue",
+            ),
             (
                 StreamPacket {
                     request_seq: None,
@@ -1077,7 +1087,8 @@ mod tests {
                 "OutOfBounds",
             ),
             (
-                StreamPacket::send(StreamCodec::Raw, "", vec![]).with_correlation_id("a".repeat(65)),
+                StreamPacket::send(StreamCodec::Raw, "", vec![])
+                    .with_correlation_id("a".repeat(65)),
                 "OutOfBounds",
             ),
             (
@@ -1101,7 +1112,11 @@ mod tests {
         ];
         for (p, kind) in cases {
             let mut w = Writer::new();
-            assert_eq!(p.encode_into(&mut w).map_err(|e| e.kind()), Err(kind), "{p:?}");
+            assert_eq!(
+                p.encode_into(&mut w).map_err(|e| e.kind()),
+                Err(kind),
+                "{p:?}"
+            );
             assert!(w.is_empty(), "nothing is written on error");
         }
     }
@@ -1109,7 +1124,10 @@ mod tests {
     #[test]
     fn header_errors_in_field_order() {
         let cases: &[(&[u8], ProtocolError)] = &[
-            (&[0xF1, 1, 0, 0, 0], ProtocolError::BadFormatMarker { found: 0xF1 }),
+            (
+                &[0xF1, 1, 0, 0, 0],
+                ProtocolError::BadFormatMarker { found: 0xF1 },
+            ),
             (
                 &[0xF2, 5, 0, 0, 0],
                 ProtocolError::UnknownEnumValue {
@@ -1211,7 +1229,11 @@ mod tests {
             &[0xF2, 1, 0, 0x08, 0, b'a'],
         ] {
             // The payload after the header must not be read as header bytes.
-            assert_eq!(decode_err(&raw(header, b"payload")).kind(), "Incomplete", "{header:?}");
+            assert_eq!(
+                decode_err(&raw(header, b"payload")).kind(),
+                "Incomplete",
+                "{header:?}"
+            );
         }
     }
 
@@ -1219,7 +1241,10 @@ mod tests {
     fn metadata_errors_surface_from_the_header() {
         // meta_len 3: count 1 with no entry bytes.
         let header = [0xF2, 1, 0, 0x02, 0, 0, 3, 0, 1, 0];
-        assert_eq!(decode_err(&raw(&header, b"")).kind(), "CountExceedsRemaining");
+        assert_eq!(
+            decode_err(&raw(&header, b"")).kind(),
+            "CountExceedsRemaining"
+        );
         let mut big = vec![0xF2, 1, 0, 0x02, 0];
         big.extend_from_slice(&1025u16.to_be_bytes());
         big.extend(std::iter::repeat_n(0, 1025));
@@ -1253,7 +1278,10 @@ mod tests {
         assert_eq!(unlimited.core_option_value(), -1);
         assert_eq!(MaxMessageSize::new(10).unwrap().core_option_value(), 10);
         assert!(unlimited.allows(u64::MAX));
-        assert_eq!(MaxMessageSize::try_from(i64::MAX).unwrap().configured(), i64::MAX as u64);
+        assert_eq!(
+            MaxMessageSize::try_from(i64::MAX).unwrap().configured(),
+            i64::MAX as u64
+        );
     }
 
     #[test]
@@ -1301,7 +1329,9 @@ mod tests {
             );
         }
         assert_eq!(
-            StreamPacket::decode(&bytes[..10], unlimited()).unwrap_err().kind(),
+            StreamPacket::decode(&bytes[..10], unlimited())
+                .unwrap_err()
+                .kind(),
             "Incomplete"
         );
     }
@@ -1320,7 +1350,9 @@ mod tests {
 
     #[test]
     fn trailing_bytes_after_a_single_packet() {
-        let mut bytes = StreamPacket::send(StreamCodec::Raw, "", vec![]).encode().unwrap();
+        let mut bytes = StreamPacket::send(StreamCodec::Raw, "", vec![])
+            .encode()
+            .unwrap();
         bytes.push(0);
         assert_eq!(
             StreamPacket::decode(&bytes, unlimited()).unwrap_err(),
@@ -1379,7 +1411,11 @@ mod tests {
         d.extend(&raw(&[0xF2, 9, 0, 0, 0], b"xyz"));
         let err = d.next_packet().unwrap_err();
         assert_eq!(err.kind(), "UnknownEnumValue");
-        d.extend(&StreamPacket::send(StreamCodec::Raw, "", vec![]).encode().unwrap());
+        d.extend(
+            &StreamPacket::send(StreamCodec::Raw, "", vec![])
+                .encode()
+                .unwrap(),
+        );
         assert_eq!(d.next_packet().unwrap_err(), err);
         assert_eq!(d.buffered_len(), 0);
     }
@@ -1424,12 +1460,12 @@ mod tests {
             proptest::collection::vec(("[a-z]{1,6}", "[^\u{0}]{0,8}"), 0..4)
                 .prop_filter_map("fits", |pairs| Metadata::new(pairs).ok()),
         );
-        let flow = proptest::option::of(
-            (ascii_id(36..=36), any::<u8>()).prop_map(|(flow_id, flow_origin)| StreamFlow {
+        let flow = proptest::option::of((ascii_id(36..=36), any::<u8>()).prop_map(
+            |(flow_id, flow_origin)| StreamFlow {
                 flow_id,
                 flow_origin,
-            }),
-        );
+            },
+        ));
         (
             kind,
             codec,
