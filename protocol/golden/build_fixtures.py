@@ -19,6 +19,8 @@ Output (deterministic, re-running gives identical files):
   protocol/golden/commands/NN-<name>.json   (one per command)
   protocol/golden/records-invalid.json
   protocol/golden/durable/<format-name>.json
+  protocol/golden/{metadata,envelope,multipart,stream,fanout,keys}.json   (module fixture sets,
+      written from the module docs of protocol/src/<module>.rs, with their own reference decoders)
 See protocol/golden/README.md for the file format.
 """
 
@@ -1958,10 +1960,784 @@ def hand_assembled_checks():
 
 
 # ---------------------------------------------------------------------------------------------
+# Module fixture sets: metadata.json, envelope.json, multipart.json, stream.json, fanout.json,
+# keys.json.  Layouts and check orders come from the module documentation of
+# protocol/src/{metadata,envelope,multipart,stream,fanout,keys}.rs (wire §1, §2, §5, glossary
+# §11); the bytes are produced here, never by the Rust code.
+# ---------------------------------------------------------------------------------------------
+
+MOD_FILES = ("metadata", "envelope", "multipart", "stream", "fanout", "keys")
+MOD = {n: {"valid": [], "invalid": []} for n in MOD_FILES}
+
+
+# --- metadata frame (metadata.rs) -------------------------------------------------------------
+
+MD_ENTRY_MIN_BYTES = 4  # key_len + value_len: the guard metadata.rs applies to entry_count
+
+
+def mod_decode_metadata(frame):
+    """The metadata frame on its own, in metadata.rs order.
+
+    1. size > 1,024 -> MetadataTooLarge (before parsing);
+    2. entry_count: Incomplete if cut, CountExceedsRemaining if count x 4 > remaining bytes;
+    3. per entry: key_len (Incomplete), key_len 0 -> OutOfBounds (before the key bytes), key
+       bytes (Incomplete), UTF-8 (InvalidUtf8), NUL (MetadataNul); then the same for the value
+       (no minimum length);
+    4. TrailingBytes.
+    A repeated key keeps its first position and takes its last value.
+    """
+    if len(frame) > METADATA_LIMIT:
+        raise PErr("MetadataTooLarge", "metadata")
+    r = Reader(frame)
+    n = r.uint(2, "metadata.entryCount")
+    if n * MD_ENTRY_MIN_BYTES > r.remaining():
+        raise PErr("CountExceedsRemaining", "metadata.entryCount")
+    entries = []
+    for _ in range(n):
+        kl = r.uint(2, "metadata.key")
+        if kl < 1:
+            raise PErr("OutOfBounds", "metadata.key")
+        key = _utf8(r.take(kl, "metadata.key"), "metadata.key")
+        if "\x00" in key:
+            raise PErr("MetadataNul", "key")
+        vl = r.uint(2, "metadata.value")
+        value = _utf8(r.take(vl, "metadata.value"), "metadata.value")
+        if "\x00" in value:
+            raise PErr("MetadataNul", "value")
+        for e in entries:
+            if e[0] == key:
+                e[1] = value
+                break
+        else:
+            entries.append([key, value])
+    r.finish("metadata frame")
+    return entries
+
+
+def md_valid(name, wire_entries, expected=None):
+    """wire_entries are encoded as they are (duplicates included); `expected` is the decoded
+    snapshot (defaults to wire_entries)."""
+    _unique("metadata.json", name)
+    frame = encode_metadata(wire_entries)
+    assert len(frame) <= METADATA_LIMIT
+    expected = [list(e) for e in (wire_entries if expected is None else expected)]
+    got = mod_decode_metadata(frame)
+    assert got == expected, "metadata.json/%s: %r != %r" % (name, got, expected)
+    reencodes = encode_metadata(got) == frame
+    has_dup = len({k for k, _ in wire_entries}) != len(wire_entries)
+    assert reencodes == (not has_dup), "metadata.json/%s: reencodes %s" % (name, reencodes)
+    MOD["metadata"]["valid"].append({"name": name, "hex": frame.hex(), "decoded": got,
+                                     "reencodes": reencodes})
+
+
+def _expect_err(scope, name, error, fn, *args):
+    try:
+        got = fn(*args)
+    except PErr as e:
+        assert e.kind == error, "%s/%s: expected %s, reference decoder says %s (%s)" % (
+            scope, name, error, e.kind, e.where)
+    else:
+        raise AssertionError("%s/%s decodes: %s" % (scope, name, canon(got)[:200]))
+
+
+def md_invalid(name, error, frame):
+    _unique("metadata.json", name)
+    _expect_err("metadata.json", name, error, mod_decode_metadata, frame)
+    MOD["metadata"]["invalid"].append({"name": name, "hex": bytes(frame).hex(), "error": error})
+
+
+def build_metadata_module():
+    h = bytes.fromhex
+    md_valid("empty", [])
+    md_valid("one-entry", [["x-zlink-locale", "ko-KR"]])
+    md_valid("two-entries-traceparent-and-locale", META_2)
+    md_valid("korean-keys-and-values", [["사용자", "홍길동"], ["x-request-origin", "모바일/iOS"]])
+    md_valid("empty-value", [["x-empty", ""], ["x-flag", "1"]])
+    md_valid("keys-are-case-sensitive", [["Trace", "upper"], ["trace", "lower"]])
+    md_valid("four-byte-utf8", [["x-emoji", "🎮🏆"], ["🔑", "값"]])
+    md_valid("exactly-1024-bytes-two-entries", metadata_of_size(1024))
+    md_valid("exactly-1024-bytes-one-entry", [["k", "v" * (1024 - 2 - 4 - 1)]])
+    md_valid("duplicate-key-last-value-wins-keeps-first-position",
+             [["a", "1"], ["b", "2"], ["a", "3"]], expected=[["a", "3"], ["b", "2"]])
+    md_valid("duplicate-key-same-value", [["trace", "t1"], ["trace", "t1"]], expected=[["trace", "t1"]])
+    md_valid("duplicate-key-three-times-last-empty",
+             [["x", "1"], ["y", "2"], ["x", "3"], ["z", "4"], ["x", ""]],
+             expected=[["x", ""], ["y", "2"], ["z", "4"]])
+    md_valid("duplicate-korean-key", [["지역", "서울"], ["x-a", "1"], ["지역", "부산"]],
+             expected=[["지역", "부산"], ["x-a", "1"]])
+
+    big = encode_metadata(metadata_of_size(1025))
+    assert len(big) == 1025
+    md_invalid("1025-bytes-well-formed", "MetadataTooLarge", big)
+    md_invalid("1025-bytes-of-ff", "MetadataTooLarge", b"\xff" * 1025)
+    dup_big = encode_metadata([["k", "v" * 500], ["k", "v" * 513]])
+    assert len(dup_big) == 1025
+    md_invalid("1025-bytes-duplicate-keys-would-shrink", "MetadataTooLarge", dup_big)
+    md_invalid("count-256-one-entry", "CountExceedsRemaining", h("0100 0001 6b 0000".replace(" ", "")))
+    md_invalid("count-3-one-entry", "CountExceedsRemaining", h("0003 0001 6b 0001 76".replace(" ", "")))
+    md_invalid("count-65535-no-entries", "CountExceedsRemaining", h("ffff"))
+    # 3 bytes after the count are fewer than the 4-byte minimum entry: the count guard fires
+    # before the entry is read.
+    md_invalid("count-1-three-bytes-left", "CountExceedsRemaining", h("000100016b"))
+    md_invalid("empty-frame", "Incomplete", b"")
+    md_invalid("count-cut-to-one-byte", "Incomplete", h("00"))
+    md_invalid("key-longer-than-frame", "Incomplete", h("000100096b0000"))
+    md_invalid("value-longer-than-frame", "Incomplete", h("000100016b0005"))
+    md_invalid("value-length-cut", "Incomplete", h("000100016b00"))
+    md_invalid("second-entry-key-cut", "Incomplete", h("0002 0001 6b 0001 76 0003 61".replace(" ", "")))
+    md_invalid("truncated-last-byte", "Incomplete", encode_metadata(META_2)[:-1])
+    md_invalid("empty-key", "OutOfBounds", h("000100000000"))
+    md_invalid("empty-key-second-entry", "OutOfBounds", h("0002 0001 6b 0000 0000 0001 76".replace(" ", "")))
+    md_invalid("key-invalid-utf8-ff", "InvalidUtf8", encode_metadata([[b"\xff", "v"]]))
+    md_invalid("key-overlong-utf8", "InvalidUtf8", encode_metadata([[b"\xc0\xaf", "v"]]))
+    md_invalid("value-truncated-utf8", "InvalidUtf8", encode_metadata([["x-user-name", "홍길동".encode()[:-1]]]))
+    md_invalid("value-utf8-surrogate", "InvalidUtf8", encode_metadata([["k", b"\xed\xa0\x80"]]))
+    md_invalid("nul-in-key", "MetadataNul", encode_metadata([["trace\x00id", "1"]]))
+    md_invalid("nul-only-key", "MetadataNul", encode_metadata([["\x00", ""]]))
+    md_invalid("nul-in-value", "MetadataNul", encode_metadata([["x-zlink-locale", "ko\x00KR"]]))
+    md_invalid("nul-in-second-entry-value", "MetadataNul", encode_metadata([["a", "1"], ["b", "\x00"]]))
+    md_invalid("trailing-byte-after-empty", "TrailingBytes", h("000007"))
+    md_invalid("trailing-byte-after-entries", "TrailingBytes", encode_metadata(META_2) + b"\x00")
+    md_invalid("count-1-but-two-entries", "TrailingBytes",
+               h("0001") + encode_metadata([["a", "1"], ["b", "2"]])[2:])
+
+
+# --- typed payload envelope (envelope.rs) -----------------------------------------------------
+
+def env_valid(name, p):
+    _unique("envelope.json", name)
+    frame = encode_payload(p)
+    got = decode_payload(frame)  # same rules as envelope.rs (see decode_payload)
+    assert canon(got) == canon(p), "envelope.json/%s" % name
+    assert encode_payload(got) == frame
+    MOD["envelope"]["valid"].append({"name": name, "hex": frame.hex(), "decoded": got})
+
+
+def env_invalid(name, error, frame):
+    _unique("envelope.json", name)
+    _expect_err("envelope.json", name, error, decode_payload, frame)
+    MOD["envelope"]["invalid"].append({"name": name, "hex": bytes(frame).hex(), "error": error})
+
+
+def build_envelope_module():
+    h = bytes.fromhex
+    env_valid("chat-protobuf", PAY_CHAT)
+    env_valid("json-korean-payload", PAY_JSON)
+    env_valid("msgpack", PAY_MOVE)
+    env_valid("reply-empty-name-content-type-and-payload", PAY_EMPTY)
+    env_valid("reply-no-packet-name-with-payload",
+              {"packetName": "", "contentType": "application/json", "payload": b'{"ok":true}'.hex()})
+    env_valid("multipart-profile", PAY_JOIN_REPLY)
+    env_valid("korean-packet-name", {"packetName": "게임.입장요청", "contentType": "application/json",
+                                     "payload": '{"방":1}'.encode("utf-8").hex()})
+    env_valid("name-and-content-type-255-bytes",
+              {"packetName": "Game." + "N" * 250, "contentType": "application/" + "c" * 243,
+               "payload": "00"})
+    env_valid("binary-payload-all-256-byte-values",
+              {"packetName": "Game.Blob", "contentType": "application/octet-stream",
+               "payload": bytes(range(256)).hex()})
+    assert len(encode_payload({"packetName": "Game." + "N" * 250, "contentType": "application/" + "c" * 243,
+                               "payload": ""})) == 1 + 255 + 1 + 255 + 4
+
+    env_invalid("empty", "Incomplete", b"")
+    env_invalid("name-longer-than-frame", "Incomplete", h("0361"))
+    env_invalid("content-type-length-missing", "Incomplete", h("0548656c6c6f"))
+    env_invalid("content-type-longer-than-frame", "Incomplete", h("00106170706c"))
+    env_invalid("payload-length-cut", "Incomplete", h("0000000000"))
+    env_invalid("payload-shorter-than-length", "Incomplete", h("00000000000201"))
+    env_invalid("truncated-last-payload-byte", "Incomplete", encode_payload(PAY_CHAT)[:-1])
+    env_invalid("payload-length-at-limit-bytes-missing", "Incomplete", h("0000") + uint(4, PAYLOAD_LIMIT))
+    env_invalid("payload-length-limit-plus-1", "OutOfBounds", h("0000") + uint(4, PAYLOAD_LIMIT + 1))
+    env_invalid("payload-length-limit-plus-1-with-name", "OutOfBounds",
+                h("0450696e67") + h("00") + uint(4, PAYLOAD_LIMIT + 1) + b"\x01\x02")
+    env_invalid("payload-length-u32-max", "OutOfBounds", h("0000ffffffff"))
+    env_invalid("name-invalid-utf8", "InvalidUtf8", h("01ff0000000000"))
+    env_invalid("name-utf8-surrogate", "InvalidUtf8", h("03eda080") + h("0000000000"))
+    env_invalid("content-type-truncated-utf8", "InvalidUtf8",
+                h("00") + uint(1, 2) + "홍".encode("utf-8")[:2] + h("00000000"))
+    env_invalid("trailing-byte-after-payload", "TrailingBytes", encode_payload(PAY_CHAT) + b"\x00")
+    env_invalid("trailing-byte-after-empty-envelope", "TrailingBytes", h("00000000000001"))
+
+
+# --- Framework multipart profile (multipart.rs) -----------------------------------------------
+
+def mod_decode_multipart(payload):
+    """multipart.rs order: count (Incomplete), count x 4 > remaining -> CountExceedsRemaining,
+    count 0 -> EmptyMultipart, each u32 length + bytes (Incomplete), TrailingBytes."""
+    r = Reader(payload)
+    n = r.uint(4, "multipart.partCount")
+    if n * 4 > r.remaining():
+        raise PErr("CountExceedsRemaining", "multipart.partCount")
+    if n == 0:
+        raise PErr("EmptyMultipart", "multipart.partCount")
+    parts = []
+    for _ in range(n):
+        parts.append(r.take(r.uint(4, "multipart.part"), "multipart.part").hex())
+    r.finish("multipart payload")
+    return parts
+
+
+def mp_valid(name, parts):
+    _unique("multipart.json", name)
+    payload = multipart(parts)
+    got = mod_decode_multipart(payload)
+    assert got == [p.hex() for p in parts], "multipart.json/%s" % name
+    assert multipart([bytes.fromhex(p) for p in got]) == payload
+    MOD["multipart"]["valid"].append({"name": name, "hex": payload.hex(), "decoded": got})
+    return payload
+
+
+def mp_invalid(name, error, payload):
+    _unique("multipart.json", name)
+    _expect_err("multipart.json", name, error, mod_decode_multipart, payload)
+    MOD["multipart"]["invalid"].append({"name": name, "hex": bytes(payload).hex(), "error": error})
+
+
+def build_multipart_module():
+    h = bytes.fromhex
+    join = mp_valid("join-reply-one-json-part", ['{"seat":3,"welcome":"환영합니다"}'.encode("utf-8")])
+    assert join.hex() == PAY_JOIN_REPLY["payload"]
+    mp_valid("two-parts-second-empty", [b"ab", b""])
+    mp_valid("one-empty-part", [b""])
+    mp_valid("three-parts-json-binary-text",
+             [b'{"hp":87}', bytes([0x00, 0xff, 0x00, 0x00, 0x00, 0x01]), "검과 방패".encode("utf-8")])
+    mp_valid("ten-one-byte-parts", [bytes([i]) for i in range(10)])
+    mp_valid("part-that-looks-like-a-multipart", [multipart([b"x"]), b"y"])
+
+    mp_invalid("zero-parts", "EmptyMultipart", h("00000000"))
+    mp_invalid("count-2-four-bytes-left", "CountExceedsRemaining", h("0000000200000000"))
+    mp_invalid("count-u32-max", "CountExceedsRemaining", h("ffffffff00000000"))
+    mp_invalid("count-1-nothing-after", "CountExceedsRemaining", h("00000001"))
+    mp_invalid("empty", "Incomplete", b"")
+    mp_invalid("count-cut-to-3-bytes", "Incomplete", h("000001"))
+    mp_invalid("part-longer-than-payload", "Incomplete", h("00000001000000050102"))
+    mp_invalid("second-part-longer-than-payload", "Incomplete", h("000000020000000000000009"))
+    mp_invalid("second-part-length-cut", "Incomplete", h("00000002 00000001 41 000000".replace(" ", "")))
+    mp_invalid("truncated-last-byte", "Incomplete", multipart([b"one", b"two"])[:-1])
+    mp_invalid("trailing-byte-after-last-part", "TrailingBytes", h("000000010000000007"))
+    mp_invalid("count-1-but-two-parts", "TrailingBytes", h("00000001") + multipart([b"a", b"b"])[4:])
+
+
+# --- STREAM packet (stream.rs) ----------------------------------------------------------------
+
+STREAM_MARKER = 0xF2
+STREAM_KIND = {"send": 1, "request": 2, "response": 3, "error": 4}
+STREAM_KIND_NAME = {v: k for k, v in STREAM_KIND.items()}
+STREAM_CODEC = {"raw": 0, "frameworkJson": 1}
+STREAM_CODEC_NAME = {v: k for k, v in STREAM_CODEC.items()}
+SF_SEQ, SF_META, SF_CORR, SF_FLOW = 0x01, 0x02, 0x04, 0x08
+SF_DEFINED = SF_SEQ | SF_META | SF_CORR | SF_FLOW
+STREAM_FLOW_ID_LEN = 36
+STREAM_CORR_MAX = 64
+STREAM_DEFAULT_LIMIT = 65536
+# serde field order of StreamPacket; optional keys are omitted when absent.
+STREAM_KEYS = ["kind", "codec", "requestSeq", "packetName", "metadata", "correlationId", "flow", "payload"]
+
+
+def sp(kind, codec="raw", seq=None, name="", metadata=None, corr=None, flow=None, payload=b""):
+    """A StreamPacket in its JSON form (serde field order)."""
+    out = {"kind": kind, "codec": codec}
+    if seq is not None:
+        out["requestSeq"] = seq
+    out["packetName"] = name
+    if metadata is not None:
+        out["metadata"] = [list(e) for e in metadata]
+    if corr is not None:
+        out["correlationId"] = corr
+    if flow is not None:
+        out["flow"] = {"flowId": flow[0], "flowOrigin": flow[1]}
+    out["payload"] = payload.hex() if isinstance(payload, (bytes, bytearray)) else payload
+    return out
+
+
+def stream_header(p):
+    flags = ((SF_SEQ if "requestSeq" in p else 0) | (SF_META if "metadata" in p else 0)
+             | (SF_CORR if "correlationId" in p else 0) | (SF_FLOW if "flow" in p else 0))
+    out = bytes([STREAM_MARKER, STREAM_KIND[p["kind"]], STREAM_CODEC[p["codec"]], flags])
+    if "requestSeq" in p:
+        out += uint(8, p["requestSeq"])
+    name = p["packetName"].encode("utf-8")
+    out += uint(1, len(name)) + name
+    if "metadata" in p:
+        m = encode_metadata(p["metadata"])
+        out += uint(2, len(m)) + m
+    if "correlationId" in p:
+        c = p["correlationId"].encode("ascii")
+        out += uint(1, len(c)) + c
+    if "flow" in p:
+        fid = p["flow"]["flowId"].encode("ascii")
+        assert len(fid) == STREAM_FLOW_ID_LEN
+        out += fid + bytes([p["flow"]["flowOrigin"]])
+    return out
+
+
+def stream_raw(header, payload=b"", header_len=None, payload_size=None):
+    """Prefix (u16 header_len, u32 payload_size; defaults from the actual bytes) + header + payload."""
+    hl = len(header) if header_len is None else header_len
+    ps = len(payload) if payload_size is None else payload_size
+    return uint(2, hl) + uint(4, ps) + bytes(header) + bytes(payload)
+
+
+def encode_stream(p):
+    return stream_raw(stream_header(p), bytes.fromhex(p["payload"]))
+
+
+def _stream_ascii(b, where):
+    for x in b:
+        if not 0x21 <= x <= 0x7E:
+            raise PErr("InvalidAscii", where)
+    return b.decode("ascii")
+
+
+def parse_stream_header(hdr):
+    """stream.rs header order; every field is read inside header_len."""
+    r = Reader(hdr)
+    if r.uint(1, "StreamPacket.formatMarker") != STREAM_MARKER:
+        raise PErr("BadFormatMarker", "StreamPacket.formatMarker")
+    kind = r.uint(1, "StreamPacket.kind")
+    if kind not in STREAM_KIND_NAME:
+        raise PErr("UnknownEnumValue", "StreamPacket.kind")
+    codec = r.uint(1, "StreamPacket.codec")
+    if codec not in STREAM_CODEC_NAME:
+        raise PErr("UnknownEnumValue", "StreamPacket.codec")
+    flags = r.uint(1, "StreamPacket.flags")
+    if flags & ~SF_DEFINED & 0xFF:
+        raise PErr("UndefinedFlags", "StreamPacket.flags")
+    carries_seq = kind in (2, 3, 4)
+    if bool(flags & SF_SEQ) != carries_seq:
+        raise PErr("ConstraintViolated", "request_seq presence vs kind")
+    out = {"kind": STREAM_KIND_NAME[kind], "codec": STREAM_CODEC_NAME[codec]}
+    if flags & SF_SEQ:
+        seq = r.uint(8, "StreamPacket.requestSeq")
+        if seq == 0:
+            raise PErr("ZeroValue", "StreamPacket.requestSeq")
+        out["requestSeq"] = seq
+    name = r.take(r.uint(1, "StreamPacket.packetName"), "StreamPacket.packetName")
+    if kind in (3, 4) and name:
+        raise PErr("ConstraintViolated", "reply packet name")
+    out["packetName"] = _utf8(name, "StreamPacket.packetName")
+    if flags & SF_META:
+        block = r.take(r.uint(2, "StreamPacket.metadata"), "StreamPacket.metadata")
+        out["metadata"] = mod_decode_metadata(block)
+    if flags & SF_CORR:
+        n = r.uint(1, "StreamPacket.correlationId")
+        if not 1 <= n <= STREAM_CORR_MAX:
+            raise PErr("OutOfBounds", "StreamPacket.correlationId")
+        out["correlationId"] = _stream_ascii(r.take(n, "StreamPacket.correlationId"),
+                                             "StreamPacket.correlationId")
+    if flags & SF_FLOW:
+        fid = _stream_ascii(r.take(STREAM_FLOW_ID_LEN, "StreamPacket.flowId"), "StreamPacket.flowId")
+        out["flow"] = {"flowId": fid, "flowOrigin": r.uint(1, "StreamPacket.flowOrigin")}
+    r.finish("stream header")
+    return out
+
+
+def mod_decode_stream(buf, limit):
+    """One-shot decode of a buffer that must hold exactly one packet (StreamPacket::decode)."""
+    buf = bytes(buf)
+    if len(buf) < 6:
+        raise PErr("Incomplete", "STREAM prefix")
+    hl = int.from_bytes(buf[0:2], "big")
+    ps = int.from_bytes(buf[2:6], "big")
+    if limit != 0 and hl + ps > limit:
+        raise PErr("MessageTooLarge", "STREAM prefix")
+    total = 6 + hl + ps
+    if len(buf) < 6 + hl:
+        raise PErr("Incomplete", "STREAM header")
+    out = parse_stream_header(buf[6:6 + hl])
+    if len(buf) < total:
+        raise PErr("Incomplete", "STREAM payload")
+    if len(buf) > total:
+        raise PErr("TrailingBytes", "STREAM packet")
+    out["payload"] = buf[6 + hl:total].hex()
+    return out
+
+
+def st_valid(name, p, limit=STREAM_DEFAULT_LIMIT):
+    _unique("stream.json", name)
+    buf = encode_stream(p)
+    got = mod_decode_stream(buf, limit)
+    assert canon(got) == canon(p), "stream.json/%s:\n%s\n%s" % (name, canon(got), canon(p))
+    assert list(got) == [k for k in STREAM_KEYS if k in got] and list(p) == list(got), name
+    assert encode_stream(got) == buf
+    MOD["stream"]["valid"].append({"name": name, "hex": buf.hex(), "maxMessageSize": limit, "decoded": got})
+    return buf
+
+
+def st_invalid(name, error, buf, limit=STREAM_DEFAULT_LIMIT):
+    _unique("stream.json", name)
+    _expect_err("stream.json", name, error, mod_decode_stream, buf, limit)
+    MOD["stream"]["invalid"].append({"name": name, "hex": bytes(buf).hex(), "maxMessageSize": limit,
+                                     "error": error})
+
+
+FLOW_A = ("6f1c2a9e-3b4d-4c5e-8f70-91a2b3c4d5e6", 1)
+FLOW_B = ("0d9e8f7a-6b5c-4d3e-a2f1-0e9d8c7b6a55", 255)
+FLOW_C = ("3e2d1c0b-a987-4654-b321-0fedcba98765", 0)
+
+
+def build_stream_module():
+    h = bytes.fromhex
+    j = lambda s: s.encode("utf-8")  # noqa: E731
+    move = j('{"x":12,"y":-3,"z":0}')
+
+    # every kind, both codecs, bare headers
+    minimal = st_valid("send-minimal-empty-name-empty-payload", sp("send"))
+    assert minimal == h("0005 00000000 f2 01 00 00 00".replace(" ", ""))
+    st_valid("send-raw-binary", sp("send", "raw", name="Game.Ping", payload=h("00010203fffe")))
+    st_valid("send-framework-json", sp("send", "frameworkJson", name="Game.Move", payload=move))
+    st_valid("send-korean-packet-name", sp("send", "frameworkJson", name="게임.채팅",
+                                            payload=j('{"text":"안녕하세요"}')))
+    st_valid("send-packet-name-255-bytes", sp("send", "raw", name="Game." + "P" * 250, payload=b"\x01"))
+    st_valid("request-seq-1", sp("request", "frameworkJson", seq=1, name="Game.EnterRoom",
+                                 payload=j('{"room":1001}')))
+    st_valid("request-seq-u64-max", sp("request", "raw", seq=U64_MAX, name="Game.Ping", payload=b"\x2a"))
+    st_valid("request-empty-name-empty-payload", sp("request", "raw", seq=2))
+    st_valid("response-empty-payload", sp("response", "frameworkJson", seq=1))
+    st_valid("response-with-payload", sp("response", "frameworkJson", seq=1, payload=j('{"ok":true}')))
+    st_valid("response-raw-seq-u64-max", sp("response", "raw", seq=U64_MAX, payload=b"\x00"))
+    st_valid("error-with-payload", sp("error", "frameworkJson", seq=77,
+                                      payload=j('{"code":"RoomFull","message":"방이 가득 찼습니다"}')))
+    st_valid("error-raw-empty-payload", sp("error", "raw", seq=3))
+
+    # optional header parts and their combinations (send: no request_seq)
+    st_valid("send-metadata", sp("send", "frameworkJson", name="Game.Move", metadata=META_2, payload=move))
+    st_valid("send-correlation", sp("send", "frameworkJson", name="Game.Move", corr="c-0001", payload=move))
+    st_valid("send-flow", sp("send", "frameworkJson", name="Game.Move", flow=FLOW_A, payload=move))
+    st_valid("send-metadata-correlation", sp("send", "raw", name="Game.Chat", metadata=META_KR,
+                                             corr="req-7f3a", payload=j("안녕")))
+    st_valid("send-metadata-flow", sp("send", "raw", name="Game.Chat", metadata=[["x-a", "1"]],
+                                      flow=FLOW_B, payload=b"\x00"))
+    st_valid("send-correlation-flow", sp("send", "raw", name="Game.Chat", corr="~!#$%&'()*+,-./:;<=>?@[]^_`{|}",
+                                         flow=FLOW_C, payload=b"\x10\x20"))
+    st_valid("send-metadata-correlation-flow", sp("send", "frameworkJson", name="Game.Move", metadata=META_2,
+                                                  corr="c-0002", flow=FLOW_A, payload=move))
+    # request / reply kinds with optional parts
+    st_valid("request-all-optional-parts", sp("request", "frameworkJson", seq=7, name="Game.Move",
+                                              metadata=[["trace", "t1"]], corr="c-1", flow=FLOW_A,
+                                              payload=j("{}")))
+    st_valid("request-metadata-only", sp("request", "frameworkJson", seq=8, name="Game.Buy",
+                                         metadata=META_KR, payload=j('{"item":"검"}')))
+    st_valid("request-empty-metadata-block", sp("request", "raw", seq=9, name="Game.Ping", metadata=[],
+                                                payload=b"\x01"))
+    st_valid("request-correlation-flow", sp("request", "raw", seq=10, name="Game.Ping", corr="c-3",
+                                            flow=FLOW_B, payload=b"\x01"))
+    st_valid("request-metadata-1024-bytes", sp("request", "raw", seq=11, name="Game.Upload",
+                                               metadata=metadata_of_size(1024), payload=b"\xab"))
+    st_valid("response-correlation-flow", sp("response", "frameworkJson", seq=10, corr="c-3", flow=FLOW_B,
+                                             payload=j('{"pong":1}')))
+    st_valid("response-metadata-correlation", sp("response", "frameworkJson", seq=8, metadata=[["x-cache", "hit"]],
+                                                 corr="c-4", payload=j("[]")))
+    st_valid("error-metadata", sp("error", "frameworkJson", seq=12, metadata=META_2,
+                                  payload=j('{"code":"Denied"}')))
+    st_valid("error-all-optional-parts", sp("error", "raw", seq=13, metadata=[["k", ""]], corr="c-5",
+                                            flow=FLOW_C, payload=b"\xff"))
+    st_valid("correlation-1-byte", sp("send", "raw", name="A", corr="!", payload=b""))
+    st_valid("correlation-64-bytes", sp("request", "raw", seq=14, name="A", corr="C" * 64, payload=b""))
+
+    # MaxMessageSize: header + payload, prefix excluded; 0 = unlimited
+    exact = sp("send", "raw", name="Game.Ping", payload=b"\x01\x02")  # header 14 + payload 2 = 16
+    assert len(encode_stream(exact)) - 6 == 16
+    st_valid("message-exactly-at-limit-16", exact, limit=16)
+    st_valid("limit-0-unlimited-small", sp("send", "raw", name="A", payload=b"\x00"), limit=0)
+    big = sp("send", "raw", payload=bytes(i & 0xFF for i in range(65532)))  # 5 + 65,532 = 65,537
+    assert len(encode_stream(big)) - 6 == STREAM_DEFAULT_LIMIT + 1
+    st_valid("limit-0-unlimited-65537-byte-message", big, limit=0)
+
+    # ---- malformed ----
+    def hdr(kind=1, codec=0, flags=0, rest=b"\x00"):
+        return bytes([STREAM_MARKER, kind, codec, flags]) + rest
+
+    seq7 = uint(8, 7)
+    ok_send = sp("send", "raw", name="Game.Ping", payload=b"\x01\x02")
+    ok_buf = encode_stream(ok_send)
+
+    st_invalid("bad-format-marker-f1", "BadFormatMarker", stream_raw(b"\xf1" + hdr()[1:], b"\x01"))
+    st_invalid("bad-format-marker-00", "BadFormatMarker", stream_raw(b"\x00" + hdr()[1:]))
+    st_invalid("kind-0", "UnknownEnumValue", stream_raw(hdr(kind=0)))
+    st_invalid("kind-5", "UnknownEnumValue", stream_raw(hdr(kind=5)))
+    st_invalid("codec-2", "UnknownEnumValue", stream_raw(hdr(codec=2)))
+    st_invalid("codec-ff", "UnknownEnumValue", stream_raw(hdr(kind=2, codec=0xFF, flags=SF_SEQ, rest=seq7 + b"\x00")))
+    st_invalid("undefined-flag-0x10", "UndefinedFlags", stream_raw(hdr(flags=0x10)))
+    st_invalid("undefined-flag-0x80-with-request-seq", "UndefinedFlags",
+               stream_raw(hdr(kind=2, flags=0x81, rest=seq7 + b"\x00")))
+    st_invalid("request-seq-zero", "ZeroValue", stream_raw(hdr(kind=2, flags=SF_SEQ, rest=uint(8, 0) + b"\x00")))
+    st_invalid("response-seq-zero", "ZeroValue", stream_raw(hdr(kind=3, flags=SF_SEQ, rest=uint(8, 0) + b"\x00")))
+    st_invalid("response-with-packet-name", "ConstraintViolated",
+               stream_raw(hdr(kind=3, codec=1, flags=SF_SEQ, rest=seq7 + b"\x01x"), b"{}"))
+    st_invalid("error-with-packet-name", "ConstraintViolated",
+               stream_raw(hdr(kind=4, flags=SF_SEQ, rest=seq7 + b"\x04Oops")))
+    st_invalid("request-without-request-seq", "ConstraintViolated",
+               stream_raw(hdr(kind=2, rest=b"\x09Game.Ping"), b"\x01"))
+    st_invalid("response-without-request-seq", "ConstraintViolated", stream_raw(hdr(kind=3)))
+    st_invalid("send-with-request-seq", "ConstraintViolated",
+               stream_raw(hdr(kind=1, flags=SF_SEQ, rest=uint(8, 5) + b"\x09Game.Ping"), b"\x01"))
+    st_invalid("packet-name-invalid-utf8", "InvalidUtf8", stream_raw(hdr(rest=b"\x01\xff")))
+    st_invalid("packet-name-truncated-utf8", "InvalidUtf8",
+               stream_raw(hdr(rest=b"\x05" + "게임".encode("utf-8")[:5]), b"\x01"))
+    st_invalid("correlation-length-65", "OutOfBounds",
+               stream_raw(hdr(flags=SF_CORR, rest=b"\x00\x41" + b"C" * 65)))
+    st_invalid("correlation-length-0", "OutOfBounds", stream_raw(hdr(flags=SF_CORR, rest=b"\x00\x00")))
+    st_invalid("correlation-space", "InvalidAscii", stream_raw(hdr(flags=SF_CORR, rest=b"\x00\x03c 1")))
+    st_invalid("correlation-del-0x7f", "InvalidAscii", stream_raw(hdr(flags=SF_CORR, rest=b"\x00\x02c\x7f")))
+    st_invalid("correlation-non-ascii", "InvalidAscii",
+               stream_raw(hdr(flags=SF_CORR, rest=b"\x00\x02" + "é".encode("utf-8"))))
+    st_invalid("flow-id-space", "InvalidAscii",
+               stream_raw(hdr(flags=SF_FLOW, rest=b"\x00" + FLOW_A[0].replace("-", " ", 1).encode() + b"\x01")))
+    st_invalid("flow-id-nul", "InvalidAscii",
+               stream_raw(hdr(flags=SF_FLOW, rest=b"\x00" + b"a" * 35 + b"\x00" + b"\x01")))
+    # metadata block errors surface from the header
+    st_invalid("metadata-block-1025-bytes", "MetadataTooLarge",
+               stream_raw(hdr(flags=SF_META, rest=b"\x00" + uint(2, 1025) + encode_metadata(metadata_of_size(1025)))))
+    st_invalid("metadata-nul-in-value", "MetadataNul",
+               stream_raw(hdr(flags=SF_META, rest=b"\x00" + lp16(encode_metadata([["k", "a\x00"]])))))
+    st_invalid("metadata-count-exceeds-block", "CountExceedsRemaining",
+               stream_raw(hdr(flags=SF_META, rest=b"\x00" + lp16(h("0002 0001 6b 0000".replace(" ", ""))))))
+    st_invalid("metadata-key-invalid-utf8", "InvalidUtf8",
+               stream_raw(hdr(flags=SF_META, rest=b"\x00" + lp16(encode_metadata([[b"\xff", "v"]])))))
+    st_invalid("metadata-empty-key", "OutOfBounds", stream_raw(hdr(flags=SF_META, rest=b"\x00" + lp16(h("000100000000")))))
+    st_invalid("metadata-trailing-byte-in-block", "TrailingBytes",
+               stream_raw(hdr(flags=SF_META, rest=b"\x00" + lp16(encode_metadata([["k", "v"]]) + b"\x00"))))
+    # header_len versus the parsed header
+    st_invalid("header-len-one-byte-longer-than-header", "TrailingBytes", stream_raw(stream_header(ok_send) + b"\x00", b"\x01\x02"))
+    st_invalid("header-len-0", "Incomplete", stream_raw(b"", b"\xf2\x01\x00\x00\x00", payload_size=5))
+    st_invalid("header-len-3-fixed-header-cut", "Incomplete", stream_raw(hdr()[:3], b"\x00\x00"))
+    st_invalid("header-len-ends-inside-packet-name", "Incomplete",
+               stream_raw(hdr(rest=b"\x03a"), b"bc\x01"))
+    st_invalid("header-len-ends-inside-request-seq", "Incomplete",
+               stream_raw(hdr(kind=2, flags=SF_SEQ, rest=b"\x00\x00\x00"), b"\x00\x00\x00\x00\x07\x00"))
+    st_invalid("metadata-len-beyond-header", "Incomplete",
+               stream_raw(hdr(flags=SF_META, rest=b"\x00\x00\x09\x00\x00"), b"payload"))
+    st_invalid("header-len-ends-inside-flow-id", "Incomplete",
+               stream_raw(hdr(flags=SF_FLOW, rest=b"\x00" + FLOW_A[0].encode()[:10]), FLOW_A[0].encode()[10:] + b"\x01"))
+    # buffer shorter than the packet (StreamPacket::decode: Incomplete)
+    st_invalid("empty-buffer", "Incomplete", b"")
+    st_invalid("prefix-cut-to-3-bytes", "Incomplete", ok_buf[:3])
+    st_invalid("prefix-only", "Incomplete", ok_buf[:6])
+    st_invalid("header-cut-short", "Incomplete", ok_buf[:6 + 4])
+    st_invalid("payload-missing-last-byte", "Incomplete", ok_buf[:-1])
+    st_invalid("payload-missing-entirely", "Incomplete", ok_buf[:-2])
+    # bytes after the packet
+    st_invalid("byte-after-packet", "TrailingBytes", ok_buf + b"\x00")
+    st_invalid("second-packet-after-packet", "TrailingBytes", ok_buf + minimal)
+    # MaxMessageSize: from the prefix, before the header or payload is looked at
+    too_big = sp("send", "raw", name="Game.Ping", payload=b"\x01\x02\x03")  # 14 + 3 = 17
+    st_invalid("message-17-bytes-over-limit-16", "MessageTooLarge", encode_stream(too_big), limit=16)
+    st_invalid("header-alone-over-limit-16", "MessageTooLarge",
+               encode_stream(sp("request", "raw", seq=1, name="Game.Ping")), limit=16)
+    st_invalid("prefix-only-payload-1000000-default-limit", "MessageTooLarge",
+               uint(2, 5) + uint(4, 1_000_000))
+
+
+def lp16(b):
+    return uint(2, len(b)) + b
+
+
+# --- classic fanout (fanout.rs) ---------------------------------------------------------------
+
+BEACON_TOPIC = bytes.fromhex("015a4c4631")
+BEACON_PAYLOAD = bytes.fromhex("5a460101")
+
+
+def mod_classify_fanout(frames):
+    if not frames:
+        raise PErr("WrongFrameCount", "classic fanout record")
+    if frames[0] != BEACON_TOPIC:
+        return {"kind": "application", "topic": frames[0].hex()}
+    if len(frames) == 2 and frames[1] == BEACON_PAYLOAD:
+        return {"kind": "beacon"}
+    raise PErr("MalformedBeacon", "classic fanout record")
+
+
+def fo_valid(name, frames, kind):
+    _unique("fanout.json", name)
+    got = mod_classify_fanout(frames)
+    assert got["kind"] == kind, name
+    MOD["fanout"]["valid"].append({"name": name, "frames": [f.hex() for f in frames], "decoded": got})
+
+
+def fo_invalid(name, frames, error="MalformedBeacon"):
+    _unique("fanout.json", name)
+    _expect_err("fanout.json", name, error, mod_classify_fanout, frames)
+    MOD["fanout"]["invalid"].append({"name": name, "frames": [f.hex() for f in frames], "error": error})
+
+
+def build_fanout_module():
+    T, P = BEACON_TOPIC, BEACON_PAYLOAD
+    assert T == b"\x01ZLF1" and P == b"ZF\x01\x01"
+    fo_valid("beacon", [T, P], "beacon")
+    fo_valid("application-chat-two-payload-frames", [b"chat", b"hello", b"\x00\x01"], "application")
+    fo_valid("application-topic-only", [b"t"], "application")
+    fo_valid("application-korean-topic", ["경기.시작".encode("utf-8"), b'{"match":42}'], "application")
+    fo_valid("application-topic-extends-reserved-topic", [T + b"x", P], "application")
+    fo_valid("application-topic-prefix-of-reserved-topic", [T[:4], P], "application")
+    fo_valid("application-empty-topic-with-beacon-payload", [b"", P], "application")
+    fo_valid("application-reserved-topic-in-second-frame", [b"match.started", T, P], "application")
+
+    fo_invalid("reserved-topic-only", [T])
+    fo_invalid("reserved-topic-three-frames", [T, P, P])
+    fo_invalid("reserved-topic-extra-empty-frame", [T, P, b""])
+    fo_invalid("wrong-payload-last-byte-02", [T, bytes.fromhex("5a460102")])
+    fo_invalid("wrong-payload-version-00", [T, bytes.fromhex("5a460001")])
+    fo_invalid("payload-too-short", [T, P[:3]])
+    fo_invalid("payload-too-long", [T, P + b"\x00"])
+    fo_invalid("empty-payload", [T, b""])
+    fo_invalid("application-payload-on-reserved-topic", [T, b'{"match":42}'])
+
+
+# --- Location Store authority keys (keys.rs) --------------------------------------------------
+
+KEY_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+KEY_TAG = {"actor": "a", "spot": "s"}
+
+
+def key_percent_encode(raw):
+    return "".join(chr(b) if b in KEY_UNRESERVED else "%%%02X" % b for b in raw)
+
+
+def authority_key(kind, ident):
+    raw = ident.encode("utf-8")
+    assert 1 <= len(raw) <= 255, "ID of %d bytes has no key" % len(raw)
+    return "zla1:%s:%d:%s" % (KEY_TAG[kind], len(raw), key_percent_encode(raw))
+
+
+def parse_authority_key(key):
+    """Canonical form only: zla1, a|s, decimal length without leading zeros, unreserved bytes
+    literal, everything else %XX with uppercase hex, UTF-8, declared length = byte length."""
+    parts = key.split(":", 3)
+    assert len(parts) == 4 and parts[0] == "zla1", key
+    kind = {"a": "actor", "s": "spot"}[parts[1]]
+    ln = parts[2]
+    assert ln.isdigit() and ln.isascii() and (ln == "0" or not ln.startswith("0")), key
+    enc = parts[3].encode("ascii")
+    out = bytearray()
+    i = 0
+    while i < len(enc):
+        b = enc[i]
+        if b == 0x25:
+            hx = enc[i + 1:i + 3]
+            assert len(hx) == 2 and all(c in b"0123456789ABCDEF" for c in hx), key
+            v = int(hx, 16)
+            assert v not in KEY_UNRESERVED, key
+            out.append(v)
+            i += 3
+        else:
+            assert b in KEY_UNRESERVED, key
+            out.append(b)
+            i += 1
+    ident = bytes(out).decode("utf-8")
+    assert int(ln) == len(out) and 1 <= len(out) <= 255, key
+    return kind, ident
+
+
+def key_valid(name, kind, ident):
+    _unique("keys.json", name)
+    key = authority_key(kind, ident)
+    assert parse_authority_key(key) == (kind, ident), name
+    assert key.isascii()
+    MOD["keys"]["valid"].append({"name": name, "objectKind": kind, "id": ident, "key": key})
+
+
+def build_keys_module():
+    key_valid("actor-ascii-unreserved-only", "actor", "Hero_01.alpha~beta-2")
+    key_valid("actor-korean-with-colon", "actor", ACTOR_HONG)
+    key_valid("actor-numeric", "actor", "8812")
+    key_valid("actor-single-byte", "actor", "x")
+    key_valid("actor-mixed-case-kept", "actor", "MiXeD-Case")
+    key_valid("actor-spaces", "actor", "guild master 7")
+    key_valid("actor-percent-sign", "actor", "100%done")
+    key_valid("actor-literal-percent-escape-text", "actor", "%41%2F")
+    key_valid("actor-tilde", "actor", "~tilde~only~")
+    key_valid("actor-slash", "actor", "clan/홍/1")
+    key_valid("actor-hash-tag-braces", "actor", "{user}:42")
+    key_valid("actor-base64-like", "actor", "dGVzdA+/==")
+    key_valid("actor-looks-like-a-key", "actor", "zla1:a:3:abc")
+    key_valid("actor-emoji-4-byte-utf8", "actor", "🎮player")
+    key_valid("actor-tab-control-byte", "actor", "tab\there")
+    key_valid("actor-255-bytes-ascii", "actor", "actor-" + "x" * 249)
+    key_valid("actor-255-bytes-all-escaped", "actor", "/" * 255)
+    key_valid("spot-ascii", "spot", "Room7")
+    key_valid("spot-slash", "spot", SPOT_ROOM)
+    key_valid("spot-same-id-as-actor-key-differs", "spot", "8812")
+    key_valid("spot-korean", "spot", SPOT_DUNGEON)
+    key_valid("spot-korean-short", "spot", "방-1")
+    key_valid("spot-latin-two-byte-utf8", "spot", "café au lait")
+    key_valid("spot-entry-spot-id", "spot", ENTRY_SPOT_ZONE)
+    key_valid("spot-reserved-delimiters", "spot", "a?b#c[d]e@f!g$h&i'j(k)l*m+n,o;p=q")
+    key_valid("spot-255-bytes-korean", "spot", "가" * 85)
+    key_valid("spot-255-bytes-mixed", "spot", "스팟-" + "k" * 248)
+    for item in MOD["keys"]["valid"]:
+        if "255-bytes" in item["name"]:
+            assert len(item["id"].encode("utf-8")) == 255, item["name"]
+
+
+def module_hand_assembled_checks():
+    def h(s):
+        return bytes.fromhex(s.replace(" ", ""))
+
+    # metadata: count, then key_len/key/value_len/value, all big-endian u16 lengths
+    assert encode_metadata([["id", "7"], ["z", ""]]) == h("0002 0002 6964 0001 37 0001 7a 0000")
+    assert mod_decode_metadata(h("0002 0001 61 0001 31 0001 61 0001 32")) == [["a", "2"]]
+    # typed payload envelope: u8 name, u8 content type, u32 payload
+    assert encode_payload({"packetName": "P", "contentType": "c", "payload": "ff"}) == h("01 50 01 63 00000001 ff")
+    # multipart: u32 count, u32 length + bytes per part
+    assert multipart([b"A", b""]) == h("00000002 00000001 41 00000000")
+    # STREAM: u16 header_len, u32 payload_size, F2 kind codec flags, [seq], name, [meta], [corr], [flow], payload
+    assert encode_stream(sp("send", "raw", name="Hi", payload=b"\xff")) == h(
+        "0007 00000001 f2 01 00 00 02 4869 ff")
+    full = sp("request", "frameworkJson", seq=1, name="", metadata=[["a", "b"]], corr="c",
+              flow=("0" * 36, 9), payload=b"")
+    assert encode_stream(full) == h(
+        "003e 00000000 f2 02 01 0f 0000000000000001 00 0008 0001 0001 61 0001 62 01 63") + b"0" * 36 + b"\x09"
+    assert encode_stream(sp("error", "raw", seq=258, payload=b"\x01")) == h(
+        "000d 00000001 f2 04 00 01 0000000000000102 00 01")
+    # authority keys: byte length of the raw UTF-8 ID, uppercase escapes, unreserved kept
+    assert authority_key("actor", "a b") == "zla1:a:3:a%20b"
+    assert authority_key("spot", "é~") == "zla1:s:3:%C3%A9~"
+    assert authority_key("actor", "A-z_0.9") == "zla1:a:7:A-z_0.9"
+    assert authority_key("spot", "%") == "zla1:s:1:%25"
+
+
+def build_module_fixtures():
+    module_hand_assembled_checks()
+    build_metadata_module()
+    build_envelope_module()
+    build_multipart_module()
+    build_stream_module()
+    build_fanout_module()
+    build_keys_module()
+    required = {
+        "metadata": {"MetadataTooLarge", "CountExceedsRemaining", "Incomplete", "OutOfBounds", "InvalidUtf8",
+                     "MetadataNul", "TrailingBytes"},
+        "envelope": {"Incomplete", "InvalidUtf8", "TrailingBytes", "OutOfBounds"},
+        "multipart": {"EmptyMultipart", "CountExceedsRemaining", "Incomplete", "TrailingBytes"},
+        "stream": {"BadFormatMarker", "UnknownEnumValue", "UndefinedFlags", "ZeroValue", "ConstraintViolated",
+                   "InvalidAscii", "OutOfBounds", "Incomplete", "TrailingBytes", "MessageTooLarge",
+                   "InvalidUtf8"},
+        "fanout": {"MalformedBeacon"},
+        "keys": set(),
+    }
+    for n in MOD_FILES:
+        used = {i["error"] for i in MOD[n]["invalid"]}
+        assert required[n] <= used, "%s.json lacks %s" % (n, sorted(required[n] - used))
+        assert MOD[n]["valid"], n
+    assert set(STREAM_KIND) == {i["decoded"]["kind"] for i in MOD["stream"]["valid"]}
+    assert {"raw", "frameworkJson"} == {i["decoded"]["codec"] for i in MOD["stream"]["valid"]}
+    # every combination of the optional header parts (seq is fixed by the kind)
+    combos = {(i["decoded"]["kind"], "metadata" in i["decoded"], "correlationId" in i["decoded"],
+               "flow" in i["decoded"]) for i in MOD["stream"]["valid"]}
+    for m in (False, True):
+        for c in (False, True):
+            for f in (False, True):
+                assert ("send", m, c, f) in combos, ("send", m, c, f)
+    assert any(i["decoded"]["payload"] == "" for i in MOD["stream"]["valid"])
+
+
+# ---------------------------------------------------------------------------------------------
 # Coverage checks and output
 # ---------------------------------------------------------------------------------------------
 
-# ProtocolError kinds that belong to other fixture sets (STREAM, multipart, fanout).
+# ProtocolError kinds that only the module fixture sets (STREAM, multipart, fanout) can produce.
 OTHER_TASK_KINDS = {"EmptyMultipart", "BadFormatMarker", "MessageTooLarge", "MalformedBeacon"}
 
 
@@ -1983,12 +2759,19 @@ def coverage_checks():
     used.update(i["error"] for i in RECORDS_INVALID)
     for v in DUR.values():
         used.update(i["error"] for i in v["invalid"])
+    module_used = set()
+    for v in MOD.values():
+        module_used.update(i["error"] for i in v["invalid"])
+    assert OTHER_TASK_KINDS <= module_used, "module fixture sets lack %s" % sorted(OTHER_TASK_KINDS - module_used)
     kinds = error_rs_kinds()
     if kinds is not None:
-        unknown = used - set(kinds)
+        unknown = (used | module_used) - set(kinds)
         assert not unknown, "error names not in ProtocolError::ALL_KINDS: %s" % sorted(unknown)
         missing = set(kinds) - OTHER_TASK_KINDS - used
-        assert not missing, "ProtocolError kinds without a fixture: %s" % sorted(missing)
+        assert not missing, "ProtocolError kinds without a record/durable fixture: %s" % sorted(missing)
+        missing = set(kinds) - used - module_used
+        assert not missing, "ProtocolError kinds without any fixture: %s" % sorted(missing)
+    used |= module_used
     for c in SCHEMA["commands"]:
         assert FIX[c["name"]]["valid"], "command %s has no valid fixture" % c["name"]
         assert FIX[c["name"]]["invalid"], "command %s has no invalid fixture" % c["name"]
@@ -2050,6 +2833,12 @@ def write_outputs():
         size = dump(path, {"format": d["name"], "valid": fx["valid"], "invalid": fx["invalid"]})
         assert size < 2_200_000, "%s is %d bytes" % (path, size)
         summary.append((os.path.relpath(path, HERE), len(fx["valid"]), len(fx["invalid"])))
+    for n in MOD_FILES:
+        fx = MOD[n]
+        path = os.path.join(HERE, "%s.json" % n)
+        doc = {"valid": fx["valid"]} if n == "keys" else {"valid": fx["valid"], "invalid": fx["invalid"]}
+        dump(path, doc)
+        summary.append((os.path.relpath(path, HERE), len(fx["valid"]), len(fx["invalid"])))
     return summary
 
 
@@ -2063,6 +2852,7 @@ def main():
     build_relocation_commands()
     build_durables()
     build_records_invalid()
+    build_module_fixtures()
     used = coverage_checks()
     summary = write_outputs()
     tv = sum(s[1] for s in summary)

@@ -4,6 +4,8 @@
 //! [`Reader`] never panics and never allocates before it has checked that the bytes a length or
 //! count announces are actually present.
 
+use bytes::Bytes;
+
 use crate::error::{ProtocolError, Result};
 
 /// Width of a length or count prefix declared by the schema (`lengthType` / `countType`).
@@ -38,16 +40,43 @@ impl LenType {
 }
 
 /// A bounds-checked cursor over one frame (or one length-delimited block of a frame).
+///
+/// A reader made with [`Reader::shared`] knows the [`Bytes`] that owns its buffer, and
+/// [`Reader::bytes`] then returns zero-copy slices of it (a 64 KiB relocation chunk is not
+/// copied); a reader made with [`Reader::new`] copies.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    owner: Option<&'a Bytes>,
 }
 
 impl<'a> Reader<'a> {
-    /// A reader over `buf`, positioned at its start.
+    /// A reader over `buf`, positioned at its start. Byte fields are copied out.
     pub fn new(buf: &'a [u8]) -> Self {
-        Self { buf, pos: 0 }
+        Self {
+            buf,
+            pos: 0,
+            owner: None,
+        }
+    }
+
+    /// A reader over a shared buffer: byte fields become zero-copy slices of `owner`.
+    pub fn shared(owner: &'a Bytes) -> Self {
+        Self {
+            buf: owner.as_ref(),
+            pos: 0,
+            owner: Some(owner),
+        }
+    }
+
+    /// A reader over `block`, a sub-slice of this reader's buffer, that keeps the owner.
+    pub fn sub(&self, block: &'a [u8]) -> Reader<'a> {
+        Reader {
+            buf: block,
+            pos: 0,
+            owner: self.owner,
+        }
     }
 
     /// Bytes not yet consumed.
@@ -197,11 +226,19 @@ impl<'a> Reader<'a> {
         Ok(bytes.iter().map(|&b| char::from(b)).collect())
     }
 
-    /// Read length-prefixed opaque bytes.
-    pub fn bytes(&mut self, ty: LenType, min: u64, max: u64, field: &'static str) -> Result<Vec<u8>> {
-        Ok(self
-            .length_delimited(ty, min, max, field)?
-            .to_vec())
+    /// Read length-prefixed opaque bytes (zero-copy when the reader is [`Reader::shared`]).
+    pub fn bytes(&mut self, ty: LenType, min: u64, max: u64, field: &'static str) -> Result<Bytes> {
+        let slice = self.length_delimited(ty, min, max, field)?;
+        Ok(self.share(slice))
+    }
+
+    /// Turn a sub-slice of this reader's buffer into [`Bytes`]: a zero-copy slice of the owner
+    /// when there is one, else a copy.
+    pub fn share(&self, slice: &'a [u8]) -> Bytes {
+        match self.owner {
+            Some(owner) if !slice.is_empty() => owner.slice_ref(slice),
+            _ => Bytes::copy_from_slice(slice),
+        }
     }
 
     /// Read a vector count, check it against `min..=max` and check that `count` items of at least
@@ -388,7 +425,14 @@ impl Writer {
     }
 
     /// Append a vector count after checking its bounds.
-    pub fn count(&mut self, ty: LenType, min: u64, max: u64, n: usize, field: &'static str) -> Result<()> {
+    pub fn count(
+        &mut self,
+        ty: LenType,
+        min: u64,
+        max: u64,
+        n: usize,
+        field: &'static str,
+    ) -> Result<()> {
         check_bounds(field, n as u64, min, max)?;
         self.len_prefix(ty, n as u64, field)
     }
@@ -466,10 +510,10 @@ pub mod hex {
         s.serialize_str(&encode(bytes))
     }
 
-    /// See [`serialize`].
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    /// See [`serialize`]; produces `Vec<u8>` or `Bytes`.
+    pub fn deserialize<'de, D: Deserializer<'de>, T: From<Vec<u8>>>(d: D) -> Result<T, D::Error> {
         let s = String::deserialize(d)?;
-        decode(&s).map_err(D::Error::custom)
+        decode(&s).map(T::from).map_err(D::Error::custom)
     }
 
     /// `#[serde(with = "crate::codec::hex::array")]` for `[u8; N]`.
@@ -495,45 +539,57 @@ pub mod hex {
         }
     }
 
-    /// `#[serde(with = "crate::codec::hex::option")]` for `Option<Vec<u8>>`.
+    /// `#[serde(with = "crate::codec::hex::option")]` for `Option<Vec<u8>>` / `Option<Bytes>`.
     pub mod option {
         use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
 
         /// Serialize as hex or null.
-        pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        pub fn serialize<S: Serializer, T: AsRef<[u8]>>(
+            bytes: &Option<T>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
             match bytes {
-                Some(b) => s.serialize_some(&super::encode(b)),
+                Some(b) => s.serialize_some(&super::encode(b.as_ref())),
                 None => s.serialize_none(),
             }
         }
 
         /// Deserialize from hex or null.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        pub fn deserialize<'de, D: Deserializer<'de>, T: From<Vec<u8>>>(
+            d: D,
+        ) -> Result<Option<T>, D::Error> {
             match Option::<String>::deserialize(d)? {
-                Some(s) => super::decode(&s).map(Some).map_err(D::Error::custom),
+                Some(s) => super::decode(&s)
+                    .map(|v| Some(T::from(v)))
+                    .map_err(D::Error::custom),
                 None => Ok(None),
             }
         }
     }
 
-    /// `#[serde(with = "crate::codec::hex::vec_of")]` for `Vec<Vec<u8>>`.
+    /// `#[serde(with = "crate::codec::hex::vec_of")]` for `Vec<Vec<u8>>` / `Vec<Bytes>`.
     pub mod vec_of {
         use serde::{Deserialize, Deserializer, Serializer, de::Error as _, ser::SerializeSeq};
 
         /// Serialize each element as hex.
-        pub fn serialize<S: Serializer>(items: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+        pub fn serialize<S: Serializer, T: AsRef<[u8]>>(
+            items: &[T],
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
             let mut seq = s.serialize_seq(Some(items.len()))?;
             for item in items {
-                seq.serialize_element(&super::encode(item))?;
+                seq.serialize_element(&super::encode(item.as_ref()))?;
             }
             seq.end()
         }
 
         /// Deserialize a list of hex strings.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
+        pub fn deserialize<'de, D: Deserializer<'de>, T: From<Vec<u8>>>(
+            d: D,
+        ) -> Result<Vec<T>, D::Error> {
             let v = Vec::<String>::deserialize(d)?;
             v.iter()
-                .map(|s| super::decode(s).map_err(D::Error::custom))
+                .map(|s| super::decode(s).map(T::from).map_err(D::Error::custom))
                 .collect()
         }
     }
@@ -574,6 +630,9 @@ mod tests {
         assert_eq!(w.as_slice(), &[3, 1, 2, 3]);
         let at = w.begin_len(LenType::U8);
         w.put_slice(&[9; 4]);
-        assert_eq!(w.patch_len(at, LenType::U8, 0, 3, "x").unwrap_err().kind(), "OutOfBounds");
+        assert_eq!(
+            w.patch_len(at, LenType::U8, 0, 3, "x").unwrap_err().kind(),
+            "OutOfBounds"
+        );
     }
 }

@@ -24,6 +24,7 @@
 //! payload whose complete envelope, head included, still has a size representable in a `u32`.
 //! A larger `payload_len` is [`ProtocolError::OutOfBounds`], reported before the payload is read.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{LenType, Reader, Writer, check_bounds};
@@ -53,8 +54,9 @@ pub struct TypedPayload {
     /// multipart profile's `application/x-zlink-multipart`).
     pub content_type: String,
     /// Opaque payload bytes, at most [`APPLICATION_PAYLOAD_ABSOLUTE_BYTES`].
+    /// `Bytes` so a decoded payload can share the received frame instead of copying it.
     #[serde(with = "crate::codec::hex")]
-    pub payload: Vec<u8>,
+    pub payload: Bytes,
 }
 
 impl TypedPayload {
@@ -62,12 +64,12 @@ impl TypedPayload {
     pub fn new(
         packet_name: impl Into<String>,
         content_type: impl Into<String>,
-        payload: Vec<u8>,
+        payload: impl Into<Bytes>,
     ) -> Self {
         Self {
             packet_name: packet_name.into(),
             content_type: content_type.into(),
-            payload,
+            payload: payload.into(),
         }
     }
 
@@ -148,7 +150,19 @@ impl TypedPayload {
     /// [`ProtocolError::OutOfBounds`] for `payload_len` above the absolute limit (before reading
     /// the payload), [`ProtocolError::TrailingBytes`] after the payload.
     pub fn decode(frame: &[u8]) -> Result<Self> {
-        let mut r = Reader::new(frame);
+        Self::decode_reader(Reader::new(frame))
+    }
+
+    /// Decode an envelope held in shared bytes; the payload is a zero-copy slice of `frame`.
+    ///
+    /// # Errors
+    /// As [`TypedPayload::decode`].
+    pub fn decode_shared(frame: &Bytes) -> Result<Self> {
+        Self::decode_reader(Reader::shared(frame))
+    }
+
+    /// Decode from a reader positioned at the start of the envelope frame (shared or not).
+    pub(crate) fn decode_reader(mut r: Reader<'_>) -> Result<Self> {
         let max = MAX_NAME_BYTES as u64;
         let packet_name = r.string(LenType::U8, 0, max, NAME_FIELD)?;
         let content_type = r.string(LenType::U8, 0, max, CONTENT_TYPE_FIELD)?;

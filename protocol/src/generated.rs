@@ -7,6 +7,7 @@
 
 #![allow(clippy::all, clippy::pedantic, unused_parens, unused_braces, unused_comparisons)]
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{LenType, Reader, Writer, check_bounds, check_nonzero};
@@ -1789,7 +1790,7 @@ pub struct Extension {
     pub extension_id: u16,
     /// `data`: bytes with U16 length prefix, 0..=65535 bytes.
     #[serde(with = "crate::codec::hex")]
-    pub data: Vec<u8>,
+    pub data: Bytes,
 }
 
 impl Extension {
@@ -1897,7 +1898,7 @@ pub struct SavedWork {
     pub sequence: u64,
     /// `frames`: vector with U8 count, 1..=3 items.
     #[serde(with = "crate::codec::hex::vec_of")]
-    pub frames: Vec<Vec<u8>>,
+    pub frames: Vec<Bytes>,
 }
 
 impl SavedWork {
@@ -1949,7 +1950,7 @@ pub struct CapturedTimer {
     pub packet_name: String,
     /// `payload`: bytes with U32 length prefix, 0..=4294967295 bytes.
     #[serde(with = "crate::codec::hex")]
-    pub payload: Vec<u8>,
+    pub payload: Bytes,
 }
 
 impl CapturedTimer {
@@ -2324,7 +2325,7 @@ impl ReplyResult {
         let tag = r.u8("ReplyResult.kind")?;
         if !matches!(tag, 0 | 1 | 2 | 3 | 4 | 5 | 6) { return Err(ProtocolError::UnknownEnumValue { field: "ReplyResult.kind", value: u64::from(tag) }); }
         let block = r.length_delimited(LenType::U16, 0, 65535, "ReplyResult.body")?;
-        let mut sub = Reader::new(block);
+        let mut sub = r.sub(block);
         let r = &mut sub;
         let v = match tag {
             0 => Self::None,
@@ -2482,7 +2483,7 @@ impl InstanceRoute {
         let tag = r.u8("InstanceRoute.kind")?;
         if !matches!(tag, 1 | 2) { return Err(ProtocolError::UnknownEnumValue { field: "InstanceRoute.kind", value: u64::from(tag) }); }
         let block = r.length_delimited(LenType::U16, 0, 65535, "InstanceRoute.body")?;
-        let mut sub = Reader::new(block);
+        let mut sub = r.sub(block);
         let r = &mut sub;
         let v = match tag {
             1 => Self::Ready(InstanceRouteReady::decode_from(r)?),
@@ -2538,14 +2539,14 @@ pub struct InstanceActivationRecoveryV1 {
     pub metadata_present: bool,
     /// `metadata`: bytes with U16 length prefix, 0..=1024 bytes. Present only when metadataPresent is true.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::codec::hex::option")]
-    pub metadata: Option<Vec<u8>>,
+    pub metadata: Option<Bytes>,
     /// `packetName`: UTF-8 with U8 length prefix, 0..=255 bytes.
     pub packet_name: String,
     /// `contentType`: UTF-8 with U8 length prefix, 0..=255 bytes.
     pub content_type: String,
     /// `payload`: bytes with U32 length prefix, 0..=1048576 bytes.
     #[serde(with = "crate::codec::hex")]
-    pub payload: Vec<u8>,
+    pub payload: Bytes,
 }
 
 impl InstanceActivationRecoveryV1 {
@@ -2631,8 +2632,20 @@ impl InstanceActivationRecoveryV1 {
     /// # Errors
     /// `OutOfBounds` (too large), `BadMagic`, `UnsupportedVersion`, field errors, `ChecksumMismatch`, `TrailingBytes`.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
+        Self::decode_in(Reader::new(bytes))
+    }
+
+    /// Decode a complete blob held in shared bytes; byte fields are zero-copy slices of it.
+    ///
+    /// # Errors
+    /// As [`Self::decode`].
+    pub fn decode_shared(bytes: &Bytes) -> Result<Self> {
+        Self::decode_in(Reader::shared(bytes))
+    }
+
+    pub(crate) fn decode_in(mut reader: Reader<'_>) -> Result<Self> {
+        let bytes = reader.rest();
         if bytes.len() as u64 > Self::MAX_BYTES { return Err(ProtocolError::OutOfBounds { field: "instance-activation-recovery-v1", value: bytes.len() as u64, min: 0, max: Self::MAX_BYTES }); }
-        let mut reader = Reader::new(bytes);
         let r = &mut reader;
         if r.fixed::<4>("instance-activation-recovery-v1")? != Self::MAGIC { return Err(ProtocolError::BadMagic { context: "instance-activation-recovery-v1" }); }
         let version = r.u8("instance-activation-recovery-v1")?;
@@ -2692,7 +2705,7 @@ pub struct RelocationEnvelopeV1 {
     pub relocation_policy: RelocationPolicy,
     /// `applicationState`: bytes with U32 length prefix, 0..=4294967295 bytes.
     #[serde(with = "crate::codec::hex")]
-    pub application_state: Vec<u8>,
+    pub application_state: Bytes,
     /// `savedQueue`: vector with U32 count, 0..=4294967295 items.
     pub saved_queue: Vec<SavedWork>,
     /// `timers`: vector with U32 count, 0..=4294967295 items.
@@ -2763,8 +2776,20 @@ impl RelocationEnvelopeV1 {
     /// # Errors
     /// `OutOfBounds` (too large), `BadMagic`, `UnsupportedVersion`, field errors, `ChecksumMismatch`, `TrailingBytes`.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
+        Self::decode_in(Reader::new(bytes))
+    }
+
+    /// Decode a complete blob held in shared bytes; byte fields are zero-copy slices of it.
+    ///
+    /// # Errors
+    /// As [`Self::decode`].
+    pub fn decode_shared(bytes: &Bytes) -> Result<Self> {
+        Self::decode_in(Reader::shared(bytes))
+    }
+
+    pub(crate) fn decode_in(mut reader: Reader<'_>) -> Result<Self> {
+        let bytes = reader.rest();
         if bytes.len() as u64 > Self::MAX_BYTES { return Err(ProtocolError::OutOfBounds { field: "relocation-envelope-v1", value: bytes.len() as u64, min: 0, max: Self::MAX_BYTES }); }
-        let mut reader = Reader::new(bytes);
         let r = &mut reader;
         if r.fixed::<4>("relocation-envelope-v1")? != Self::MAGIC { return Err(ProtocolError::BadMagic { context: "relocation-envelope-v1" }); }
         let version = r.u8("relocation-envelope-v1")?;
@@ -2807,7 +2832,7 @@ pub struct RelocationDataChunkV1 {
     pub chunk_ordinal: u32,
     /// `data`: bytes with U32 length prefix, 0..=4294967295 bytes.
     #[serde(with = "crate::codec::hex")]
-    pub data: Vec<u8>,
+    pub data: Bytes,
 }
 
 impl RelocationDataChunkV1 {
@@ -2860,8 +2885,20 @@ impl RelocationDataChunkV1 {
     /// # Errors
     /// `OutOfBounds` (too large), `BadMagic`, `UnsupportedVersion`, field errors, `ChecksumMismatch`, `TrailingBytes`.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
+        Self::decode_in(Reader::new(bytes))
+    }
+
+    /// Decode a complete blob held in shared bytes; byte fields are zero-copy slices of it.
+    ///
+    /// # Errors
+    /// As [`Self::decode`].
+    pub fn decode_shared(bytes: &Bytes) -> Result<Self> {
+        Self::decode_in(Reader::shared(bytes))
+    }
+
+    pub(crate) fn decode_in(mut reader: Reader<'_>) -> Result<Self> {
+        let bytes = reader.rest();
         if bytes.len() as u64 > Self::MAX_BYTES { return Err(ProtocolError::OutOfBounds { field: "relocation-data-chunk-v1", value: bytes.len() as u64, min: 0, max: Self::MAX_BYTES }); }
-        let mut reader = Reader::new(bytes);
         let r = &mut reader;
         if r.fixed::<4>("relocation-data-chunk-v1")? != Self::MAGIC { return Err(ProtocolError::BadMagic { context: "relocation-data-chunk-v1" }); }
         let version = r.u8("relocation-data-chunk-v1")?;
@@ -2982,8 +3019,20 @@ impl RelocationManifestV1 {
     /// # Errors
     /// `OutOfBounds` (too large), `BadMagic`, `UnsupportedVersion`, field errors, `ChecksumMismatch`, `TrailingBytes`.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
+        Self::decode_in(Reader::new(bytes))
+    }
+
+    /// Decode a complete blob held in shared bytes; byte fields are zero-copy slices of it.
+    ///
+    /// # Errors
+    /// As [`Self::decode`].
+    pub fn decode_shared(bytes: &Bytes) -> Result<Self> {
+        Self::decode_in(Reader::shared(bytes))
+    }
+
+    pub(crate) fn decode_in(mut reader: Reader<'_>) -> Result<Self> {
+        let bytes = reader.rest();
         if bytes.len() as u64 > Self::MAX_BYTES { return Err(ProtocolError::OutOfBounds { field: "relocation-manifest-v1", value: bytes.len() as u64, min: 0, max: Self::MAX_BYTES }); }
-        let mut reader = Reader::new(bytes);
         let r = &mut reader;
         if r.fixed::<4>("relocation-manifest-v1")? != Self::MAGIC { return Err(ProtocolError::BadMagic { context: "relocation-manifest-v1" }); }
         let version = r.u8("relocation-manifest-v1")?;
@@ -3094,8 +3143,20 @@ impl RelocationRootPointer {
     /// # Errors
     /// `OutOfBounds` (too large), `BadMagic`, `UnsupportedVersion`, field errors, `ChecksumMismatch`, `TrailingBytes`.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
+        Self::decode_in(Reader::new(bytes))
+    }
+
+    /// Decode a complete blob held in shared bytes; byte fields are zero-copy slices of it.
+    ///
+    /// # Errors
+    /// As [`Self::decode`].
+    pub fn decode_shared(bytes: &Bytes) -> Result<Self> {
+        Self::decode_in(Reader::shared(bytes))
+    }
+
+    pub(crate) fn decode_in(mut reader: Reader<'_>) -> Result<Self> {
+        let bytes = reader.rest();
         if bytes.len() as u64 > Self::MAX_BYTES { return Err(ProtocolError::OutOfBounds { field: "relocation-root-pointer", value: bytes.len() as u64, min: 0, max: Self::MAX_BYTES }); }
-        let mut reader = Reader::new(bytes);
         let r = &mut reader;
         if r.fixed::<4>("relocation-root-pointer")? != Self::MAGIC { return Err(ProtocolError::BadMagic { context: "relocation-root-pointer" }); }
         let version = r.u8("relocation-root-pointer")?;
@@ -5291,7 +5352,7 @@ pub struct RelocationData {
     pub relay_ordinal: u64,
     /// `frames`: vector with U8 count, 1..=3 items.
     #[serde(with = "crate::codec::hex::vec_of")]
-    pub frames: Vec<Vec<u8>>,
+    pub frames: Vec<Bytes>,
 }
 
 impl RelocationData {
@@ -6185,7 +6246,7 @@ impl MessageFollow {
     /// The first [`ProtocolError`] found, before allocating for any length or count.
     pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self> {
         let _ = { let v = r.u8("MessageFollow.version")?; if u64::from(v) != 1 { return Err(ProtocolError::UnsupportedVersion { context: "MessageFollow.version", found: u64::from(v) }); } v };
-        let follow = { let block = r.length_delimited(LenType::U32, 0, 16777216, "MessageFollow.follow")?; let mut sub = Reader::new(block); let v = MessageFollowBody::decode_from(&mut sub)?; sub.finish("MessageFollow.follow")?; v };
+        let follow = { let block = r.length_delimited(LenType::U32, 0, 16777216, "MessageFollow.follow")?; let mut sub = r.sub(block); let v = MessageFollowBody::decode_from(&mut sub)?; sub.finish("MessageFollow.follow")?; v };
         let v = Self { follow };
         v.check()?;
         Ok(v)
@@ -6295,7 +6356,7 @@ impl RelocationState {
         let object_id = r.string(LenType::U8, 1, 255, "RelocationState.objectId")?;
         let object_generation = { let v = r.u64("RelocationState.objectGeneration")?; check_nonzero("RelocationState.objectGeneration", u64::from(v), 18446744073709551615)?; v };
         let sender_role = SenderRole::decode_from(r, "RelocationState.senderRole")?;
-        let chunk = { let block = r.length_delimited(LenType::U32, 0, 4294967295, "RelocationState.chunk")?; RelocationDataChunkV1::decode(block)? };
+        let chunk = { let block = r.length_delimited(LenType::U32, 0, 4294967295, "RelocationState.chunk")?; RelocationDataChunkV1::decode_in(r.sub(block))? };
         let v = Self { relocation_id, target_attempt_generation, coordinator_fence, object_kind, object_id, object_generation, sender_role, chunk };
         v.check()?;
         Ok(v)

@@ -26,6 +26,7 @@
 //!    `TrailingBytes` for anything left in frame 0;
 //! 7. the metadata frame and the payload envelope frame.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Reader, Writer};
@@ -140,12 +141,48 @@ impl Record {
         f
     }
 
-    /// Decode a record from its frames (the ROUTER routing identity already stripped).
+    /// Decode a record from its frames (the ROUTER routing identity already stripped). Byte
+    /// fields and the payload are copied out of the frames; see [`Record::decode_shared`] for the
+    /// zero-copy form.
     ///
     /// # Errors
     /// The first [`ProtocolError`] in the order documented at module level.
     pub fn decode<F: AsRef<[u8]>>(frames: &[F], ctx: WireContext) -> Result<Self> {
-        let Some(frame0) = frames.first() else {
+        let frame0 = frames.first().map(|f| Reader::new(f.as_ref()));
+        Self::decode_in(frame0, frames.len(), ctx, |i| {
+            let f = frames[i].as_ref();
+            if i == 0 {
+                Err(())
+            } else {
+                Ok((Reader::new(f), f))
+            }
+        })
+    }
+
+    /// Decode a record whose frames are shared buffers (as received from the transport): byte
+    /// fields (relocation chunks, relayed frames, state) and the payload are zero-copy slices.
+    ///
+    /// # Errors
+    /// As [`Record::decode`].
+    pub fn decode_shared(frames: &[Bytes], ctx: WireContext) -> Result<Self> {
+        let frame0 = frames.first().map(Reader::shared);
+        Self::decode_in(frame0, frames.len(), ctx, |i| {
+            let f = &frames[i];
+            if i == 0 {
+                Err(())
+            } else {
+                Ok((Reader::shared(f), f.as_ref()))
+            }
+        })
+    }
+
+    fn decode_in<'a>(
+        frame0: Option<Reader<'a>>,
+        frame_count: usize,
+        ctx: WireContext,
+        frame: impl Fn(usize) -> std::result::Result<(Reader<'a>, &'a [u8]), ()>,
+    ) -> Result<Self> {
+        let Some(mut r) = frame0 else {
             return Err(ProtocolError::WrongFrameCount {
                 command: "record",
                 actual: 0,
@@ -153,9 +190,8 @@ impl Record {
                 max: 3,
             });
         };
-        let mut r = Reader::new(frame0.as_ref());
         let (spec, flag_bits) = decode_head(&mut r, ctx)?;
-        check_frame_count(spec, flag_bits, frames.len())?;
+        check_frame_count(spec, flag_bits, frame_count)?;
 
         let body = CommandBody::decode_from(spec_command(spec), &mut r)?;
         if let Some(leg) = body.implied_leg()
@@ -186,16 +222,20 @@ impl Record {
         };
         r.finish("frame 0")?;
 
+        // `check_frame_count` guaranteed these frames exist.
         let mut next = 1;
         let metadata = if flag_bits & flags::METADATA != 0 {
+            let (_, bytes) = frame(next).map_err(|()| missing_frame(spec, frame_count))?;
             next += 1;
-            Some(Metadata::decode(frames[1].as_ref())?)
+            Some(Metadata::decode(bytes)?)
         } else {
             None
         };
-        let payload = match frames.get(next) {
-            Some(frame) => Some(TypedPayload::decode(frame.as_ref())?),
-            None => None,
+        let payload = if next < frame_count {
+            let (reader, _) = frame(next).map_err(|()| missing_frame(spec, frame_count))?;
+            Some(TypedPayload::decode_reader(reader)?)
+        } else {
+            None
         };
         Ok(Self {
             body,
@@ -245,7 +285,8 @@ impl Record {
                 leg: ctx.leg.name(),
             });
         }
-        let frame_count = 1 + usize::from(self.metadata.is_some()) + usize::from(self.payload.is_some());
+        let frame_count =
+            1 + usize::from(self.metadata.is_some()) + usize::from(self.payload.is_some());
         check_frame_count(spec, flag_bits, frame_count)?;
         w.put_slice(&MAGIC);
         w.u8(WIRE_MAJOR);
@@ -265,6 +306,16 @@ impl Record {
             t.encode_to(w)?;
         }
         Ok(())
+    }
+}
+
+#[cold]
+fn missing_frame(spec: &CommandSpec, actual: usize) -> ProtocolError {
+    ProtocolError::WrongFrameCount {
+        command: spec.name,
+        actual: actual as u64,
+        min: 1,
+        max: 3,
     }
 }
 
@@ -410,7 +461,9 @@ mod tests {
             let frames = probe().encode(ctx).unwrap();
             assert_eq!(
                 frames[0],
-                [0x5a, 0x4d, 1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 3]
+                [
+                    0x5a, 0x4d, 1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 3
+                ]
             );
             assert_eq!(Record::decode(&frames, ctx).unwrap(), probe());
         }
@@ -436,7 +489,9 @@ mod tests {
         assert_eq!(rec.encode(ctx).unwrap_err().kind(), "TopologyNotAllowed");
         assert!(rec.encode(WireContext::route_mesh(Leg::Send)).is_ok());
         assert_eq!(
-            rec.encode(WireContext::route_mesh(Leg::Request)).unwrap_err().kind(),
+            rec.encode(WireContext::route_mesh(Leg::Request))
+                .unwrap_err()
+                .kind(),
             "WrongLeg"
         );
     }

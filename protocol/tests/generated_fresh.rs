@@ -2,6 +2,8 @@
 //! checked-in codec table이 schema와 일치한다"). Fails when the schema changes without
 //! `cargo run -p zlink-wire-codegen -- generate`.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 const SCHEMA: &str = include_str!("../schema/service-wire-v1.schema.json");
 const CHECKED_IN: &str = include_str!("../src/generated.rs");
 
@@ -10,7 +12,11 @@ fn generated_codec_is_fresh() {
     let fresh = zlink_wire_codegen::generate(SCHEMA).unwrap_or_else(|errors| {
         panic!(
             "schema self-test failed:\n{}",
-            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
         )
     });
     assert!(

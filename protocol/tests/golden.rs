@@ -6,6 +6,8 @@
 //! The fixtures were written from the schema by `protocol/golden/build_fixtures.py`, an
 //! independent encoder, never by running this codec.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -13,9 +15,14 @@ use serde_json::Value;
 use zlink_protocol::ProtocolError;
 use zlink_protocol::codec::hex;
 use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::fanout::{FanoutRecord, classify};
 use zlink_protocol::generated::DurableValue;
+use zlink_protocol::keys::{
+    ObjectKindKey, actor_authority_key, parse_authority_key, spot_authority_key,
+};
 use zlink_protocol::metadata::Metadata;
 use zlink_protocol::record::{CommandId, Leg, Record, Topology, WireContext};
+use zlink_protocol::stream::{MaxMessageSize, StreamDecoder, StreamPacket};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -37,11 +44,16 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn items<'a>(doc: &'a Value, key: &str) -> &'a [Value] {
-    doc.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+    doc.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 fn name_of(item: &Value) -> &str {
-    item.get("name").and_then(Value::as_str).unwrap_or("<unnamed>")
+    item.get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>")
 }
 
 fn bytes(item: &Value, key: &str) -> Vec<u8> {
@@ -57,7 +69,10 @@ fn frames(item: &Value) -> Vec<Vec<u8>> {
         .and_then(Value::as_array)
         .unwrap_or_else(|| panic!("{}: missing frames", name_of(item)))
         .iter()
-        .map(|f| hex::decode(f.as_str().unwrap_or("")).unwrap_or_else(|e| panic!("{}: {e}", name_of(item))))
+        .map(|f| {
+            hex::decode(f.as_str().unwrap_or(""))
+                .unwrap_or_else(|e| panic!("{}: {e}", name_of(item)))
+        })
         .collect()
 }
 
@@ -109,7 +124,9 @@ fn check_record_valid(rep: &mut Report, file: &str, item: &Value) {
     let expected: Record = match serde_json::from_value(item["decoded"].clone()) {
         Ok(r) => r,
         Err(e) => {
-            rep.check(false, || format!("{name}: expected value does not parse: {e}"));
+            rep.check(false, || {
+                format!("{name}: expected value does not parse: {e}")
+            });
             return;
         }
     };
@@ -120,10 +137,15 @@ fn check_record_valid(rep: &mut Report, file: &str, item: &Value) {
             });
             let json = serde_json::to_value(&decoded).unwrap_or(Value::Null);
             rep.check(json == item["decoded"], || {
-                format!("{name}: JSON form differs:\n  got      {json}\n  expected {}", item["decoded"])
+                format!(
+                    "{name}: JSON form differs:\n  got      {json}\n  expected {}",
+                    item["decoded"]
+                )
             });
         }
-        Err(e) => rep.check(false, || format!("{name}: decode failed: {e} ({})", e.kind())),
+        Err(e) => rep.check(false, || {
+            format!("{name}: decode failed: {e} ({})", e.kind())
+        }),
     }
     match expected.encode(ctx) {
         Ok(re) => rep.check(re == frames, || {
@@ -141,7 +163,9 @@ fn check_record_invalid(rep: &mut Report, file: &str, item: &Value, seen: &mut B
     let name = format!("{file}: {}", name_of(item));
     match Record::decode(&frames(item), ctx(item)) {
         Ok(r) => rep.check(false, || format!("{name}: expected {want}, decoded {r:?}")),
-        Err(e) => rep.check(e.kind() == want, || format!("{name}: expected {want}, got {} ({e})", e.kind())),
+        Err(e) => rep.check(e.kind() == want, || {
+            format!("{name}: expected {want}, got {} ({e})", e.kind())
+        }),
     }
 }
 
@@ -157,7 +181,11 @@ fn every_command_fixture_decodes_and_reencodes() {
     let mut seen = BTreeSet::new();
     for path in json_files(&golden_dir().join("commands")) {
         let doc = load(&path);
-        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_owned();
+        let file = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .to_owned();
         for item in items(&doc, "valid") {
             check_record_valid(&mut rep, &file, item);
         }
@@ -195,12 +223,17 @@ fn every_defined_command_has_a_valid_fixture_and_reserved_ids_have_none() {
         .map(|c| c.name())
         .filter(|n| !covered.contains(*n))
         .collect();
-    assert!(missing.is_empty(), "commands without a valid fixture: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "commands without a valid fixture: {missing:?}"
+    );
     assert_eq!(CommandId::ALL.len(), 40);
     for id in 0..=255u8 {
         if CommandId::from_wire(id).is_err() {
             assert!(
-                !covered.iter().any(|n| CommandId::from_name(n).map(CommandId::id) == Some(id)),
+                !covered
+                    .iter()
+                    .any(|n| CommandId::from_name(n).map(CommandId::id) == Some(id)),
                 "fixture for undefined id {id}"
             );
         }
@@ -221,7 +254,9 @@ fn every_durable_format_fixture_decodes_and_reencodes() {
             let expected: DurableValue = match serde_json::from_value(wrapped) {
                 Ok(v) => v,
                 Err(e) => {
-                    rep.check(false, || format!("{name}: expected value does not parse: {e}"));
+                    rep.check(false, || {
+                        format!("{name}: expected value does not parse: {e}")
+                    });
                     continue;
                 }
             };
@@ -236,7 +271,9 @@ fn every_durable_format_fixture_decodes_and_reencodes() {
                 Err(e) => rep.check(false, || format!("{name}: decode_any failed: {e}")),
             }
             match expected.encode() {
-                Ok(re) => rep.check(re == raw, || format!("{name}: re-encode differs: {}", hex::encode(&re))),
+                Ok(re) => rep.check(re == raw, || {
+                    format!("{name}: re-encode differs: {}", hex::encode(&re))
+                }),
                 Err(e) => rep.check(false, || format!("{name}: encode failed: {e}")),
             }
         }
@@ -244,8 +281,12 @@ fn every_durable_format_fixture_decodes_and_reencodes() {
             let want = expected_error(item);
             let name = format!("{format}: {}", name_of(item));
             match DurableValue::decode_named(&format, &bytes(item, "hex")) {
-                Some(Ok(v)) => rep.check(false, || format!("{name}: expected {want}, decoded {v:?}")),
-                Some(Err(e)) => rep.check(e.kind() == want, || format!("{name}: expected {want}, got {} ({e})", e.kind())),
+                Some(Ok(v)) => {
+                    rep.check(false, || format!("{name}: expected {want}, decoded {v:?}"))
+                }
+                Some(Err(e)) => rep.check(e.kind() == want, || {
+                    format!("{name}: expected {want}, got {} ({e})", e.kind())
+                }),
                 None => rep.check(false, || format!("{name}: unknown format")),
             }
         }
@@ -256,7 +297,10 @@ fn every_durable_format_fixture_decodes_and_reencodes() {
         .copied()
         .filter(|n| !covered.contains(*n))
         .collect();
-    assert!(missing.is_empty(), "durable formats without a valid fixture: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "durable formats without a valid fixture: {missing:?}"
+    );
 }
 
 #[test]
@@ -268,18 +312,30 @@ fn metadata_fixtures() {
         let expected: Metadata = serde_json::from_value(item["decoded"].clone())
             .unwrap_or_else(|e| panic!("{}: {e}", name_of(item)));
         match Metadata::decode(&raw) {
-            Ok(m) => rep.check(m == expected, || format!("{}: decoded {m:?}", name_of(item))),
+            Ok(m) => rep.check(m == expected, || {
+                format!("{}: decoded {m:?}", name_of(item))
+            }),
             Err(e) => rep.check(false, || format!("{}: {e}", name_of(item))),
         }
-        if item.get("reencodes").and_then(Value::as_bool).unwrap_or(true) {
-            rep.check(expected.encode() == raw, || format!("{}: re-encode differs", name_of(item)));
+        if item
+            .get("reencodes")
+            .and_then(Value::as_bool)
+            .unwrap_or(true)
+        {
+            rep.check(expected.encode() == raw, || {
+                format!("{}: re-encode differs", name_of(item))
+            });
         }
     }
     for item in items(&doc, "invalid") {
         let want = expected_error(item);
         match Metadata::decode(&bytes(item, "hex")) {
-            Ok(m) => rep.check(false, || format!("{}: expected {want}, got {m:?}", name_of(item))),
-            Err(e) => rep.check(e.kind() == want, || format!("{}: expected {want}, got {}", name_of(item), e.kind())),
+            Ok(m) => rep.check(false, || {
+                format!("{}: expected {want}, got {m:?}", name_of(item))
+            }),
+            Err(e) => rep.check(e.kind() == want, || {
+                format!("{}: expected {want}, got {}", name_of(item), e.kind())
+            }),
         }
     }
     rep.finish("metadata.json");
@@ -294,16 +350,24 @@ fn typed_payload_envelope_fixtures() {
         let expected: TypedPayload = serde_json::from_value(item["decoded"].clone())
             .unwrap_or_else(|e| panic!("{}: {e}", name_of(item)));
         match TypedPayload::decode(&raw) {
-            Ok(p) => rep.check(p == expected, || format!("{}: decoded {p:?}", name_of(item))),
+            Ok(p) => rep.check(p == expected, || {
+                format!("{}: decoded {p:?}", name_of(item))
+            }),
             Err(e) => rep.check(false, || format!("{}: {e}", name_of(item))),
         }
-        rep.check(expected.encode().ok() == Some(raw), || format!("{}: re-encode differs", name_of(item)));
+        rep.check(expected.encode().ok() == Some(raw), || {
+            format!("{}: re-encode differs", name_of(item))
+        });
     }
     for item in items(&doc, "invalid") {
         let want = expected_error(item);
         match TypedPayload::decode(&bytes(item, "hex")) {
-            Ok(p) => rep.check(false, || format!("{}: expected {want}, got {p:?}", name_of(item))),
-            Err(e) => rep.check(e.kind() == want, || format!("{}: expected {want}, got {}", name_of(item), e.kind())),
+            Ok(p) => rep.check(false, || {
+                format!("{}: expected {want}, got {p:?}", name_of(item))
+            }),
+            Err(e) => rep.check(e.kind() == want, || {
+                format!("{}: expected {want}, got {}", name_of(item), e.kind())
+            }),
         }
     }
     rep.finish("envelope.json");
@@ -337,11 +401,130 @@ fn multipart_fixtures() {
     for item in items(&doc, "invalid") {
         let want = expected_error(item);
         match zlink_protocol::multipart::decode_parts(&bytes(item, "hex")) {
-            Ok(p) => rep.check(false, || format!("{}: expected {want}, got {p:?}", name_of(item))),
-            Err(e) => rep.check(e.kind() == want, || format!("{}: expected {want}, got {}", name_of(item), e.kind())),
+            Ok(p) => rep.check(false, || {
+                format!("{}: expected {want}, got {p:?}", name_of(item))
+            }),
+            Err(e) => rep.check(e.kind() == want, || {
+                format!("{}: expected {want}, got {}", name_of(item), e.kind())
+            }),
         }
     }
     rep.finish("multipart.json");
+}
+
+#[test]
+fn stream_packet_fixtures() {
+    let doc = load(&golden_dir().join("stream.json"));
+    let mut rep = Report::default();
+    let limit = |item: &Value| {
+        let n = item
+            .get("maxMessageSize")
+            .and_then(Value::as_i64)
+            .unwrap_or(65_536);
+        MaxMessageSize::new(n).unwrap_or_else(|e| panic!("{}: {e}", name_of(item)))
+    };
+    for item in items(&doc, "valid") {
+        let raw = bytes(item, "hex");
+        let expected: StreamPacket = serde_json::from_value(item["decoded"].clone())
+            .unwrap_or_else(|e| panic!("{}: {e}", name_of(item)));
+        match StreamPacket::decode(&raw, limit(item)) {
+            Ok(p) => {
+                rep.check(p == expected, || {
+                    format!("{}: decoded {p:?}", name_of(item))
+                });
+                let json = serde_json::to_value(&p).unwrap_or(Value::Null);
+                rep.check(json == item["decoded"], || {
+                    format!("{}: JSON form differs: {json}", name_of(item))
+                });
+            }
+            Err(e) => rep.check(false, || format!("{}: {e}", name_of(item))),
+        }
+        rep.check(expected.encode().ok() == Some(raw.clone()), || {
+            format!("{}: re-encode differs", name_of(item))
+        });
+        // The incremental decoder must produce the same packet when fed byte by byte.
+        let mut dec = StreamDecoder::new(limit(item));
+        let mut got = None;
+        for b in &raw {
+            dec.extend(std::slice::from_ref(b));
+            if let Ok(Some(p)) = dec.next_packet() {
+                got = Some(p);
+            }
+        }
+        rep.check(got.as_ref() == Some(&expected), || {
+            format!("{}: incremental decode gave {got:?}", name_of(item))
+        });
+    }
+    for item in items(&doc, "invalid") {
+        let want = expected_error(item);
+        match StreamPacket::decode(&bytes(item, "hex"), limit(item)) {
+            Ok(p) => rep.check(false, || {
+                format!("{}: expected {want}, got {p:?}", name_of(item))
+            }),
+            Err(e) => rep.check(e.kind() == want, || {
+                format!("{}: expected {want}, got {}", name_of(item), e.kind())
+            }),
+        }
+    }
+    rep.finish("stream.json");
+}
+
+#[test]
+fn fanout_fixtures() {
+    let doc = load(&golden_dir().join("fanout.json"));
+    let mut rep = Report::default();
+    for item in items(&doc, "valid") {
+        let frames = frames(item);
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let kind = item["decoded"]["kind"].as_str().unwrap_or("");
+        match (classify(&refs), kind) {
+            (Ok(FanoutRecord::Beacon), "beacon") => rep.check(true, String::new),
+            (Ok(FanoutRecord::Application { topic, .. }), "application") => {
+                let want = item["decoded"]["topic"].as_str().unwrap_or("");
+                rep.check(hex::encode(topic) == want, || {
+                    format!("{}: topic {}", name_of(item), hex::encode(topic))
+                });
+            }
+            (other, _) => rep.check(false, || format!("{}: got {other:?}", name_of(item))),
+        }
+    }
+    for item in items(&doc, "invalid") {
+        let want = expected_error(item);
+        let frames = frames(item);
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        match classify(&refs) {
+            Ok(r) => rep.check(false, || {
+                format!("{}: expected {want}, got {r:?}", name_of(item))
+            }),
+            Err(e) => rep.check(e.kind() == want, || {
+                format!("{}: expected {want}, got {}", name_of(item), e.kind())
+            }),
+        }
+    }
+    rep.finish("fanout.json");
+}
+
+#[test]
+fn authority_key_fixtures() {
+    let doc = load(&golden_dir().join("keys.json"));
+    let mut rep = Report::default();
+    for item in items(&doc, "valid") {
+        let id = item["id"].as_str().unwrap_or("");
+        let want = item["key"].as_str().unwrap_or("");
+        let (kind, got) = match item["objectKind"].as_str() {
+            Some("actor") => (ObjectKindKey::Actor, actor_authority_key(id)),
+            _ => (ObjectKindKey::Spot, spot_authority_key(id)),
+        };
+        rep.check(got.as_deref().ok() == Some(want), || {
+            format!("{}: got {got:?}", name_of(item))
+        });
+        let parsed = parse_authority_key(want);
+        rep.check(
+            matches!(&parsed, Ok((k, back)) if *k == kind && back == id),
+            || format!("{}: parse gave {parsed:?}", name_of(item)),
+        );
+    }
+    rep.finish("keys.json");
 }
 
 #[test]
@@ -360,10 +543,16 @@ fn every_protocol_error_variant_has_a_malformed_fixture() {
         .copied()
         .filter(|k| !seen.contains(*k))
         .collect();
-    assert!(missing.is_empty(), "ProtocolError variants without a fixture: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "ProtocolError variants without a fixture: {missing:?}"
+    );
     let unknown: Vec<&String> = seen
         .iter()
         .filter(|k| !ProtocolError::ALL_KINDS.contains(&k.as_str()))
         .collect();
-    assert!(unknown.is_empty(), "fixtures name unknown error variants: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "fixtures name unknown error variants: {unknown:?}"
+    );
 }

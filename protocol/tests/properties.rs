@@ -6,6 +6,8 @@
 //!   is byte-identical (the body encoding has exactly one form).
 //! * Hand-built strategies for `actorRequest` and `relocationState` round-trip encode → decode.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -36,7 +38,8 @@ fn samples() -> &'static [Sample] {
             .collect();
         paths.sort();
         for p in paths {
-            let doc: Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("read")).expect("json");
+            let doc: Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).expect("read")).expect("json");
             for item in doc["valid"].as_array().into_iter().flatten() {
                 let frames = item["frames"]
                     .as_array()
@@ -44,7 +47,8 @@ fn samples() -> &'static [Sample] {
                     .iter()
                     .map(|f| hex::decode(f.as_str().expect("hex")).expect("hex"))
                     .collect();
-                let topology: Topology = serde_json::from_value(item["topology"].clone()).expect("topology");
+                let topology: Topology =
+                    serde_json::from_value(item["topology"].clone()).expect("topology");
                 let leg: Leg = serde_json::from_value(item["leg"].clone()).expect("leg");
                 out.push(Sample {
                     frames,
@@ -108,9 +112,12 @@ fn apply(frames: &mut Vec<Vec<u8>>, m: &Mutation) {
 
 fn canonical(frames: &[Vec<u8>], ctx: WireContext) -> Result<(), TestCaseError> {
     if let Ok(rec) = Record::decode(frames, ctx) {
-        let re = rec.encode(ctx).map_err(|e| TestCaseError::fail(format!("re-encode failed: {e}")))?;
+        let re = rec
+            .encode(ctx)
+            .map_err(|e| TestCaseError::fail(format!("re-encode failed: {e}")))?;
         prop_assert_eq!(&re[0], &frames[0], "frame 0 is not canonical");
-        let again = Record::decode(&re, ctx).map_err(|e| TestCaseError::fail(format!("re-decode failed: {e}")))?;
+        let again = Record::decode(&re, ctx)
+            .map_err(|e| TestCaseError::fail(format!("re-decode failed: {e}")))?;
         prop_assert_eq!(again, rec);
     }
     Ok(())
@@ -137,14 +144,16 @@ fn node() -> impl Strategy<Value = NodeFence> {
 }
 
 fn route(kind: ObjectKind) -> impl Strategy<Value = RouteFence> {
-    (ident(), 1..=u64::MAX, node(), 1..=u64::MAX, 1..=u64::MAX).prop_map(move |(id, og, n, aog, olg)| RouteFence {
-        object_kind: kind,
-        object_id: id,
-        object_generation: og,
-        target_node: n,
-        authority_owner_generation: aog,
-        owner_lease_generation: olg,
-    })
+    (ident(), 1..=u64::MAX, node(), 1..=u64::MAX, 1..=u64::MAX).prop_map(
+        move |(id, og, n, aog, olg)| RouteFence {
+            object_kind: kind,
+            object_id: id,
+            object_generation: og,
+            target_node: n,
+            authority_owner_generation: aog,
+            owner_lease_generation: olg,
+        },
+    )
 }
 
 proptest! {
@@ -244,7 +253,7 @@ proptest! {
             object_id,
             object_generation: generation,
             sender_role: SenderRole::Source,
-            chunk: RelocationDataChunkV1 { chunk_ordinal: ordinal, data },
+            chunk: RelocationDataChunkV1 { chunk_ordinal: ordinal, data: data.into() },
         });
         let rec = Record::new(body);
         let ctx = WireContext::route_mesh(Leg::Send);

@@ -25,7 +25,11 @@ use zlink_protocol::stream::{MaxMessageSize, StreamPacket};
 use zlink_protocol::{ProtocolError, generated};
 
 #[derive(Parser)]
-#[command(name = "zlink-wire", version, about = "Decode and encode zlink service wire v1 records, STREAM packets and durable formats")]
+#[command(
+    name = "zlink-wire",
+    version,
+    about = "Decode and encode zlink service wire v1 records, STREAM packets and durable formats"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -99,7 +103,9 @@ impl From<LegArg> for Leg {
 fn read_input(input: &str) -> anyhow::Result<Vec<u8>> {
     if input == "-" {
         let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).context("reading stdin")?;
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading stdin")?;
         return Ok(buf);
     }
     let path = std::path::Path::new(input);
@@ -137,9 +143,8 @@ fn guess(frames: &[Vec<u8>]) -> Kind {
         Kind::Record
     } else if f0.len() >= 4
         && DurableValue::FORMAT_NAMES.iter().any(|name| {
-            DurableValue::decode_named(name, f0).is_some_and(|r| {
-                !matches!(r, Err(ProtocolError::BadMagic { .. }))
-            })
+            DurableValue::decode_named(name, f0)
+                .is_some_and(|r| !matches!(r, Err(ProtocolError::BadMagic { .. })))
         })
     {
         Kind::Durable
@@ -222,8 +227,9 @@ fn run_encode(input: &str) -> anyhow::Result<String> {
                 Some(t) => serde_json::from_value(t.clone()).context("topology")?,
                 None => Topology::RouteMesh,
             };
-            let rec: Record = serde_json::from_value(v.get("record").cloned().unwrap_or(Value::Null))
-                .context("record")?;
+            let rec: Record =
+                serde_json::from_value(v.get("record").cloned().unwrap_or(Value::Null))
+                    .context("record")?;
             let leg: Leg = match v.get("leg") {
                 Some(l) => serde_json::from_value(l.clone()).context("leg")?,
                 None => rec
@@ -232,16 +238,22 @@ fn run_encode(input: &str) -> anyhow::Result<String> {
                     .unwrap_or(rec.command().spec().legs[0]),
             };
             let frames = rec.encode(WireContext { topology, leg })?;
-            Ok(frames.iter().map(|f| hex::encode(f)).collect::<Vec<_>>().join("|"))
+            Ok(frames
+                .iter()
+                .map(|f| hex::encode(f))
+                .collect::<Vec<_>>()
+                .join("|"))
         }
         "durable" => {
             let d: DurableValue =
-                serde_json::from_value(v.get("value").cloned().unwrap_or(Value::Null)).context("value")?;
+                serde_json::from_value(v.get("value").cloned().unwrap_or(Value::Null))
+                    .context("value")?;
             Ok(hex::encode(&d.encode()?))
         }
         "stream" => {
             let p: StreamPacket =
-                serde_json::from_value(v.get("packet").cloned().unwrap_or(Value::Null)).context("packet")?;
+                serde_json::from_value(v.get("packet").cloned().unwrap_or(Value::Null))
+                    .context("packet")?;
             Ok(hex::encode(&p.encode()?))
         }
         other => bail!("unknown kind {other:?} (record, durable, stream)"),
@@ -257,11 +269,21 @@ fn main() -> ExitCode {
             topology,
             leg,
             max_message_size,
-        } => match run_decode(&input, kind, topology.into(), leg.map(Into::into), max_message_size) {
+        } => match run_decode(
+            &input,
+            kind,
+            topology.into(),
+            leg.map(Into::into),
+            max_message_size,
+        ) {
             Ok(v) => {
                 let failed = v.get("error").is_some();
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+                if failed {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                }
             }
             Err(e) => {
                 eprintln!("zlink-wire: {e:#}");

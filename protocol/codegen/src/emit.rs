@@ -4,8 +4,8 @@
 //! checked-in `protocol/src/generated.rs`.
 
 use crate::model::{
-    CommandDef, Constraint, DurableDef, EnumDef, Field, Model, StructDef, Ty, UnionDef,
-    WhenValue, pascal, snake,
+    CommandDef, Constraint, DurableDef, EnumDef, Field, Model, StructDef, Ty, UnionDef, WhenValue,
+    pascal, snake,
 };
 
 struct Out {
@@ -62,7 +62,7 @@ fn rust_ty(m: &Model, ty: &Ty) -> String {
         },
         Ty::Bool => "bool".into(),
         Ty::Str { .. } => "String".into(),
-        Ty::Bytes { .. } => "Vec<u8>".into(),
+        Ty::Bytes { .. } => "Bytes".into(),
         Ty::Fixed { size, .. } => format!("[u8; {size}]"),
         Ty::Vector { item, .. } => format!("Vec<{}>", rust_ty(m, item)),
         Ty::Struct { name, .. } | Ty::Enum { name } | Ty::Union { name } => name.clone(),
@@ -82,23 +82,41 @@ fn wire_desc(ty: &Ty) -> String {
             nonzero,
             ..
         } => {
-            let base = if *nonzero { "non-zero u".to_string() } else { "u".to_string() };
+            let base = if *nonzero {
+                "non-zero u".to_string()
+            } else {
+                "u".to_string()
+            };
             format!("{base}{} in {min}..={max}", u32::from(*width) * 8)
         }
         Ty::Bool => "bool (one byte 0/1)".into(),
-        Ty::Str { ascii, len, min, max } => format!(
+        Ty::Str {
+            ascii,
+            len,
+            min,
+            max,
+        } => format!(
             "{} with {len:?} length prefix, {min}..={max} bytes",
             if *ascii { "printable ASCII" } else { "UTF-8" }
         ),
-        Ty::Bytes { len, min, max } => format!("bytes with {len:?} length prefix, {min}..={max} bytes"),
-        Ty::Fixed { size, nonzero } => format!("{size} bytes{}", if *nonzero { ", not all zero" } else { "" }),
-        Ty::Vector { count, min, max, .. } => format!("vector with {count:?} count, {min}..={max} items"),
+        Ty::Bytes { len, min, max } => {
+            format!("bytes with {len:?} length prefix, {min}..={max} bytes")
+        }
+        Ty::Fixed { size, nonzero } => format!(
+            "{size} bytes{}",
+            if *nonzero { ", not all zero" } else { "" }
+        ),
+        Ty::Vector {
+            count, min, max, ..
+        } => format!("vector with {count:?} count, {min}..={max} items"),
         Ty::Struct { name, delimited } => match delimited {
             Some((lt, max)) => format!("`{name}` with {lt:?} length prefix, at most {max} bytes"),
             None => format!("`{name}`"),
         },
         Ty::Enum { name } | Ty::Union { name } => format!("`{name}`"),
-        Ty::Durable { format, len } => format!("durable format `{format}` with {len:?} length prefix"),
+        Ty::Durable { format, len } => {
+            format!("durable format `{format}` with {len:?} length prefix")
+        }
     }
 }
 
@@ -142,9 +160,14 @@ fn decode_expr(m: &Model, ty: &Ty, path: &str, depth: usize) -> String {
             };
             if let Some(c) = konst {
                 let err = if path.ends_with(".version") {
-                    format!("ProtocolError::UnsupportedVersion {{ context: {p}, found: u64::from(v) }}")
+                    format!(
+                        "ProtocolError::UnsupportedVersion {{ context: {p}, found: u64::from(v) }}"
+                    )
                 } else {
-                    format!("ProtocolError::ConstraintViolated {{ constraint: {} }}", lit(&format!("{path} must be {c}")))
+                    format!(
+                        "ProtocolError::ConstraintViolated {{ constraint: {} }}",
+                        lit(&format!("{path} must be {c}"))
+                    )
                 };
                 format!("{{ let v = {read}; if u64::from(v) != {c} {{ return Err({err}); }} v }}")
             } else if *nonzero {
@@ -156,7 +179,12 @@ fn decode_expr(m: &Model, ty: &Ty, path: &str, depth: usize) -> String {
             }
         }
         Ty::Bool => format!("r.bool({p})?"),
-        Ty::Str { ascii, len, min, max } => {
+        Ty::Str {
+            ascii,
+            len,
+            min,
+            max,
+        } => {
             let f = if *ascii { "ascii" } else { "string" };
             format!("r.{f}({}, {min}, {max}, {p})?", len.rust())
         }
@@ -187,7 +215,7 @@ fn decode_expr(m: &Model, ty: &Ty, path: &str, depth: usize) -> String {
         Ty::Struct { name, delimited } => match delimited {
             None => format!("{name}::decode_from(r)?"),
             Some((lt, max)) => format!(
-                "{{ let block = r.length_delimited({}, 0, {max}, {p})?; let mut sub = Reader::new(block); let v = {name}::decode_from(&mut sub)?; sub.finish({p})?; v }}",
+                "{{ let block = r.length_delimited({}, 0, {max}, {p})?; let mut sub = r.sub(block); let v = {name}::decode_from(&mut sub)?; sub.finish({p})?; v }}",
                 lt.rust()
             ),
         },
@@ -196,9 +224,12 @@ fn decode_expr(m: &Model, ty: &Ty, path: &str, depth: usize) -> String {
         Ty::Durable { format, len } => {
             let d = m.durable_def(format);
             let name = d.map(|d| d.body.name.clone()).unwrap_or_default();
-            let max = d.and_then(|d| d.max_bytes).unwrap_or(len.max()).min(len.max());
+            let max = d
+                .and_then(|d| d.max_bytes)
+                .unwrap_or(len.max())
+                .min(len.max());
             format!(
-                "{{ let block = r.length_delimited({}, 0, {max}, {p})?; {name}::decode(block)? }}",
+                "{{ let block = r.length_delimited({}, 0, {max}, {p})?; {name}::decode_in(r.sub(block))? }}",
                 len.rust()
             )
         }
@@ -241,15 +272,26 @@ fn encode_stmts(m: &Model, ty: &Ty, v: &str, path: &str, depth: usize) -> String
             format!("{check}w.{put}(*{v});")
         }
         Ty::Bool => format!("w.bool(*{v});"),
-        Ty::Str { ascii, len, min, max } => {
+        Ty::Str {
+            ascii,
+            len,
+            min,
+            max,
+        } => {
             if *ascii {
                 format!("w.ascii({}, {min}, {max}, {v}, {p})?;", len.rust())
             } else {
-                format!("w.length_delimited({}, {min}, {max}, {v}.as_bytes(), {p})?;", len.rust())
+                format!(
+                    "w.length_delimited({}, {min}, {max}, {v}.as_bytes(), {p})?;",
+                    len.rust()
+                )
             }
         }
         Ty::Bytes { len, min, max } => {
-            format!("w.length_delimited({}, {min}, {max}, {v}, {p})?;", len.rust())
+            format!(
+                "w.length_delimited({}, {min}, {max}, {v}, {p})?;",
+                len.rust()
+            )
         }
         Ty::Fixed { nonzero, .. } => {
             if *nonzero {
@@ -321,8 +363,14 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
         .clone()
         .unwrap_or_else(|| format!("Wire struct `{}`.", s.name));
     o.doc(0, &doc);
-    o.line(0, "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]");
-    o.line(0, "#[serde(rename_all = \"camelCase\", deny_unknown_fields)]");
+    o.line(
+        0,
+        "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]",
+    );
+    o.line(
+        0,
+        "#[serde(rename_all = \"camelCase\", deny_unknown_fields)]",
+    );
     let stored: Vec<&Field> = s
         .fields
         .iter()
@@ -345,14 +393,21 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
                 o.line(1, a);
             }
             let t = rust_ty(m, &f.ty);
-            let t = if f.when.is_some() { format!("Option<{t}>") } else { t };
+            let t = if f.when.is_some() {
+                format!("Option<{t}>")
+            } else {
+                t
+            };
             o.line(1, &format!("pub {}: {t},", rust_field(&f.name)));
         }
         o.line(0, "}");
     }
     o.line(0, "");
     o.line(0, &format!("impl {} {{", s.name));
-    o.doc(1, "Minimum encoded size in bytes (used for count checks before allocation).");
+    o.doc(
+        1,
+        "Minimum encoded size in bytes (used for count checks before allocation).",
+    );
     o.line(
         1,
         &format!("pub const MIN_ENCODED_LEN: u64 = {};", m.struct_min_size(s)),
@@ -362,7 +417,10 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
     o.doc(1, "Decode from the reader's current position.");
     o.doc(1, "");
     o.doc(1, "# Errors");
-    o.doc(1, "The first [`ProtocolError`] found, before allocating for any length or count.");
+    o.doc(
+        1,
+        "The first [`ProtocolError`] found, before allocating for any length or count.",
+    );
     let rparam = if s.fields.is_empty() { "_r" } else { "r" };
     o.line(
         1,
@@ -396,7 +454,11 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
         .map(|f| {
             let rf = rust_field(&f.name);
             let var = rf.trim_start_matches("r#").to_string();
-            if rf == var { rf } else { format!("{rf}: {var}") }
+            if rf == var {
+                rf
+            } else {
+                format!("{rf}: {var}")
+            }
         })
         .collect();
     o.line(2, &format!("let v = Self {{ {} }};", names.join(", ")));
@@ -405,10 +467,16 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
     o.line(1, "}");
     o.line(0, "");
     // encode
-    o.doc(1, "Encode at the end of the writer, checking every bound and constraint first.");
+    o.doc(
+        1,
+        "Encode at the end of the writer, checking every bound and constraint first.",
+    );
     o.doc(1, "");
     o.doc(1, "# Errors");
-    o.doc(1, "The [`ProtocolError`] a decoder would report for the same value.");
+    o.doc(
+        1,
+        "The [`ProtocolError`] a decoder would report for the same value.",
+    );
     let wparam = if s.fields.is_empty() { "_w" } else { "w" };
     o.line(
         1,
@@ -424,7 +492,10 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
                 if matches!(f.ty, Ty::Int { konst: Some(_), .. }) {
                     o.line(2, &encode_stmts(m, &f.ty, "_", &path, 0));
                 } else {
-                    o.line(2, &format!("{{ {} }}", encode_stmts(m, &f.ty, &v, &path, 0)));
+                    o.line(
+                        2,
+                        &format!("{{ {} }}", encode_stmts(m, &f.ty, &v, &path, 0)),
+                    );
                 }
             }
             Some(_) => {
@@ -517,7 +588,10 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
         .find(|c| matches!(c, Constraint::LegFromField { .. }))
     {
         o.line(0, "");
-        o.doc(1, "The leg this record must travel on, implied by its body.");
+        o.doc(
+            1,
+            "The leg this record must travel on, implied by its body.",
+        );
         o.line(1, "pub fn implied_leg(&self) -> Leg {");
         o.line(2, &format!("match self.{} {{", rust_field(field)));
         for (k, v) in map {
@@ -536,7 +610,10 @@ fn emit_enum(o: &mut Out, e: &EnumDef) {
         .clone()
         .unwrap_or_else(|| format!("Wire enum `{}`.", e.name));
     o.doc(0, &doc);
-    o.line(0, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]");
+    o.line(
+        0,
+        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]",
+    );
     o.line(0, "#[serde(rename_all = \"camelCase\")]");
     let repr = if e.width == 1 { "u8" } else { "u16" };
     o.line(0, &format!("#[repr({repr})]"));
@@ -560,17 +637,27 @@ fn emit_enum(o: &mut Out, e: &EnumDef) {
         .collect();
     o.line(
         1,
-        &format!("pub const ALL: [Self; {}] = [{}];", e.values.len(), all.join(", ")),
+        &format!(
+            "pub const ALL: [Self; {}] = [{}];",
+            e.values.len(),
+            all.join(", ")
+        ),
     );
     o.line(0, "");
     o.doc(1, "The wire value.");
-    o.line(1, &format!("pub const fn to_wire(self) -> {repr} {{ self as {repr} }}"));
+    o.line(
+        1,
+        &format!("pub const fn to_wire(self) -> {repr} {{ self as {repr} }}"),
+    );
     o.line(0, "");
     o.doc(1, "The schema name of the value.");
     o.line(1, "pub const fn name(self) -> &'static str {");
     o.line(2, "match self {");
     for v in &e.values {
-        o.line(3, &format!("Self::{} => {},", pascal(&v.name), lit(&v.name)));
+        o.line(
+            3,
+            &format!("Self::{} => {},", pascal(&v.name), lit(&v.name)),
+        );
     }
     o.line(2, "}");
     o.line(1, "}");
@@ -578,8 +665,14 @@ fn emit_enum(o: &mut Out, e: &EnumDef) {
     o.doc(1, "Map a wire value.");
     o.doc(1, "");
     o.doc(1, "# Errors");
-    o.doc(1, "[`ProtocolError::UnknownEnumValue`] for a value the schema does not define.");
-    o.line(1, &format!("pub fn from_wire(value: {repr}, field: &'static str) -> Result<Self> {{"));
+    o.doc(
+        1,
+        "[`ProtocolError::UnknownEnumValue`] for a value the schema does not define.",
+    );
+    o.line(
+        1,
+        &format!("pub fn from_wire(value: {repr}, field: &'static str) -> Result<Self> {{"),
+    );
     o.line(2, "match value {");
     for v in &e.values {
         o.line(3, &format!("{} => Ok(Self::{}),", v.value, pascal(&v.name)));
@@ -591,7 +684,10 @@ fn emit_enum(o: &mut Out, e: &EnumDef) {
     o.line(2, "}");
     o.line(1, "}");
     o.line(0, "");
-    o.line(1, "pub(crate) fn decode_from(r: &mut Reader<'_>, field: &'static str) -> Result<Self> {");
+    o.line(
+        1,
+        "pub(crate) fn decode_from(r: &mut Reader<'_>, field: &'static str) -> Result<Self> {",
+    );
     o.line(2, &format!("Self::from_wire(r.{repr}(field)?, field)"));
     o.line(1, "}");
     o.line(0, "");
@@ -613,7 +709,10 @@ fn emit_union(m: &Model, o: &mut Out, u: &UnionDef) {
         .clone()
         .unwrap_or_else(|| format!("Wire union `{}`.", u.name));
     o.doc(0, &doc);
-    o.line(0, "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]");
+    o.line(
+        0,
+        "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]",
+    );
     o.line(0, "#[serde(tag = \"kind\", rename_all = \"camelCase\")]");
     o.line(0, &format!("pub enum {} {{", u.name));
     for c in &u.cases {
@@ -638,7 +737,10 @@ fn emit_union(m: &Model, o: &mut Out, u: &UnionDef) {
     o.line(2, "}");
     o.line(1, "}");
     o.line(0, "");
-    o.line(1, "pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self> {");
+    o.line(
+        1,
+        "pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self> {",
+    );
     o.line(2, &format!("let tag = r.u8({tagp})?;"));
     let known: Vec<String> = u.cases.iter().map(|c| c.tag.to_string()).collect();
     o.line(
@@ -656,14 +758,19 @@ fn emit_union(m: &Model, o: &mut Out, u: &UnionDef) {
             u.len.max()
         ),
     );
-    o.line(2, "let mut sub = Reader::new(block);");
+    o.line(2, "let mut sub = r.sub(block);");
     o.line(2, "let r = &mut sub;");
     o.line(2, "let v = match tag {");
     for c in &u.cases {
         match &c.body {
             Some(b) => o.line(
                 3,
-                &format!("{} => Self::{}({}::decode_from(r)?),", c.tag, pascal(&c.name), b.name),
+                &format!(
+                    "{} => Self::{}({}::decode_from(r)?),",
+                    c.tag,
+                    pascal(&c.name),
+                    b.name
+                ),
             ),
             None => o.line(3, &format!("{} => Self::{},", c.tag, pascal(&c.name))),
         }
@@ -677,20 +784,30 @@ fn emit_union(m: &Model, o: &mut Out, u: &UnionDef) {
     o.line(2, "Ok(v)");
     o.line(1, "}");
     o.line(0, "");
-    o.line(1, "pub(crate) fn encode_to(&self, w: &mut Writer) -> Result<()> {");
+    o.line(
+        1,
+        "pub(crate) fn encode_to(&self, w: &mut Writer) -> Result<()> {",
+    );
     o.line(2, "w.u8(self.tag());");
     o.line(2, &format!("let at = w.begin_len({});", u.len.rust()));
     o.line(2, "match self {");
     for c in &u.cases {
         match &c.body {
-            Some(_) => o.line(3, &format!("Self::{}(v) => v.encode_to(w)?,", pascal(&c.name))),
+            Some(_) => o.line(
+                3,
+                &format!("Self::{}(v) => v.encode_to(w)?,", pascal(&c.name)),
+            ),
             None => o.line(3, &format!("Self::{} => {{}}", pascal(&c.name))),
         }
     }
     o.line(2, "}");
     o.line(
         2,
-        &format!("w.patch_len(at, {}, 0, {}, {bodyp})", u.len.rust(), u.len.max()),
+        &format!(
+            "w.patch_len(at, {}, 0, {}, {bodyp})",
+            u.len.rust(),
+            u.len.max()
+        ),
     );
     o.line(1, "}");
     o.line(0, "}");
@@ -714,12 +831,21 @@ fn emit_durable(m: &Model, o: &mut Out, d: &DurableDef) {
     );
     o.doc(1, "Format version byte.");
     o.line(1, &format!("pub const VERSION: u8 = {};", d.version));
-    o.doc(1, "Whether a CRC-32C trailer over all preceding bytes ends the format.");
-    o.line(1, &format!("pub const CRC_TRAILER: bool = {};", d.crc_trailer));
+    o.doc(
+        1,
+        "Whether a CRC-32C trailer over all preceding bytes ends the format.",
+    );
+    o.line(
+        1,
+        &format!("pub const CRC_TRAILER: bool = {};", d.crc_trailer),
+    );
     o.doc(1, "Largest allowed encoded size.");
     o.line(
         1,
-        &format!("pub const MAX_BYTES: u64 = {};", d.max_bytes.unwrap_or(u64::MAX)),
+        &format!(
+            "pub const MAX_BYTES: u64 = {};",
+            d.max_bytes.unwrap_or(u64::MAX)
+        ),
     );
     o.line(0, "");
     o.doc(1, "Decode a complete blob: magic, version, fields, optional CRC-32C trailer, no trailing bytes.");
@@ -727,13 +853,31 @@ fn emit_durable(m: &Model, o: &mut Out, d: &DurableDef) {
     o.doc(1, "# Errors");
     o.doc(1, "`OutOfBounds` (too large), `BadMagic`, `UnsupportedVersion`, field errors, `ChecksumMismatch`, `TrailingBytes`.");
     o.line(1, "pub fn decode(bytes: &[u8]) -> Result<Self> {");
+    o.line(2, "Self::decode_in(Reader::new(bytes))");
+    o.line(1, "}");
+    o.line(0, "");
+    o.doc(
+        1,
+        "Decode a complete blob held in shared bytes; byte fields are zero-copy slices of it.",
+    );
+    o.doc(1, "");
+    o.doc(1, "# Errors");
+    o.doc(1, "As [`Self::decode`].");
+    o.line(1, "pub fn decode_shared(bytes: &Bytes) -> Result<Self> {");
+    o.line(2, "Self::decode_in(Reader::shared(bytes))");
+    o.line(1, "}");
+    o.line(0, "");
+    o.line(
+        1,
+        "pub(crate) fn decode_in(mut reader: Reader<'_>) -> Result<Self> {",
+    );
+    o.line(2, "let bytes = reader.rest();");
     o.line(
         2,
         &format!(
             "if bytes.len() as u64 > Self::MAX_BYTES {{ return Err(ProtocolError::OutOfBounds {{ field: {ctx}, value: bytes.len() as u64, min: 0, max: Self::MAX_BYTES }}); }}"
         ),
     );
-    o.line(2, "let mut reader = Reader::new(bytes);");
     o.line(2, "let r = &mut reader;");
     o.line(
         2,
@@ -768,11 +912,17 @@ fn emit_durable(m: &Model, o: &mut Out, d: &DurableDef) {
     o.line(2, "Ok(w.into_vec())");
     o.line(1, "}");
     o.line(0, "");
-    o.doc(1, "Append the complete blob (magic, version, fields, trailer) to a writer.");
+    o.doc(
+        1,
+        "Append the complete blob (magic, version, fields, trailer) to a writer.",
+    );
     o.doc(1, "");
     o.doc(1, "# Errors");
     o.doc(1, "As [`Self::encode`].");
-    o.line(1, "pub fn encode_blob(&self, w: &mut Writer) -> Result<()> {");
+    o.line(
+        1,
+        "pub fn encode_blob(&self, w: &mut Writer) -> Result<()> {",
+    );
     o.line(2, "let start = w.len();");
     o.line(2, "w.put_slice(&Self::MAGIC);");
     o.line(2, "w.u8(Self::VERSION);");
@@ -794,7 +944,10 @@ fn emit_durable(m: &Model, o: &mut Out, d: &DurableDef) {
 
 fn emit_commands(m: &Model, o: &mut Out) {
     let cmds = &m.commands;
-    o.doc(0, "Defined command IDs of wire v1 (wire §3). Reserved IDs have no variant.");
+    o.doc(
+        0,
+        "Defined command IDs of wire v1 (wire §3). Reserved IDs have no variant.",
+    );
     o.line(0, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]");
     o.line(0, "#[serde(rename_all = \"camelCase\")]");
     o.line(0, "#[repr(u8)]");
@@ -807,10 +960,17 @@ fn emit_commands(m: &Model, o: &mut Out) {
     o.line(0, "");
     o.line(0, "impl CommandId {");
     o.doc(1, "Every defined command, by ID.");
-    let all: Vec<String> = cmds.iter().map(|c| format!("Self::{}", pascal(&c.name))).collect();
+    let all: Vec<String> = cmds
+        .iter()
+        .map(|c| format!("Self::{}", pascal(&c.name)))
+        .collect();
     o.line(
         1,
-        &format!("pub const ALL: [Self; {}] = [{}];", cmds.len(), all.join(", ")),
+        &format!(
+            "pub const ALL: [Self; {}] = [{}];",
+            cmds.len(),
+            all.join(", ")
+        ),
     );
     o.line(0, "");
     o.doc(1, "The wire ID.");
@@ -825,8 +985,14 @@ fn emit_commands(m: &Model, o: &mut Out) {
     for c in cmds {
         o.line(3, &format!("{} => Ok(Self::{}),", c.id, pascal(&c.name)));
     }
-    o.line(3, "other if is_reserved_command(other) => Err(ProtocolError::ReservedCommand { id: other }),");
-    o.line(3, "other => Err(ProtocolError::UnknownCommand { id: other }),");
+    o.line(
+        3,
+        "other if is_reserved_command(other) => Err(ProtocolError::ReservedCommand { id: other }),",
+    );
+    o.line(
+        3,
+        "other => Err(ProtocolError::UnknownCommand { id: other }),",
+    );
     o.line(2, "}");
     o.line(1, "}");
     o.line(0, "");
@@ -836,13 +1002,19 @@ fn emit_commands(m: &Model, o: &mut Out) {
     o.line(1, "}");
     o.line(0, "");
     o.doc(1, "The schema name.");
-    o.line(1, "pub const fn name(self) -> &'static str { self.spec().name }");
+    o.line(
+        1,
+        "pub const fn name(self) -> &'static str { self.spec().name }",
+    );
     o.line(0, "");
     o.doc(1, "The schema declaration of this command.");
     o.line(1, "pub const fn spec(self) -> &'static CommandSpec {");
     o.line(2, "match self {");
     for (i, c) in cmds.iter().enumerate() {
-        o.line(3, &format!("Self::{} => &COMMAND_SPECS[{i}],", pascal(&c.name)));
+        o.line(
+            3,
+            &format!("Self::{} => &COMMAND_SPECS[{i}],", pascal(&c.name)),
+        );
     }
     o.line(2, "}");
     o.line(1, "}");
@@ -850,9 +1022,19 @@ fn emit_commands(m: &Model, o: &mut Out) {
     o.line(0, "");
     // Specs.
     o.doc(0, "Declarations of every defined command, in ID order.");
-    o.line(0, &format!("pub static COMMAND_SPECS: [CommandSpec; {}] = [", cmds.len()));
+    o.line(
+        0,
+        &format!(
+            "pub static COMMAND_SPECS: [CommandSpec; {}] = [",
+            cmds.len()
+        ),
+    );
     for c in cmds {
-        let legs: Vec<String> = c.legs.iter().map(|l| format!("Leg::{}", pascal(l))).collect();
+        let legs: Vec<String> = c
+            .legs
+            .iter()
+            .map(|l| format!("Leg::{}", pascal(l)))
+            .collect();
         let replies: Vec<String> = c
             .replies
             .iter()
@@ -885,7 +1067,10 @@ fn emit_commands(m: &Model, o: &mut Out) {
     o.line(0, "");
     // Reserved.
     o.doc(0, "Reserved command ID ranges (inclusive) with their former names: never sent, never accepted.");
-    o.line(0, "pub const RESERVED_COMMAND_IDS: &[(u8, u8, Option<&str>)] = &[");
+    o.line(
+        0,
+        "pub const RESERVED_COMMAND_IDS: &[(u8, u8, Option<&str>)] = &[",
+    );
     for (a, b, n) in &m.reserved {
         let n = match n {
             Some(n) => format!("Some({})", lit(n)),
@@ -900,15 +1085,27 @@ fn emit_commands(m: &Model, o: &mut Out) {
     let conds: Vec<String> = m
         .reserved
         .iter()
-        .map(|(a, b, _)| if a == b { format!("id == {a}") } else { format!("({a} <= id && id <= {b})") })
+        .map(|(a, b, _)| {
+            if a == b {
+                format!("id == {a}")
+            } else {
+                format!("({a} <= id && id <= {b})")
+            }
+        })
         .collect();
     o.line(1, &conds.join(" || "));
     o.line(0, "}");
     o.line(0, "");
     // Body enum.
     o.doc(0, "A decoded command body of any defined command.");
-    o.line(0, "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]");
-    o.line(0, "#[serde(tag = \"command\", content = \"body\", rename_all = \"camelCase\")]");
+    o.line(
+        0,
+        "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]",
+    );
+    o.line(
+        0,
+        "#[serde(tag = \"command\", content = \"body\", rename_all = \"camelCase\")]",
+    );
     o.line(0, "pub enum CommandBody {");
     for c in cmds {
         o.doc(1, &format!("Body of `{}` ({}).", c.name, c.id));
@@ -921,7 +1118,14 @@ fn emit_commands(m: &Model, o: &mut Out) {
     o.line(1, "pub const fn command(&self) -> CommandId {");
     o.line(2, "match self {");
     for c in cmds {
-        o.line(3, &format!("Self::{}(_) => CommandId::{},", pascal(&c.name), pascal(&c.name)));
+        o.line(
+            3,
+            &format!(
+                "Self::{}(_) => CommandId::{},",
+                pascal(&c.name),
+                pascal(&c.name)
+            ),
+        );
     }
     o.line(2, "}");
     o.line(1, "}");
@@ -930,7 +1134,10 @@ fn emit_commands(m: &Model, o: &mut Out) {
     o.doc(1, "");
     o.doc(1, "# Errors");
     o.doc(1, "The first [`ProtocolError`] in the body.");
-    o.line(1, "pub fn decode_from(command: CommandId, r: &mut Reader<'_>) -> Result<Self> {");
+    o.line(
+        1,
+        "pub fn decode_from(command: CommandId, r: &mut Reader<'_>) -> Result<Self> {",
+    );
     o.line(2, "Ok(match command {");
     for c in cmds {
         o.line(
@@ -952,12 +1159,18 @@ fn emit_commands(m: &Model, o: &mut Out) {
     o.line(1, "pub fn encode_to(&self, w: &mut Writer) -> Result<()> {");
     o.line(2, "match self {");
     for c in cmds {
-        o.line(3, &format!("Self::{}(b) => b.encode_to(w),", pascal(&c.name)));
+        o.line(
+            3,
+            &format!("Self::{}(b) => b.encode_to(w),", pascal(&c.name)),
+        );
     }
     o.line(2, "}");
     o.line(1, "}");
     o.line(0, "");
-    o.doc(1, "The leg the body itself implies (`legFromField` constraint), if any.");
+    o.doc(
+        1,
+        "The leg the body itself implies (`legFromField` constraint), if any.",
+    );
     o.line(1, "pub fn implied_leg(&self) -> Option<Leg> {");
     o.line(2, "match self {");
     for c in cmds {
@@ -967,7 +1180,10 @@ fn emit_commands(m: &Model, o: &mut Out) {
             .iter()
             .any(|k| matches!(k, Constraint::LegFromField { .. }));
         if has {
-            o.line(3, &format!("Self::{}(b) => Some(b.implied_leg()),", pascal(&c.name)));
+            o.line(
+                3,
+                &format!("Self::{}(b) => Some(b.implied_leg()),", pascal(&c.name)),
+            );
         }
     }
     o.line(3, "_ => None,");
@@ -997,24 +1213,49 @@ fn emit_command_bodies(m: &Model, o: &mut Out, c: &CommandDef) {
 /// Generate the complete `generated.rs`.
 pub fn generate(m: &Model) -> String {
     let mut o = Out { s: String::new() };
-    o.line(0, "// @generated by zlink-wire-codegen from protocol/schema/service-wire-v1.schema.json.");
-    o.line(0, "// Do not edit: change the schema and run `cargo run -p zlink-wire-codegen -- generate`.");
-    o.line(0, "// A test (protocol/tests/generated_fresh.rs) fails when this file is stale.");
+    o.line(
+        0,
+        "// @generated by zlink-wire-codegen from protocol/schema/service-wire-v1.schema.json.",
+    );
+    o.line(
+        0,
+        "// Do not edit: change the schema and run `cargo run -p zlink-wire-codegen -- generate`.",
+    );
+    o.line(
+        0,
+        "// A test (protocol/tests/generated_fresh.rs) fails when this file is stale.",
+    );
     o.line(0, "");
-    o.line(0, "//! Codec generated from `service-wire-v1.schema.json`: command table, command bodies,");
-    o.line(0, "//! named types and durable formats (wire §1 규범 생성 기준).");
+    o.line(
+        0,
+        "//! Codec generated from `service-wire-v1.schema.json`: command table, command bodies,",
+    );
+    o.line(
+        0,
+        "//! named types and durable formats (wire §1 규범 생성 기준).",
+    );
     o.line(0, "");
     o.line(0, "#![allow(clippy::all, clippy::pedantic, unused_parens, unused_braces, unused_comparisons)]");
     o.line(0, "");
+    o.line(0, "use bytes::Bytes;");
     o.line(0, "use serde::{Deserialize, Serialize};");
     o.line(0, "");
-    o.line(0, "use crate::codec::{LenType, Reader, Writer, check_bounds, check_nonzero};");
+    o.line(
+        0,
+        "use crate::codec::{LenType, Reader, Writer, check_bounds, check_nonzero};",
+    );
     o.line(0, "use crate::error::{ProtocolError, Result};");
     o.line(0, "");
     o.doc(0, "Wire major version (frame 0 byte 2).");
     o.line(0, &format!("pub const WIRE_MAJOR: u8 = {};", m.wire_major));
     o.doc(0, "Capability every peer must advertise.");
-    o.line(0, &format!("pub const REQUIRED_CAPABILITY: &str = {};", lit(&m.capability)));
+    o.line(
+        0,
+        &format!(
+            "pub const REQUIRED_CAPABILITY: &str = {};",
+            lit(&m.capability)
+        ),
+    );
     o.doc(0, "Frame 0 magic.");
     o.line(0, "pub const MAGIC: [u8; 2] = [0x5a, 0x4d];");
     o.line(0, "");
@@ -1022,7 +1263,10 @@ pub fn generate(m: &Model) -> String {
     o.line(0, "pub mod limits {");
     for (k, v) in &m.limits {
         o.doc(1, &format!("`{k}`."));
-        o.line(1, &format!("pub const {}: u64 = {v};", snake(k).to_uppercase()));
+        o.line(
+            1,
+            &format!("pub const {}: u64 = {v};", snake(k).to_uppercase()),
+        );
     }
     o.line(0, "}");
     o.line(0, "");
@@ -1030,7 +1274,14 @@ pub fn generate(m: &Model) -> String {
     o.line(0, "pub mod flags {");
     for f in &m.flags {
         o.doc(1, f.description.as_deref().unwrap_or(&f.name));
-        o.line(1, &format!("pub const {}: u8 = 0x{:02x};", snake(&f.name).to_uppercase(), f.bit));
+        o.line(
+            1,
+            &format!(
+                "pub const {}: u8 = 0x{:02x};",
+                snake(&f.name).to_uppercase(),
+                f.bit
+            ),
+        );
     }
     let all = m.flags.iter().fold(0u8, |a, f| a | f.bit);
     o.doc(1, "Every defined flag bit.");
@@ -1038,7 +1289,10 @@ pub fn generate(m: &Model) -> String {
     o.line(0, "}");
     o.line(0, "");
     o.doc(0, "The leg a record travels on (schema `legs`).");
-    o.line(0, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]");
+    o.line(
+        0,
+        "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]",
+    );
     o.line(0, "#[serde(rename_all = \"camelCase\")]");
     o.line(0, "pub enum Leg {");
     o.doc(1, "One-way record.");
@@ -1095,11 +1349,17 @@ pub fn generate(m: &Model) -> String {
     o.line(1, "pub client_server: bool,");
     o.doc(1, "Legs the command may travel on.");
     o.line(1, "pub legs: &'static [Leg],");
-    o.doc(1, "For requests: the commands that may answer on the reply leg.");
+    o.doc(
+        1,
+        "For requests: the commands that may answer on the reply leg.",
+    );
     o.line(1, "pub replies: &'static [CommandId],");
     o.doc(1, "For reply-leg commands: the requests they answer.");
     o.line(1, "pub in_reply_to: &'static [CommandId],");
-    o.doc(1, "Field-paired answer (liveness probe/ack), matched by the named body field.");
+    o.doc(
+        1,
+        "Field-paired answer (liveness probe/ack), matched by the named body field.",
+    );
     o.line(1, "pub paired_by: Option<(&'static str, CommandId)>,");
     o.line(0, "}");
     o.line(0, "");
@@ -1117,7 +1377,10 @@ pub fn generate(m: &Model) -> String {
     }
     // Durable dispatch.
     o.doc(0, "A decoded durable blob of any format.");
-    o.line(0, "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]");
+    o.line(
+        0,
+        "#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]",
+    );
     o.line(0, "#[serde(tag = \"format\", content = \"value\")]");
     o.line(0, "pub enum DurableValue {");
     for d in &m.durables {
@@ -1132,13 +1395,20 @@ pub fn generate(m: &Model) -> String {
     let names: Vec<String> = m.durables.iter().map(|d| lit(&d.name)).collect();
     o.line(
         1,
-        &format!("pub const FORMAT_NAMES: [&'static str; {}] = [{}];", names.len(), names.join(", ")),
+        &format!(
+            "pub const FORMAT_NAMES: [&'static str; {}] = [{}];",
+            names.len(),
+            names.join(", ")
+        ),
     );
     o.line(0, "");
     o.doc(1, "Decode any durable blob, dispatching on its magic.");
     o.doc(1, "");
     o.doc(1, "# Errors");
-    o.doc(1, "`BadMagic` when no format has these magic bytes, else the format's own errors.");
+    o.doc(
+        1,
+        "`BadMagic` when no format has these magic bytes, else the format's own errors.",
+    );
     o.line(1, "pub fn decode_any(bytes: &[u8]) -> Result<Self> {");
     o.line(2, "let magic = bytes.get(..4);");
     for d in &m.durables {
@@ -1157,8 +1427,14 @@ pub fn generate(m: &Model) -> String {
     o.doc(1, "Decode a blob of the named format.");
     o.doc(1, "");
     o.doc(1, "# Errors");
-    o.doc(1, "`None` for an unknown format name; otherwise the format's decode errors.");
-    o.line(1, "pub fn decode_named(format: &str, bytes: &[u8]) -> Option<Result<Self>> {");
+    o.doc(
+        1,
+        "`None` for an unknown format name; otherwise the format's decode errors.",
+    );
+    o.line(
+        1,
+        "pub fn decode_named(format: &str, bytes: &[u8]) -> Option<Result<Self>> {",
+    );
     o.line(2, "match format {");
     for d in &m.durables {
         o.line(

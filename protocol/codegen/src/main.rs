@@ -21,7 +21,10 @@ fn default_out() -> PathBuf {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("");
-    let schema = args.get(1).map(PathBuf::from).unwrap_or_else(default_schema);
+    let schema = args
+        .get(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(default_schema);
     let out = args.get(2).map(PathBuf::from).unwrap_or_else(default_out);
     if !matches!(mode, "--self-test" | "generate" | "check") {
         eprintln!("usage: zlink-wire-codegen (--self-test | generate | check) [SCHEMA [OUT]]");
@@ -65,7 +68,10 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             _ => {
-                eprintln!("{} is stale: run `cargo run -p zlink-wire-codegen -- generate`", out.display());
+                eprintln!(
+                    "{} is stale: run `cargo run -p zlink-wire-codegen -- generate`",
+                    out.display()
+                );
                 ExitCode::FAILURE
             }
         },

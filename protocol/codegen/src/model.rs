@@ -437,7 +437,9 @@ impl Ctx {
     }
 
     fn description(o: &Map<String, Value>) -> Option<String> {
-        o.get("description").and_then(Value::as_str).map(str::to_owned)
+        o.get("description")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     }
 
     fn bound(&mut self, o: &Map<String, Value>, explicit: &str, path: &str) -> Option<u64> {
@@ -653,9 +655,25 @@ impl Ctx {
                 o,
                 &fp,
                 &[
-                    "name", "type", "$ref", "durable", "lengthType", "minBytes", "maxBytes",
-                    "$bound", "min", "max", "const", "size", "nonZero", "countType", "minCount",
-                    "maxCount", "item", "when", "description",
+                    "name",
+                    "type",
+                    "$ref",
+                    "durable",
+                    "lengthType",
+                    "minBytes",
+                    "maxBytes",
+                    "$bound",
+                    "min",
+                    "max",
+                    "const",
+                    "size",
+                    "nonZero",
+                    "countType",
+                    "minCount",
+                    "maxCount",
+                    "item",
+                    "when",
+                    "description",
                 ],
             );
             let Some(name) = self.str_of(o, "name", &fp) else {
@@ -667,7 +685,9 @@ impl Ctx {
             if out.iter().any(|x| x.name == name) {
                 self.err(&fp, format!("duplicate field `{name}`"));
             }
-            let Some(ty) = self.ty(o, &fp, 0) else { continue };
+            let Some(ty) = self.ty(o, &fp, 0) else {
+                continue;
+            };
             let when = match o.get("when") {
                 None => None,
                 Some(w) => self.when(w, &out, &fp),
@@ -686,7 +706,10 @@ impl Ctx {
         let o = self.obj(w, path)?;
         let field = self.str_of(o, "field", path)?;
         let Some(sib) = earlier.iter().find(|f| f.name == field) else {
-            self.err(path, format!("`when` refers to `{field}`, which is not an earlier sibling"));
+            self.err(
+                path,
+                format!("`when` refers to `{field}`, which is not an earlier sibling"),
+            );
             return None;
         };
         if sib.when.is_some() {
@@ -713,7 +736,10 @@ impl Ctx {
                 }
             }
             _ => {
-                self.err(path, "`when` needs an enum field with a value name or a bool field with true/false");
+                self.err(
+                    path,
+                    "`when` needs an enum field with a value name or a bool field with true/false",
+                );
                 return None;
             }
         };
@@ -730,16 +756,25 @@ impl Ctx {
         for (i, c) in arr.iter().enumerate() {
             let cp = format!("{path}[{i}]");
             let Some(o) = self.obj(c, &cp) else { continue };
-            self.allow_keys(o, &cp, &["kind", "fields", "field", "equals", "map", "description"]);
+            self.allow_keys(
+                o,
+                &cp,
+                &["kind", "fields", "field", "equals", "map", "description"],
+            );
             let Some(kind) = self.str_of(o, "kind", &cp) else {
                 continue;
             };
             let description = Self::description(o).unwrap_or_else(|| kind.clone());
-            let field_ty = |name: &str| fields.iter().find(|f| f.name == name).map(|f| f.ty.clone());
+            let field_ty =
+                |name: &str| fields.iter().find(|f| f.name == name).map(|f| f.ty.clone());
             let names: Vec<String> = o
                 .get("fields")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default();
             match kind.as_str() {
                 "notAllZero" => {
@@ -898,9 +933,22 @@ impl Model {
             &o,
             "$",
             &[
-                "schema", "title", "description", "conventions", "wireMajor",
-                "requiredCapability", "magic", "limits", "flags", "tailEncoding", "frames",
-                "topologies", "legs", "reservedCommandIds", "types", "commands",
+                "schema",
+                "title",
+                "description",
+                "conventions",
+                "wireMajor",
+                "requiredCapability",
+                "magic",
+                "limits",
+                "flags",
+                "tailEncoding",
+                "frames",
+                "topologies",
+                "legs",
+                "reservedCommandIds",
+                "types",
+                "commands",
                 "durableFormats",
             ],
         );
@@ -958,7 +1006,10 @@ impl Model {
             if let Some(n) = d.get("name").and_then(Value::as_str)
                 && !cx.durable_names.insert(n.to_owned())
             {
-                cx.err("$.durableFormats", format!("duplicate durable format `{n}`"));
+                cx.err(
+                    "$.durableFormats",
+                    format!("duplicate durable format `{n}`"),
+                );
             }
         }
         // Types.
@@ -986,7 +1037,11 @@ impl Model {
             let Some(to) = cx.obj(t, &p).cloned() else {
                 continue;
             };
-            let name = to.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+            let name = to
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             let p = format!("types.{name}");
             let description = Ctx::description(&to);
             match to.get("kind").and_then(Value::as_str) {
@@ -995,14 +1050,28 @@ impl Model {
                         &to,
                         &p,
                         &[
-                            "name", "kind", "type", "lengthType", "minBytes", "maxBytes", "$bound",
-                            "min", "max", "size", "nonZero", "description",
+                            "name",
+                            "kind",
+                            "type",
+                            "lengthType",
+                            "minBytes",
+                            "maxBytes",
+                            "$bound",
+                            "min",
+                            "max",
+                            "size",
+                            "nonZero",
+                            "description",
                         ],
                     );
                     let _ = cx.ty_primitive(&to, &p, 0);
                 }
                 Some("enum") => {
-                    cx.allow_keys(&to, &p, &["name", "kind", "encoding", "values", "description"]);
+                    cx.allow_keys(
+                        &to,
+                        &p,
+                        &["name", "kind", "encoding", "values", "description"],
+                    );
                     let width = match to.get("encoding").and_then(Value::as_str) {
                         Some("u8") => 1u8,
                         Some("u16") => 2,
@@ -1056,7 +1125,11 @@ impl Model {
                     });
                 }
                 Some("struct") => {
-                    cx.allow_keys(&to, &p, &["name", "kind", "fields", "constraints", "description"]);
+                    cx.allow_keys(
+                        &to,
+                        &p,
+                        &["name", "kind", "fields", "constraints", "description"],
+                    );
                     let fields = cx.fields(to.get("fields"), &format!("{p}.fields"));
                     let constraints =
                         cx.constraints(to.get("constraints"), &fields, &format!("{p}.constraints"));
@@ -1071,7 +1144,14 @@ impl Model {
                     cx.allow_keys(
                         &to,
                         &p,
-                        &["name", "kind", "tagType", "lengthType", "cases", "description"],
+                        &[
+                            "name",
+                            "kind",
+                            "tagType",
+                            "lengthType",
+                            "cases",
+                            "description",
+                        ],
                     );
                     let tag = cx.len_type(&to, "tagType", &p).unwrap_or(LenType::U8);
                     let len = cx.len_type(&to, "lengthType", &p).unwrap_or(LenType::U16);
@@ -1091,7 +1171,11 @@ impl Model {
                         let Some(co) = cx.obj(c, &cp).cloned() else {
                             continue;
                         };
-                        cx.allow_keys(&co, &cp, &["name", "tag", "fields", "constraints", "description"]);
+                        cx.allow_keys(
+                            &co,
+                            &cp,
+                            &["name", "tag", "fields", "constraints", "description"],
+                        );
                         let cname = cx.str_of(&co, "name", &cp).unwrap_or_default();
                         let ctag = cx.u64_of(&co, "tag", &cp).unwrap_or(0);
                         if ctag > 255 || cases.iter().any(|x| x.tag == ctag || x.name == cname) {
@@ -1168,7 +1252,10 @@ impl Model {
         }
         let expected_flags = ["metadata", "boundSession", "sourceSpotId", "extension"];
         if flags.iter().map(|f| f.name.as_str()).collect::<Vec<_>>() != expected_flags {
-            cx.err("$.flags", "flags must be metadata, boundSession, sourceSpotId, extension in bit order");
+            cx.err(
+                "$.flags",
+                "flags must be metadata, boundSession, sourceSpotId, extension in bit order",
+            );
         }
         // Reserved IDs.
         let mut reserved = Vec::new();
@@ -1194,7 +1281,9 @@ impl Model {
             reserved.push((
                 from as u8,
                 to as u8,
-                ro.get("formerName").and_then(Value::as_str).map(str::to_owned),
+                ro.get("formerName")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             ));
         }
         // Commands.
@@ -1213,8 +1302,19 @@ impl Model {
                 &co,
                 &cp,
                 &[
-                    "id", "name", "layer", "payload", "flags", "topologies", "legs", "replies",
-                    "inReplyTo", "pairedBy", "description", "body", "constraints",
+                    "id",
+                    "name",
+                    "layer",
+                    "payload",
+                    "flags",
+                    "topologies",
+                    "legs",
+                    "replies",
+                    "inReplyTo",
+                    "pairedBy",
+                    "description",
+                    "body",
+                    "constraints",
                 ],
             );
             let id = cx.u64_of(&co, "id", &cp).unwrap_or(0);
@@ -1260,7 +1360,10 @@ impl Model {
             let route_mesh = topologies.iter().any(|t| t == "routeMesh");
             let client_server = topologies.iter().any(|t| t == "clientServer");
             if client_server && !(1..=6).contains(&id) {
-                cx.err(&cp, "only commands 1..6 may appear on clientServer (wire §4)");
+                cx.err(
+                    &cp,
+                    "only commands 1..6 may appear on clientServer (wire §4)",
+                );
             }
             if !route_mesh {
                 cx.err(&cp, "every command is allowed on routeMesh");
@@ -1276,20 +1379,33 @@ impl Model {
             }
             let replies = strs(co.get("replies")).unwrap_or_default();
             let in_reply_to = strs(co.get("inReplyTo")).unwrap_or_default();
-            if legs.iter().any(|l| l == "request") != !replies.is_empty() {
-                cx.err(&cp, "a command has `replies` exactly when it may travel on the request leg");
+            if legs.iter().any(|l| l == "request") == replies.is_empty() {
+                cx.err(
+                    &cp,
+                    "a command has `replies` exactly when it may travel on the request leg",
+                );
             }
-            if legs.iter().any(|l| l == "reply") != !in_reply_to.is_empty() {
-                cx.err(&cp, "a command has `inReplyTo` exactly when it travels on the reply leg");
+            if legs.iter().any(|l| l == "reply") == in_reply_to.is_empty() {
+                cx.err(
+                    &cp,
+                    "a command has `inReplyTo` exactly when it travels on the reply leg",
+                );
             }
             let paired_by = co.get("pairedBy").and_then(Value::as_object).map(|p| {
                 (
-                    p.get("field").and_then(Value::as_str).unwrap_or("").to_owned(),
-                    p.get("answer").and_then(Value::as_str).unwrap_or("").to_owned(),
+                    p.get("field")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
+                    p.get("answer")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
                 )
             });
             let fields = cx.fields(co.get("body"), &format!("{cp}.body"));
-            let constraints = cx.constraints(co.get("constraints"), &fields, &format!("{cp}.constraints"));
+            let constraints =
+                cx.constraints(co.get("constraints"), &fields, &format!("{cp}.constraints"));
             if let Some((f, _)) = &paired_by
                 && !fields.iter().any(|x| &x.name == f)
             {
@@ -1331,7 +1447,10 @@ impl Model {
                         &format!("commands.{}", c.name),
                         format!("reply `{r}` does not list `{}` in inReplyTo", c.name),
                     ),
-                    None => cx.err(&format!("commands.{}", c.name), format!("unknown reply `{r}`")),
+                    None => cx.err(
+                        &format!("commands.{}", c.name),
+                        format!("unknown reply `{r}`"),
+                    ),
                 }
             }
             for r in &c.in_reply_to {
@@ -1346,12 +1465,18 @@ impl Model {
             if let Some((_, answer)) = &c.paired_by
                 && !commands.iter().any(|x| &x.name == answer)
             {
-                cx.err(&format!("commands.{}", c.name), format!("unknown pairedBy answer `{answer}`"));
+                cx.err(
+                    &format!("commands.{}", c.name),
+                    format!("unknown pairedBy answer `{answer}`"),
+                );
             }
         }
         for id in 1..=255u8 {
             let defined = commands.iter().filter(|c| c.id == id).count();
-            let res = reserved.iter().filter(|(a, b, _)| (*a..=*b).contains(&id)).count();
+            let res = reserved
+                .iter()
+                .filter(|(a, b, _)| (*a..=*b).contains(&id))
+                .count();
             if defined + res != 1 {
                 cx.err(
                     "$.commands",
@@ -1371,7 +1496,13 @@ impl Model {
                 &dobj,
                 &dp,
                 &[
-                    "name", "rustName", "magic", "version", "checksum", "$bound", "description",
+                    "name",
+                    "rustName",
+                    "magic",
+                    "version",
+                    "checksum",
+                    "$bound",
+                    "description",
                     "fields",
                 ],
             );
@@ -1380,10 +1511,7 @@ impl Model {
             if !is_pascal(&rust_name) {
                 cx.err(&dp, "rustName must be PascalCase");
             }
-            let magic = dobj
-                .get("magic")
-                .and_then(Value::as_str)
-                .and_then(hex4);
+            let magic = dobj.get("magic").and_then(Value::as_str).and_then(hex4);
             if magic.is_none() {
                 cx.err(&dp, "magic must be 4 bytes of hex");
             }
@@ -1464,7 +1592,9 @@ impl Model {
             Ty::Bool => 1,
             Ty::Str { len, min, .. } | Ty::Bytes { len, min, .. } => len.size() + min,
             Ty::Fixed { size, .. } => *size,
-            Ty::Vector { count, min, item, .. } => count.size() + min * self.min_size(item),
+            Ty::Vector {
+                count, min, item, ..
+            } => count.size() + min * self.min_size(item),
             Ty::Struct { name, delimited } => match delimited {
                 Some((lt, _)) => lt.size(),
                 None => self

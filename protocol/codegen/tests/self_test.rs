@@ -1,6 +1,8 @@
 //! The schema self-test (wire §1 Validator) refuses invalid schemas: each test breaks the real
 //! schema in one way and checks that generation is refused with an error naming the problem.
 
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
 use serde_json::{Value, json};
 
 const SCHEMA: &str = include_str!("../../schema/service-wire-v1.schema.json");
@@ -35,7 +37,11 @@ fn command_mut<'a>(v: &'a mut Value, name: &str) -> &'a mut Value {
 
 #[test]
 fn the_real_schema_passes() {
-    assert!(errors_of(&schema()).is_empty(), "{:#?}", errors_of(&schema()));
+    assert!(
+        errors_of(&schema()).is_empty(),
+        "{:#?}",
+        errors_of(&schema())
+    );
 }
 
 #[test]
@@ -44,11 +50,17 @@ fn the_schema_defines_forty_commands_and_every_id_is_defined_or_reserved() {
     assert_eq!(model.commands.len(), 40);
     for id in 1..=255u8 {
         let defined = model.commands.iter().any(|c| c.id == id);
-        let reserved = model.reserved.iter().any(|(a, b, _)| (*a..=*b).contains(&id));
+        let reserved = model
+            .reserved
+            .iter()
+            .any(|(a, b, _)| (*a..=*b).contains(&id));
         assert!(defined ^ reserved, "id {id}");
     }
     for id in [7u8, 15, 32, 35, 41, 45, 54, 255] {
-        assert!(!model.commands.iter().any(|c| c.id == id), "{id} must be reserved");
+        assert!(
+            !model.commands.iter().any(|c| c.id == id),
+            "{id} must be reserved"
+        );
     }
 }
 
@@ -70,7 +82,10 @@ fn duplicate_command_id_is_refused() {
 fn reserved_id_reused_by_a_command_is_refused() {
     let mut v = schema();
     command_mut(&mut v, "admit")["id"] = json!(32);
-    assert_refused(&v, "command id 32 must be exactly one of defined or reserved");
+    assert_refused(
+        &v,
+        "command id 32 must be exactly one of defined or reserved",
+    );
 }
 
 #[test]

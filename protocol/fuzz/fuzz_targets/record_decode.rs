@@ -5,12 +5,16 @@
 //! big-endian `u16` length followed by that many bytes. A truncated length or body keeps whatever
 //! bytes remain, so short inputs still reach the decoder. The same frames are decoded once per
 //! (topology, leg) pair, because admission rules (allowed commands, flags, payload rule) differ
-//! between them. The whole input is also given to `durable::decode_any`.
+//! between them. The whole input is also given to `DurableValue::decode_any`.
 #![no_main]
 
+use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use zlink_protocol::durable;
+use zlink_protocol::generated::DurableValue;
 use zlink_protocol::record::{Leg, Record, Topology, WireContext};
+
+/// Every leg a record can travel on.
+const LEGS: [Leg; 3] = [Leg::Send, Leg::Request, Leg::Reply];
 
 /// Splits `data` into 1..=4 length-prefixed frames as described in the file docs.
 fn split_frames(data: &[u8]) -> Vec<&[u8]> {
@@ -34,33 +38,24 @@ fn split_frames(data: &[u8]) -> Vec<&[u8]> {
     frames
 }
 
-fn topology(index: usize) -> Topology {
-    match index {
-        0 => Topology::RouteMesh,
-        _ => Topology::ClientServer,
-    }
-}
-
-fn leg(index: usize) -> Leg {
-    match index {
-        0 => Leg::Send,
-        1 => Leg::Request,
-        _ => Leg::Reply,
-    }
-}
-
 fuzz_target!(|data: &[u8]| {
     let frames = split_frames(data);
     if !frames.is_empty() {
-        for t in 0..2 {
-            for l in 0..3 {
-                let ctx = WireContext {
-                    topology: topology(t),
-                    leg: leg(l),
-                };
-                let _ = Record::decode(&frames, ctx);
+        let shared: Vec<Bytes> = frames.iter().map(|f| Bytes::copy_from_slice(f)).collect();
+        for topology in Topology::ALL {
+            for leg in LEGS {
+                let ctx = WireContext { topology, leg };
+                let copied = Record::decode(&frames, ctx);
+                // The zero-copy path must agree with the copying one.
+                let zero_copy = Record::decode_shared(&shared, ctx);
+                assert_eq!(copied, zero_copy);
+                // A decoded record re-encodes to the same frame 0 (one canonical form).
+                if let Ok(rec) = copied {
+                    let re = rec.encode(ctx).expect("a decoded record re-encodes");
+                    assert_eq!(re[0].as_slice(), frames[0]);
+                }
             }
         }
     }
-    let _ = durable::decode_any(data);
+    let _ = DurableValue::decode_any(data);
 });

@@ -32,10 +32,10 @@ fuzz_target!(|data: &[u8]| {
     let (first, second) = rest.split_at(usize::from(split).min(rest.len()));
 
     let mut decoder = StreamDecoder::new(MaxMessageSize::default());
-    decoder.feed(first);
+    decoder.extend(first);
     if !drain(&mut decoder, first.len()) {
         return;
     }
-    decoder.feed(second);
+    decoder.extend(second);
     drain(&mut decoder, rest.len());
 });
