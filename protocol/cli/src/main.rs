@@ -260,6 +260,16 @@ fn run_encode(input: &str) -> anyhow::Result<String> {
     }
 }
 
+/// Print to stdout; a closed pipe (`zlink-wire decode … | head`) is not an error.
+fn emit(text: &str) -> bool {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::BrokenPipe,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -278,7 +288,9 @@ fn main() -> ExitCode {
         ) {
             Ok(v) => {
                 let failed = v.get("error").is_some();
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                if !emit(&serde_json::to_string_pretty(&v).unwrap_or_default()) {
+                    return ExitCode::from(2);
+                }
                 if failed {
                     ExitCode::from(1)
                 } else {
@@ -292,8 +304,11 @@ fn main() -> ExitCode {
         },
         Command::Encode { input } => match run_encode(&input) {
             Ok(hex) => {
-                println!("{hex}");
-                ExitCode::SUCCESS
+                if emit(&hex) {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(2)
+                }
             }
             Err(e) => {
                 eprintln!("zlink-wire: {e:#}");

@@ -1404,6 +1404,9 @@ impl Model {
                 )
             });
             let fields = cx.fields(co.get("body"), &format!("{cp}.body"));
+            if fields.is_empty() {
+                cx.err(&cp, "command lacks a body layout (no fields)");
+            }
             let constraints =
                 cx.constraints(co.get("constraints"), &fields, &format!("{cp}.constraints"));
             if let Some((f, _)) = &paired_by
@@ -1529,6 +1532,9 @@ impl Model {
             };
             let max_bytes = cx.bound(&dobj, "maxBytes", &dp);
             let fields = cx.fields(dobj.get("fields"), &format!("{dp}.fields"));
+            if fields.is_empty() {
+                cx.err(&dp, "durable format lacks a layout (no fields)");
+            }
             durables.push(DurableDef {
                 name,
                 magic: magic.unwrap_or_default(),

@@ -151,3 +151,35 @@ fn unknown_limit_is_refused() {
         json!({"name": "detail", "type": "string", "lengthType": "u16", "$bound": "noSuchLimit"});
     assert_refused(&v, "unknown limit `noSuchLimit`");
 }
+
+#[test]
+fn a_command_without_a_body_layout_is_refused() {
+    let mut v = schema();
+    command_mut(&mut v, "update")["body"] = json!([]);
+    assert_refused(&v, "command lacks a body layout");
+    command_mut(&mut v, "update")
+        .as_object_mut()
+        .unwrap()
+        .remove("body");
+    assert_refused(&v, "expected an array of fields");
+}
+
+#[test]
+fn a_durable_format_without_a_layout_is_refused() {
+    let mut v = schema();
+    v["durableFormats"][0]["fields"] = json!([]);
+    assert_refused(&v, "durable format lacks a layout");
+}
+
+#[test]
+fn a_dropped_command_leaves_its_id_uncovered() {
+    let mut v = schema();
+    v["commands"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|c| c["name"] != "relocationFailed");
+    assert_refused(
+        &v,
+        "command id 53 must be exactly one of defined or reserved",
+    );
+}
