@@ -21,6 +21,7 @@ pub mod conformance;
 pub mod error;
 pub mod location;
 pub mod memory;
+pub mod redis;
 pub mod types;
 
 pub use error::{Result, StaleReason, StoreError};

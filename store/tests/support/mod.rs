@@ -1,0 +1,3 @@
+//! Helpers shared by the Redis test binaries.
+
+pub mod redis_server;
