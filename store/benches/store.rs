@@ -11,7 +11,8 @@
 //! ZLINK_BENCH_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p zlink-store --bench store
 //! ```
 //! Environment: `ZLINK_BENCH_REDIS_URL` (required), `ZLINK_BENCH_OPS` (per round, default
-//! 20000), `ZLINK_BENCH_CONCURRENCY` (default 16), `ZLINK_BENCH_ROUNDS` (default 5).
+//! 20000), `ZLINK_BENCH_CONCURRENCY` (default 16), `ZLINK_BENCH_ROUNDS` (default 5),
+//! `ZLINK_BENCH_ONLY` (`read` to run only the baselines and `read_authority`, for profiling).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // benchmark binary
 
@@ -214,6 +215,11 @@ async fn main() {
     }
     rows.push(("read_authority", median(reads)));
 
+    if std::env::var("ZLINK_BENCH_ONLY").as_deref() == Ok("read") {
+        print_rows(&rows);
+        return;
+    }
+
     // reserve + commit_ready of fresh objects (two store calls per op).
     let mut creates = Vec::new();
     for round in 0..rounds {
@@ -302,7 +308,10 @@ async fn main() {
         );
     }
     rows.push(("transfer_owner", median(transfers)));
+    print_rows(&rows);
+}
 
+fn print_rows(rows: &[(&str, Stats)]) {
     let get_p50 = rows[0].1.p50_us;
     let set_p50 = rows[1].1.p50_us;
     let get_ops = rows[0].1.ops_per_sec;
@@ -310,7 +319,7 @@ async fn main() {
         "| operation | ops/s | p50 µs | p99 µs | p50 vs raw GET | p50 vs raw SET | ops/s vs raw GET |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for (name, s) in &rows {
+    for (name, s) in rows {
         println!(
             "| {name} | {:.0} | {:.0} | {:.0} | {:.2}x | {:.2}x | {:.2}x |",
             s.ops_per_sec,
