@@ -5,7 +5,10 @@
 //! relocating live objects between separate `zlink-node` processes without losing a message or
 //! reconnecting a client, draining a node, and rolling out a new version through the operator.
 //!
-//! Nothing is implemented yet; this crate doc records the plan.
+//! What exists so far: [`k8s`], the harness for tests against a real Kubernetes control plane
+//! (etcd and kube-apiserver built from Go modules by `scripts/k8s-tools`, run by
+//! `scripts/k8s-env`), and its smoke test in `tests/k8s_smoke.rs`. `docs/testing.md` says what
+//! runs where.
 //!
 //! ## Planned layout
 //!
@@ -15,6 +18,10 @@
 //!   `scripts/test` run with millisecond timeouts;
 //! - a client driver: game clients over the STREAM packet protocol, counting sent and received
 //!   messages to check "no loss, no reorder" across relocations;
+//! - operator scenarios against the [`k8s`] control plane, run by default: pods are objects
+//!   only there (no kubelet), so the tests play the kubelet's part by patching pod status;
 //! - Kubernetes scenarios on a local kind cluster (with the scripts that create it): the
-//!   operator's rolling update and pod eviction. They need a cluster, so they are opt-in and do
-//!   not run by default.
+//!   operator's rolling update and pod eviction with real pods. They need Docker, so they are
+//!   opt-in and do not run by default.
+
+pub mod k8s;
