@@ -23,6 +23,7 @@ pub mod location;
 pub mod memory;
 pub mod redis;
 pub mod types;
+mod validate;
 
 pub use error::{Result, StaleReason, StoreError};
 pub use location::{LocationStore, RelocationStore};

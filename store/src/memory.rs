@@ -16,9 +16,9 @@ use crate::location::{LocationStore, RelocationStore};
 use crate::types::{
     AggregateOp, Allocation, AllocationState, AuthorityKey, AuthorityRead, AuthoritySnapshot,
     AuthorityState, CapacityLimits, CapacityUse, DescriptorKey, DescriptorKind, DescriptorRecord,
-    LeaseGrant, LeaseRead, MAX_AGGREGATE_OPS, NodeRef, ObjectKind, OwnerFence, OwnerToken,
-    PendingCreation, PublishOutcome, Reservation, ReserveRequest, StoreTime, StoredPayload,
-    TermLease, TransferOwner,
+    LeaseGrant, LeaseRead, NodeRef, ObjectKind, OwnerFence, OwnerToken, PendingCreation,
+    PublishOutcome, Reservation, ReserveRequest, StoreTime, StoredPayload, TermLease,
+    TransferOwner,
 };
 
 /// How long a reservation ID is remembered for replay after it was issued (store time).
@@ -364,37 +364,13 @@ impl State {
     }
 }
 
-fn validate_aggregate(ops: &[AggregateOp]) -> Result<()> {
-    if ops.is_empty() || ops.len() > MAX_AGGREGATE_OPS {
-        return Err(StoreError::InvalidArgument(format!(
-            "aggregate commit needs 1..={MAX_AGGREGATE_OPS} members, got {}",
-            ops.len()
-        )));
-    }
-    let mut keys: Vec<&AuthorityKey> = ops.iter().map(AggregateOp::key).collect();
-    keys.sort();
-    if keys.windows(2).any(|w| w[0] == w[1]) {
-        return Err(StoreError::InvalidArgument(
-            "aggregate members must name distinct keys".into(),
-        ));
-    }
-    Ok(())
-}
-
-fn check_ttl(ttl: Duration) -> Result<()> {
-    if ttl.is_zero() {
-        return Err(StoreError::InvalidArgument("ttl must be positive".into()));
-    }
-    Ok(())
-}
-
 impl LocationStore for MemoryStore {
     async fn store_now(&self) -> Result<StoreTime> {
         Ok(self.lock()?.1)
     }
 
     async fn claim_lease(&self, owner_id: &str, ttl: Duration) -> Result<LeaseGrant> {
-        check_ttl(ttl)?;
+        crate::validate::ttl(ttl)?;
         if owner_id.is_empty() {
             return Err(StoreError::InvalidArgument("empty owner id".into()));
         }
@@ -415,7 +391,7 @@ impl LocationStore for MemoryStore {
     }
 
     async fn renew_lease(&self, token: &OwnerToken, ttl: Duration) -> Result<LeaseGrant> {
-        check_ttl(ttl)?;
+        crate::validate::ttl(ttl)?;
         let (mut st, now) = self.lock()?;
         st.require_live(token, now)?;
         let expires = now.plus(ttl);
@@ -462,7 +438,7 @@ impl LocationStore for MemoryStore {
         config_epoch: u64,
         ttl: Duration,
     ) -> Result<TermLease> {
-        check_ttl(ttl)?;
+        crate::validate::ttl(ttl)?;
         let (mut st, now) = self.lock()?;
         st.require_live(holder, now)?;
         let rec = st.terms.get(name).cloned();
@@ -838,17 +814,7 @@ impl LocationStore for MemoryStore {
         from: AuthorityState,
         to: AuthorityState,
     ) -> Result<AuthoritySnapshot> {
-        let allowed = matches!(
-            (from, to),
-            (AuthorityState::Ready, AuthorityState::Closing)
-                | (AuthorityState::Ready, AuthorityState::Relocating)
-                | (AuthorityState::Relocating, AuthorityState::Ready)
-        );
-        if !allowed {
-            return Err(StoreError::InvalidArgument(format!(
-                "transition {from:?} -> {to:?} is not allowed"
-            )));
-        }
+        crate::validate::transition(from, to)?;
         let (mut st, now) = self.lock()?;
         let state = st.check_fence(fence)?.state;
         if state != from {
@@ -867,7 +833,7 @@ impl LocationStore for MemoryStore {
     }
 
     async fn commit_aggregate(&self, ops: &[AggregateOp]) -> Result<Vec<AuthoritySnapshot>> {
-        validate_aggregate(ops)?;
+        crate::validate::aggregate(ops)?;
         let (mut st, now) = self.lock()?;
         for op in ops {
             st.check_op(op, now)?;
@@ -906,7 +872,7 @@ impl LocationStore for MemoryStore {
 
 impl RelocationStore for MemoryStore {
     async fn put(&self, reference: &str, bytes: Bytes, retention: Duration) -> Result<StoreTime> {
-        check_ttl(retention)?;
+        crate::validate::ttl(retention)?;
         if reference.is_empty() {
             return Err(StoreError::InvalidArgument("empty reference".into()));
         }
@@ -942,7 +908,7 @@ impl RelocationStore for MemoryStore {
     }
 
     async fn renew(&self, reference: &str, retention: Duration) -> Result<StoreTime> {
-        check_ttl(retention)?;
+        crate::validate::ttl(retention)?;
         let (mut st, now) = self.lock()?;
         match st.payloads.get_mut(reference) {
             Some((_, exp)) if *exp > now => {

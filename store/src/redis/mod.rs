@@ -32,9 +32,9 @@ use crate::memory::RESERVATION_REPLAY_RETENTION;
 use crate::types::{
     AggregateOp, Allocation, AllocationState, AuthorityKey, AuthorityRead, AuthoritySnapshot,
     AuthorityState, CapacityLimits, CapacityUse, ContentReceipt, DescriptorKey, DescriptorKind,
-    DescriptorRecord, LeaseGrant, LeaseRead, MAX_AGGREGATE_OPS, NodeRef, ObjectKind, OwnerFence,
-    OwnerToken, PendingCreation, PublishOutcome, Reservation, ReserveRequest, StoreTime,
-    StoredPayload, TargetFence, TermLease, TransferOwner, duration_ms,
+    DescriptorRecord, LeaseGrant, LeaseRead, NodeRef, ObjectKind, OwnerFence, OwnerToken,
+    PendingCreation, PublishOutcome, Reservation, ReserveRequest, StoreTime, StoredPayload,
+    TargetFence, TermLease, TransferOwner, duration_ms,
 };
 
 /// Longest TTL or retention the provider accepts, in milliseconds (about 35,000 years); longer
@@ -199,13 +199,6 @@ fn a(s: impl AsRef<[u8]>) -> Vec<u8> {
 
 fn ttl_ms(d: Duration) -> String {
     duration_ms(d).min(MAX_TTL_MS).to_string()
-}
-
-fn check_ttl(ttl: Duration) -> Result<()> {
-    if ttl.is_zero() {
-        return Err(StoreError::InvalidArgument("ttl must be positive".into()));
-    }
-    Ok(())
 }
 
 fn kind_str(kind: ObjectKind) -> &'static str {
@@ -531,23 +524,6 @@ fn aggregate_args(args: &mut Args, op: &AggregateOp) {
     }
 }
 
-fn validate_aggregate(ops: &[AggregateOp]) -> Result<()> {
-    if ops.is_empty() || ops.len() > MAX_AGGREGATE_OPS {
-        return Err(StoreError::InvalidArgument(format!(
-            "aggregate commit needs 1..={MAX_AGGREGATE_OPS} members, got {}",
-            ops.len()
-        )));
-    }
-    let mut keys: Vec<&AuthorityKey> = ops.iter().map(AggregateOp::key).collect();
-    keys.sort();
-    if keys.windows(2).any(|w| w[0] == w[1]) {
-        return Err(StoreError::InvalidArgument(
-            "aggregate members must name distinct keys".into(),
-        ));
-    }
-    Ok(())
-}
-
 fn run_id_of(info: &str) -> String {
     info.lines()
         .find_map(|l| l.strip_prefix("run_id:"))
@@ -720,7 +696,7 @@ impl LocationStore for RedisStore {
     }
 
     async fn claim_lease(&self, owner_id: &str, ttl: Duration) -> Result<LeaseGrant> {
-        check_ttl(ttl)?;
+        crate::validate::ttl(ttl)?;
         if owner_id.is_empty() {
             return Err(StoreError::InvalidArgument("empty owner id".into()));
         }
@@ -743,7 +719,7 @@ impl LocationStore for RedisStore {
     }
 
     async fn renew_lease(&self, token: &OwnerToken, ttl: Duration) -> Result<LeaseGrant> {
-        check_ttl(ttl)?;
+        crate::validate::ttl(ttl)?;
         let s = &self.inner.scripts;
         let r = self
             .eval(
@@ -802,7 +778,7 @@ impl LocationStore for RedisStore {
         config_epoch: u64,
         ttl: Duration,
     ) -> Result<TermLease> {
-        check_ttl(ttl)?;
+        crate::validate::ttl(ttl)?;
         let s = &self.inner.scripts;
         let r = self
             .eval(
@@ -1125,17 +1101,7 @@ impl LocationStore for RedisStore {
         from: AuthorityState,
         to: AuthorityState,
     ) -> Result<AuthoritySnapshot> {
-        let allowed = matches!(
-            (from, to),
-            (AuthorityState::Ready, AuthorityState::Closing)
-                | (AuthorityState::Ready, AuthorityState::Relocating)
-                | (AuthorityState::Relocating, AuthorityState::Ready)
-        );
-        if !allowed {
-            return Err(StoreError::InvalidArgument(format!(
-                "transition {from:?} -> {to:?} is not allowed"
-            )));
-        }
+        crate::validate::transition(from, to)?;
         let mut args = Args::new();
         fence_args(&mut args, fence);
         args.push(a(state_str(from)));
@@ -1148,7 +1114,7 @@ impl LocationStore for RedisStore {
     }
 
     async fn commit_aggregate(&self, ops: &[AggregateOp]) -> Result<Vec<AuthoritySnapshot>> {
-        validate_aggregate(ops)?;
+        crate::validate::aggregate(ops)?;
         let mut args = vec![a(ops.len().to_string())];
         for op in ops {
             aggregate_args(&mut args, op);
@@ -1186,7 +1152,7 @@ impl LocationStore for RedisStore {
 
 impl RelocationStore for RedisStore {
     async fn put(&self, reference: &str, bytes: Bytes, retention: Duration) -> Result<StoreTime> {
-        check_ttl(retention)?;
+        crate::validate::ttl(retention)?;
         if reference.is_empty() {
             return Err(StoreError::InvalidArgument("empty reference".into()));
         }
@@ -1221,7 +1187,7 @@ impl RelocationStore for RedisStore {
     }
 
     async fn renew(&self, reference: &str, retention: Duration) -> Result<StoreTime> {
-        check_ttl(retention)?;
+        crate::validate::ttl(retention)?;
         let s = &self.inner.scripts;
         let r = self
             .eval(
