@@ -179,6 +179,16 @@ pub async fn claim_issues_a_new_lease_generation_every_time<H: Harness>(h: &H) {
     s.renew_lease(&b.token, LONG)
         .await
         .expect("renew current token");
+    expect_err(
+        s.claim_lease("", LONG).await,
+        "InvalidArgument",
+        "empty owner id",
+    );
+    expect_err(
+        s.claim_lease(&owner, Duration::ZERO).await,
+        "InvalidArgument",
+        "zero ttl",
+    );
     match s.read_lease(&owner).await.expect("read") {
         LeaseRead::Found {
             token,
@@ -541,6 +551,13 @@ pub async fn reserve_requires_a_live_target_with_a_matching_descriptor<H: Harnes
         s.reserve(&req).await,
         StaleReason::LeaseNotLive,
         "wrong lease",
+    );
+    let mut req = request(h, &key, "no-type", &n);
+    req.stable_type = String::new();
+    expect_err(
+        s.reserve(&req).await,
+        "InvalidArgument",
+        "empty stable type",
     );
     assert!(read(h, &key).await.is_none(), "nothing written");
 }
@@ -917,6 +934,11 @@ pub async fn relocation_payloads_are_immutable_and_expire<H: Harness>(h: &H) {
     let r = h.unique("zlia/1");
     let bytes = Bytes::from_static(b"ZLIA activation envelope");
     let exp = s.put(&r, bytes.clone(), SHORT).await.expect("put");
+    expect_err(
+        s.put("", bytes.clone(), SHORT).await,
+        "InvalidArgument",
+        "empty reference",
+    );
     // Same bytes again: idempotent; retention becomes the later of the two expiries.
     let again = s.put(&r, bytes.clone(), SHORT).await.expect("same put");
     assert!(again >= exp);

@@ -371,9 +371,7 @@ impl LocationStore for MemoryStore {
 
     async fn claim_lease(&self, owner_id: &str, ttl: Duration) -> Result<LeaseGrant> {
         crate::validate::ttl(ttl)?;
-        if owner_id.is_empty() {
-            return Err(StoreError::InvalidArgument("empty owner id".into()));
-        }
+        crate::validate::non_empty(owner_id, "owner id")?;
         let (mut st, now) = self.lock()?;
         let generation = st.next(counters::LEASE_GENERATION)?;
         let expires = now.plus(ttl);
@@ -524,11 +522,7 @@ impl LocationStore for MemoryStore {
         revision: u64,
         content: Bytes,
     ) -> Result<PublishOutcome> {
-        if revision == 0 || lifecycle_generation == 0 {
-            return Err(StoreError::InvalidArgument(
-                "revision and lifecycle generation must be non-zero".into(),
-            ));
-        }
+        crate::validate::descriptor(lifecycle_generation, revision)?;
         let (mut st, now) = self.lock()?;
         st.require_live(owner, now)?;
         if let Some(existing) = st.descriptors.get(key) {
@@ -634,11 +628,7 @@ impl LocationStore for MemoryStore {
     }
 
     async fn reserve(&self, req: &ReserveRequest) -> Result<Reservation> {
-        if req.reservation_id.is_empty() || req.stable_type.is_empty() {
-            return Err(StoreError::InvalidArgument(
-                "empty reservation id or stable type".into(),
-            ));
-        }
+        crate::validate::reservation(&req.reservation_id, &req.stable_type)?;
         let (mut st, now) = self.lock()?;
         // (1) replay
         if let Some((prev_req, prev, expires)) = st.reservations.get(&req.reservation_id)
@@ -873,9 +863,7 @@ impl LocationStore for MemoryStore {
 impl RelocationStore for MemoryStore {
     async fn put(&self, reference: &str, bytes: Bytes, retention: Duration) -> Result<StoreTime> {
         crate::validate::ttl(retention)?;
-        if reference.is_empty() {
-            return Err(StoreError::InvalidArgument("empty reference".into()));
-        }
+        crate::validate::non_empty(reference, "reference")?;
         let (mut st, now) = self.lock()?;
         let expires = now.plus(retention);
         match st.payloads.get_mut(reference) {

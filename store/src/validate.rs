@@ -49,3 +49,31 @@ pub(crate) fn transition(from: AuthorityState, to: AuthorityState) -> Result<()>
         )))
     }
 }
+
+/// A named thing (owner id, relocation reference) must not be empty.
+pub(crate) fn non_empty(value: &str, what: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(StoreError::InvalidArgument(format!("empty {what}")));
+    }
+    Ok(())
+}
+
+/// Descriptor revisions and lifecycle generations start at 1.
+pub(crate) fn descriptor(lifecycle_generation: u64, revision: u64) -> Result<()> {
+    if revision == 0 || lifecycle_generation == 0 {
+        return Err(StoreError::InvalidArgument(
+            "revision and lifecycle generation must be non-zero".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A reservation needs a reservation ID and a stable type.
+pub(crate) fn reservation(reservation_id: &str, stable_type: &str) -> Result<()> {
+    if reservation_id.is_empty() || stable_type.is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "empty reservation id or stable type".into(),
+        ));
+    }
+    Ok(())
+}

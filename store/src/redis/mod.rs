@@ -697,9 +697,7 @@ impl LocationStore for RedisStore {
 
     async fn claim_lease(&self, owner_id: &str, ttl: Duration) -> Result<LeaseGrant> {
         crate::validate::ttl(ttl)?;
-        if owner_id.is_empty() {
-            return Err(StoreError::InvalidArgument("empty owner id".into()));
-        }
+        crate::validate::non_empty(owner_id, "owner id")?;
         let s = &self.inner.scripts;
         let r = self
             .eval(
@@ -849,11 +847,7 @@ impl LocationStore for RedisStore {
         revision: u64,
         content: Bytes,
     ) -> Result<PublishOutcome> {
-        if revision == 0 || lifecycle_generation == 0 {
-            return Err(StoreError::InvalidArgument(
-                "revision and lifecycle generation must be non-zero".into(),
-            ));
-        }
+        crate::validate::descriptor(lifecycle_generation, revision)?;
         let s = &self.inner.scripts;
         let r = self
             .eval(
@@ -998,11 +992,7 @@ impl LocationStore for RedisStore {
     }
 
     async fn reserve(&self, req: &ReserveRequest) -> Result<Reservation> {
-        if req.reservation_id.is_empty() || req.stable_type.is_empty() {
-            return Err(StoreError::InvalidArgument(
-                "empty reservation id or stable type".into(),
-            ));
-        }
+        crate::validate::reservation(&req.reservation_id, &req.stable_type)?;
         let canonical = serde_json::to_string(req)
             .map_err(|e| StoreError::InvalidArgument(format!("request: {e}")))?;
         let (has_content, reference, sha, size) = match &req.content {
@@ -1153,9 +1143,7 @@ impl LocationStore for RedisStore {
 impl RelocationStore for RedisStore {
     async fn put(&self, reference: &str, bytes: Bytes, retention: Duration) -> Result<StoreTime> {
         crate::validate::ttl(retention)?;
-        if reference.is_empty() {
-            return Err(StoreError::InvalidArgument("empty reference".into()));
-        }
+        crate::validate::non_empty(reference, "reference")?;
         let s = &self.inner.scripts;
         let r = self
             .eval(
