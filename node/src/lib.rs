@@ -43,4 +43,9 @@
 //! Every timeout of the spec is a setting whose default lives in [`config::defaults`]; tests
 //! shorten them to milliseconds and drive the real code paths instead of sleeping.
 
+pub mod call;
 pub mod config;
+pub mod jobs;
+pub mod mesh;
+pub mod select;
+pub mod transport;

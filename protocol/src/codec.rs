@@ -488,7 +488,7 @@ pub mod hex {
     /// A message naming the problem for odd length or a non-hex character.
     pub fn decode(s: &str) -> Result<Vec<u8>, String> {
         let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return Err(format!("odd number of hex digits ({})", digits.len()));
         }
         let nibble = |c: u8| -> Result<u8, String> {

@@ -936,14 +936,14 @@ impl StreamDecoder {
             return Err(e.clone());
         }
         // The packet at `frontier` is partial: validate its header once it is all here.
-        if let (Some(_), false) = (self.frontier_len, self.frontier_header_checked) {
-            if let Some(prefix) = StreamPrefix::parse(&self.buf[self.frontier..]) {
-                let header_start = self.frontier + PREFIX_LEN;
-                let header_end = header_start + usize::from(prefix.header_len);
-                if let Some(header) = self.buf.get(header_start..header_end) {
-                    parse_header(header)?;
-                    self.frontier_header_checked = true;
-                }
+        if let (Some(_), false) = (self.frontier_len, self.frontier_header_checked)
+            && let Some(prefix) = StreamPrefix::parse(&self.buf[self.frontier..])
+        {
+            let header_start = self.frontier + PREFIX_LEN;
+            let header_end = header_start + usize::from(prefix.header_len);
+            if let Some(header) = self.buf.get(header_start..header_end) {
+                parse_header(header)?;
+                self.frontier_header_checked = true;
             }
         }
         Ok(None)

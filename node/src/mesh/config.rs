@@ -1,0 +1,291 @@
+//! MeshNode configuration (glossary §1 "MeshNode", §6, §9) and its validation.
+
+use std::time::Duration;
+
+use thiserror::Error;
+use zlink_protocol::generated::{ChannelMembership, ChannelRole, ObjectRole};
+use zlink_protocol::ids;
+
+use super::auth::MeshSecret;
+use crate::jobs::JobQueueConfig;
+
+/// Default application job-queue permits per host.
+pub const DEFAULT_JOB_PERMITS: usize = 1024;
+
+/// The capability every zlink node announces and requires in `hello` (wire §4).
+pub const CAPABILITY: &str = "framework-service-v13";
+
+/// How the node's Routing ID is chosen (glossary §9 "Routing ID").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RidConfig {
+    /// `prefix-<lowercase uuid v4>` from the CSPRNG, new for every lifecycle.
+    Automatic {
+        /// Diagnostic prefix, ASCII `[A-Za-z0-9._-]`, 1..=64 characters.
+        prefix: String,
+    },
+    /// A fixed RID (manual topology).
+    Fixed(String),
+}
+
+/// A manually configured peer (glossary §6 "Manual endpoint").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManualPeer {
+    /// `tcp://host:port` of the peer's ROUTER listener.
+    pub endpoint: String,
+    /// The peer's RID when known; an endpoint-only intent learns it from the greeting.
+    pub expected_rid: Option<String>,
+}
+
+/// Timings; every spec timeout is configurable so tests run the real paths fast.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshTimings {
+    /// Liveness probe interval (wire §5; default 5 s).
+    pub probe_interval: Duration,
+    /// Liveness deadline since the last matching ACK (default 15 s).
+    pub liveness_deadline: Duration,
+    /// How often automatic discovery lists descriptors.
+    pub discovery_poll: Duration,
+    /// Owner lease TTL.
+    pub lease_ttl: Duration,
+    /// Owner lease renewal period (must be shorter than the TTL).
+    pub lease_renew: Duration,
+    /// Wait before re-dialing a peer that rejected us (not for `NotRequired`, which is final).
+    pub reject_backoff: Duration,
+    /// Default request timeout.
+    pub request_timeout: Duration,
+}
+
+impl Default for MeshTimings {
+    fn default() -> Self {
+        Self {
+            probe_interval: Duration::from_secs(5),
+            liveness_deadline: Duration::from_secs(15),
+            discovery_poll: Duration::from_secs(1),
+            lease_ttl: Duration::from_secs(10),
+            lease_renew: Duration::from_secs(3),
+            reject_backoff: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Flow control and socket bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowConfig {
+    /// Credit window per connection and direction: application bytes a sender may have in
+    /// flight (sent but not yet consumed by the receiver's dispatcher). This is the HWM of the
+    /// backpressure contract.
+    pub window_bytes: u32,
+    /// Byte cap of the pump's outbound data queue.
+    pub pump_queue_bytes: usize,
+    /// ZeroMQ per-pipe high-water marks, in messages.
+    pub zmq_hwm: i32,
+    /// Messages per pump batch.
+    pub batch: usize,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        Self {
+            window_bytes: 4 * 1024 * 1024,
+            pump_queue_bytes: 16 * 1024 * 1024,
+            zmq_hwm: 100_000,
+            batch: 256,
+        }
+    }
+}
+
+/// Everything a MeshNode needs to start.
+#[derive(Debug, Clone)]
+pub struct MeshNodeConfig {
+    /// The RouteMesh this node joins.
+    pub mesh_name: String,
+    /// RID choice.
+    pub rid: RidConfig,
+    /// Host owner identity for the owner lease (e.g. the pod name); default `host-<rid>`.
+    pub owner_id: Option<String>,
+    /// Local interface to bind (`0.0.0.0` allowed); default `127.0.0.1`.
+    pub bind_host: String,
+    /// Address peers dial; required when `bind_host` is a wildcard.
+    pub advertise_host: Option<String>,
+    /// Port; 0 binds an ephemeral port and advertises the actual one.
+    pub port: u16,
+    /// Object role.
+    pub object_role: ObjectRole,
+    /// Application version (rollout ordering).
+    pub application_version: u64,
+    /// Maintenance wave stable ID (empty = none).
+    pub maintenance_wave: String,
+    /// Placement weight 0..=10000.
+    pub placement_weight: u16,
+    /// Channel memberships (a Server membership makes Client–Client pairs connect).
+    pub channels: Vec<ChannelMembership>,
+    /// Security identity proven in admission.
+    pub security_identity: String,
+    /// Mesh secret.
+    pub secret: MeshSecret,
+    /// Manual peers.
+    pub manual_peers: Vec<ManualPeer>,
+    /// Timings.
+    pub timings: MeshTimings,
+    /// Flow control.
+    pub flow: FlowConfig,
+    /// Application job queue.
+    pub jobs: JobQueueConfig,
+}
+
+impl MeshNodeConfig {
+    /// A config with defaults for everything but the mesh name and secret.
+    pub fn new(mesh_name: impl Into<String>, secret: MeshSecret) -> Self {
+        Self {
+            mesh_name: mesh_name.into(),
+            rid: RidConfig::Automatic {
+                prefix: "node".into(),
+            },
+            owner_id: None,
+            bind_host: "127.0.0.1".into(),
+            advertise_host: None,
+            port: 0,
+            object_role: ObjectRole::Server,
+            application_version: 0,
+            maintenance_wave: String::new(),
+            placement_weight: 100,
+            channels: Vec::new(),
+            security_identity: "zlink-node".into(),
+            secret,
+            manual_peers: Vec::new(),
+            timings: MeshTimings::default(),
+            flow: FlowConfig::default(),
+            jobs: JobQueueConfig::with_permits(DEFAULT_JOB_PERMITS),
+        }
+    }
+
+    /// Check every setting.
+    ///
+    /// # Errors
+    /// The first [`MeshConfigError`].
+    pub fn validate(&self) -> Result<(), MeshConfigError> {
+        let bad = |field: &'static str, reason: String| MeshConfigError::Invalid { field, reason };
+        if self.mesh_name.is_empty() || self.mesh_name.len() > 255 {
+            return Err(bad("mesh_name", "must be 1..=255 bytes".into()));
+        }
+        match &self.rid {
+            RidConfig::Automatic { prefix } => {
+                ids::validate_rid_prefix(prefix).map_err(|e| bad("rid.prefix", e.to_string()))?
+            }
+            RidConfig::Fixed(rid) => {
+                ids::validate_rid(rid).map_err(|e| bad("rid", e.to_string()))?;
+            }
+        }
+        if self.bind_host.is_empty() {
+            return Err(bad("bind_host", "must not be empty".into()));
+        }
+        if let Some(a) = &self.advertise_host {
+            if is_wildcard(a) || a.is_empty() {
+                return Err(bad(
+                    "advertise_host",
+                    format!("{a:?} is a wildcard or empty; remotes cannot dial it"),
+                ));
+            }
+        } else if is_wildcard(&self.bind_host) {
+            return Err(bad(
+                "advertise_host",
+                format!(
+                    "bind_host {:?} is a wildcard, so advertise_host must name a dialable address",
+                    self.bind_host
+                ),
+            ));
+        }
+        if self.placement_weight > 10_000 {
+            return Err(bad("placement_weight", "must be 0..=10000".into()));
+        }
+        for c in &self.channels {
+            if c.weight > 10_000 {
+                return Err(bad("channels.weight", "must be 0..=10000".into()));
+            }
+        }
+        if self.security_identity.is_empty() || self.security_identity.len() > 255 {
+            return Err(bad("security_identity", "must be 1..=255 bytes".into()));
+        }
+        if self.maintenance_wave.len() > 255 {
+            return Err(bad("maintenance_wave", "must be at most 255 bytes".into()));
+        }
+        for p in &self.manual_peers {
+            if !p.endpoint.starts_with("tcp://") {
+                return Err(bad(
+                    "manual_peers.endpoint",
+                    format!("{:?} is not tcp://host:port", p.endpoint),
+                ));
+            }
+            if let Some(rid) = &p.expected_rid {
+                ids::validate_rid(rid)
+                    .map_err(|e| bad("manual_peers.expected_rid", e.to_string()))?;
+            }
+        }
+        let t = &self.timings;
+        if t.probe_interval.is_zero() || t.liveness_deadline <= t.probe_interval {
+            return Err(bad(
+                "timings",
+                "probe_interval must be positive and shorter than liveness_deadline".into(),
+            ));
+        }
+        if t.lease_renew.is_zero() || t.lease_renew >= t.lease_ttl {
+            return Err(bad(
+                "timings",
+                "lease_renew must be positive and shorter than lease_ttl".into(),
+            ));
+        }
+        if t.discovery_poll.is_zero() || t.request_timeout.is_zero() {
+            return Err(bad(
+                "timings",
+                "discovery_poll and request_timeout must be positive".into(),
+            ));
+        }
+        if self.flow.window_bytes < 1024 {
+            return Err(bad("flow.window_bytes", "must be at least 1024".into()));
+        }
+        if self.flow.zmq_hwm <= 0 || self.flow.batch == 0 || self.flow.pump_queue_bytes == 0 {
+            return Err(bad(
+                "flow",
+                "zmq_hwm, batch and pump_queue_bytes must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this node has a RouteMesh Channel Server membership.
+    pub fn has_server_membership(&self) -> bool {
+        self.channels.iter().any(|c| c.role == ChannelRole::Server)
+    }
+}
+
+/// `0.0.0.0` or `::` (glossary §9 "Wildcard address").
+pub fn is_wildcard(host: &str) -> bool {
+    matches!(host, "0.0.0.0" | "::" | "[::]" | "*")
+}
+
+/// A configuration the node refuses to start with.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MeshConfigError {
+    /// A setting is out of range.
+    #[error("invalid mesh configuration {field}: {reason}")]
+    Invalid {
+        /// The setting.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Two handlers for the same (namespace, message kind, packet name).
+    #[error("duplicate handler for {kind} {packet_name:?} in namespace {namespace:?}")]
+    DuplicateHandler {
+        /// Namespace (MeshName for node direct).
+        namespace: String,
+        /// Message kind.
+        kind: &'static str,
+        /// Packet name.
+        packet_name: String,
+    },
+    /// Automatic RID claim found the RID active elsewhere (glossary §9 `RoutingIdConflict`).
+    #[error("routing id conflict: {0} is claimed by another live owner")]
+    RoutingIdConflict(String),
+}

@@ -1,0 +1,254 @@
+//! Application dispatch through the job queue (glossary §3 "Application job queue").
+//!
+//! The dispatcher takes a job-queue permit **before** it claims the next application record
+//! (receive/claim), then hands the record and the permit to the runner of its handler. The
+//! runner releases the permit at the handler's first instruction. Claiming consumes the
+//! record's flow charge; credit goes back to the sender only while the host pressure state is
+//! `Running`, so pressure reaches the senders as backpressure (their sends wait), never as a
+//! drop. Terminal replies never come here: the reactor completes them directly.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Semaphore, mpsc};
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    CommandBody, NodeFence, ReplyResult, RequestHeader, TerminalStatus,
+};
+use zlink_protocol::metadata::Metadata;
+use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
+
+use super::connection::{ConnRef, Leg};
+use super::handler::{Handler, HandlerKey, MessageContext, MessageKind};
+use super::node::Inner;
+use super::peer::PeerState;
+use crate::call::error::{CallError, ErrorKind};
+use crate::jobs::{JobPermit, PressureState};
+
+/// An admitted application record waiting to be claimed.
+pub(crate) struct DispatchItem {
+    pub conn: ConnRef,
+    pub charge: u32,
+    pub record: Record,
+}
+
+struct Job {
+    ctx: MessageContext,
+    payload: TypedPayload,
+    permit: JobPermit,
+    request: Option<RequestHeader>,
+}
+
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    mut rx: mpsc::UnboundedReceiver<DispatchItem>,
+    handlers: HashMap<HandlerKey, (Handler, usize)>,
+) {
+    let mut runners: HashMap<HandlerKey, mpsc::UnboundedSender<Job>> = HashMap::new();
+    let mut runner_tasks = Vec::new();
+    for (key, (handler, concurrency)) in handlers {
+        let (tx, jrx) = mpsc::unbounded_channel();
+        runners.insert(key, tx);
+        runner_tasks.push(tokio::spawn(runner(
+            Arc::clone(&inner),
+            handler,
+            concurrency,
+            jrx,
+        )));
+    }
+    let watcher = tokio::spawn(credit_on_resume(Arc::clone(&inner)));
+    let pressure = inner.jobs.subscribe();
+    loop {
+        // Permit first, then claim (glossary §3).
+        let Ok(permit) = inner.jobs.acquire().await else {
+            break;
+        };
+        let Some(item) = rx.recv().await else {
+            break;
+        };
+        item.conn.on_consumed(item.charge);
+        if *pressure.borrow() == PressureState::Running {
+            let min = if rx.is_empty() {
+                1
+            } else {
+                u64::from(item.conn.window() / 4)
+            };
+            item.conn.flush_credit(min);
+        }
+        let DispatchItem { conn, record, .. } = item;
+        let (kind, source, request) = match &record.body {
+            CommandBody::NodeSend(s) => (MessageKind::Send, s.source.clone(), None),
+            CommandBody::NodeRequest(r) => (
+                MessageKind::Request,
+                r.source.clone(),
+                Some(r.request.clone()),
+            ),
+            _ => continue,
+        };
+        let payload = record.payload.unwrap_or_default();
+        let key = HandlerKey {
+            namespace: inner.config.mesh_name.clone(),
+            kind,
+            packet_name: payload.packet_name.clone(),
+        };
+        let Some(tx) = runners.get(&key) else {
+            inner.metrics.no_handler.fetch_add(1, Ordering::Relaxed);
+            drop(permit);
+            if let Some(req) = &request {
+                send_reply(
+                    &inner,
+                    &source,
+                    req,
+                    Err(CallError::new(
+                        ErrorKind::NotFound,
+                        format!("no {} handler for {:?}", kind.name(), payload.packet_name),
+                    )),
+                );
+            }
+            continue;
+        };
+        let ctx = MessageContext {
+            source,
+            correlation_id: request.as_ref().map(|r| r.correlation_id.clone()),
+            metadata: record.metadata.unwrap_or_else(Metadata::empty),
+            deadline: request
+                .as_ref()
+                .map(|r| UNIX_EPOCH + Duration::from_millis(r.deadline_unix_ms)),
+            packet_name: payload.packet_name.clone(),
+        };
+        let _ = conn;
+        let _ = tx.send(Job {
+            ctx,
+            payload,
+            permit,
+            request,
+        });
+    }
+    watcher.abort();
+    for t in runner_tasks {
+        t.abort();
+    }
+}
+
+/// When pressure returns to `Running`, give back the credit withheld while paused.
+async fn credit_on_resume(inner: Arc<Inner>) {
+    let mut rx = inner.jobs.subscribe();
+    while rx.changed().await.is_ok() {
+        if *rx.borrow_and_update() == PressureState::Running {
+            let conns: Vec<ConnRef> = inner
+                .peers()
+                .values()
+                .filter(|e| e.state == PeerState::Ready)
+                .filter_map(|e| e.conn.clone())
+                .collect();
+            for c in conns {
+                c.flush_credit(1);
+            }
+        }
+    }
+}
+
+async fn runner(
+    inner: Arc<Inner>,
+    handler: Handler,
+    concurrency: usize,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+) {
+    let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+    while let Some(job) = rx.recv().await {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            break;
+        };
+        let inner = Arc::clone(&inner);
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            // The handler's first instruction: the job-queue permit goes back here.
+            job.permit.release();
+            inner.metrics.delivered.fetch_add(1, Ordering::Relaxed);
+            match (&handler, job.request) {
+                (Handler::Send(f), None) => {
+                    if let Err(e) = f(job.ctx, job.payload).await {
+                        tracing::debug!(error = %e, "one-way handler failed");
+                    }
+                }
+                (Handler::Request(f), Some(req)) => {
+                    let source = job.ctx.source.clone();
+                    let expired = job.ctx.deadline.is_some_and(|d| d <= SystemTime::now());
+                    let result = if expired {
+                        Err(CallError::new(
+                            ErrorKind::DeadlineExceeded,
+                            "deadline passed before the handler ran",
+                        ))
+                    } else {
+                        f(job.ctx, job.payload).await
+                    };
+                    send_reply(&inner, &source, &req, result);
+                }
+                (Handler::Send(_), Some(_)) | (Handler::Request(_), None) => {}
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Send the single terminal reply of a request back to its source node.
+pub(crate) fn send_reply(
+    inner: &Inner,
+    source: &NodeFence,
+    req: &RequestHeader,
+    result: Result<TypedPayload, CallError>,
+) {
+    let conn = {
+        let peers = inner.peers();
+        peers
+            .get(&source.rid)
+            .filter(|e| e.state == PeerState::Ready)
+            .and_then(|e| e.conn.clone())
+            .filter(|c| c.peer().lifecycle_generation == source.lifecycle_generation)
+    };
+    let Some(conn) = conn else {
+        inner
+            .metrics
+            .reply_unroutable
+            .fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let (status, detail, payload) = match result {
+        Ok(p) => (TerminalStatus::Ok, String::new(), Some(p)),
+        Err(e) => (
+            e.kind().to_status(),
+            e.detail().chars().take(1024).collect(),
+            None,
+        ),
+    };
+    let mut record = Record::new(CommandBody::Reply(zlink_protocol::generated::Reply {
+        operation_id: req.operation_id.clone(),
+        reply_route_id: req.reply_route_id,
+        correlation_id: req.correlation_id.clone(),
+        status,
+        detail,
+        result: ReplyResult::None,
+    }));
+    record.payload = payload;
+    match record.encode(WireContext::route_mesh(WireLeg::Reply)) {
+        Ok(frames) => {
+            conn.send_control(Leg::Reply, frames);
+        }
+        Err(e) => {
+            // The handler's payload did not fit the wire: answer with the error instead.
+            let err = Record::new(CommandBody::Reply(zlink_protocol::generated::Reply {
+                operation_id: req.operation_id.clone(),
+                reply_route_id: req.reply_route_id,
+                correlation_id: req.correlation_id.clone(),
+                status: TerminalStatus::InvalidOperation,
+                detail: format!("reply not encodable: {e}"),
+                result: ReplyResult::None,
+            }));
+            if let Ok(frames) = err.encode(WireContext::route_mesh(WireLeg::Reply)) {
+                conn.send_control(Leg::Reply, frames);
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! Typed messages (issue "typed messages"; glossary §7 "Handler namespace", "Message kind",
+//! "Packet name"; wire §2 typed payload envelope, §6 `framework-json-v1`).
+//!
+//! Handlers are registered by (namespace, message kind, packet name) before the node starts;
+//! a duplicate key fails at startup. Application code deals in its own types: the default
+//! codec is JSON through serde (`framework-json-v1`, content type
+//! [`JSON_CONTENT_TYPE`]); raw handlers get the payload bytes as they arrived
+//! ([`RAW_CONTENT_TYPE`]). Frames, envelopes and codec tables stay inside the runtime.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::NodeFence;
+use zlink_protocol::metadata::Metadata;
+
+use super::config::MeshConfigError;
+use crate::call::error::{CallError, ErrorKind};
+
+/// Content type of the `framework-json-v1` profile.
+pub const JSON_CONTENT_TYPE: &str = "application/json; profile=framework-json-v1";
+/// Content type of raw byte payloads.
+pub const RAW_CONTENT_TYPE: &str = "application/octet-stream";
+
+/// A message type with a packet name, carried with the default JSON codec.
+pub trait JsonMessage: Serialize + DeserializeOwned + Send + 'static {
+    /// The packet name handlers are looked up by.
+    const PACKET_NAME: &'static str;
+}
+
+/// How a message completes (glossary §7 "Message kind").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    /// One-way.
+    Send,
+    /// Request with exactly one terminal reply.
+    Request,
+}
+
+impl MessageKind {
+    /// Stable name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Send => "send",
+            Self::Request => "request",
+        }
+    }
+}
+
+/// What a handler sees of the message besides its payload.
+#[derive(Debug, Clone)]
+pub struct MessageContext {
+    /// The node that sent it.
+    pub source: NodeFence,
+    /// Correlation ID of a request (`None` for one-way messages).
+    pub correlation_id: Option<String>,
+    /// Immutable metadata snapshot (never copied to the reply).
+    pub metadata: Metadata,
+    /// End-to-end deadline of a request.
+    pub deadline: Option<SystemTime>,
+    /// The packet name.
+    pub packet_name: String,
+}
+
+/// Boxed future returned by handlers.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+type SendFn =
+    Arc<dyn Fn(MessageContext, TypedPayload) -> BoxFuture<Result<(), CallError>> + Send + Sync>;
+type RequestFn = Arc<
+    dyn Fn(MessageContext, TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>>
+        + Send
+        + Sync,
+>;
+
+/// One registered handler.
+#[derive(Clone)]
+pub(crate) enum Handler {
+    Send(SendFn),
+    Request(RequestFn),
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Send(_) => "Handler::Send",
+            Self::Request(_) => "Handler::Request",
+        })
+    }
+}
+
+/// Handler lookup key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct HandlerKey {
+    pub namespace: String,
+    pub kind: MessageKind,
+    pub packet_name: String,
+}
+
+/// Node-direct handlers of one MeshNode (namespace = its MeshName), built before start.
+#[derive(Clone, Default)]
+pub struct Handlers {
+    map: HashMap<HandlerKey, (Handler, usize)>,
+    duplicate: Option<MeshConfigError>,
+}
+
+impl std::fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handlers")
+            .field("count", &self.map.len())
+            .finish()
+    }
+}
+
+/// Encode a JSON message into a typed payload.
+///
+/// # Errors
+/// `InvalidOperation` when serde cannot serialize the value.
+pub fn encode_json<M: JsonMessage>(msg: &M) -> Result<TypedPayload, CallError> {
+    let bytes = serde_json::to_vec(msg).map_err(|e| {
+        CallError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "{} does not serialize as framework-json-v1: {e}",
+                M::PACKET_NAME
+            ),
+        )
+    })?;
+    Ok(TypedPayload::new(M::PACKET_NAME, JSON_CONTENT_TYPE, bytes))
+}
+
+/// Decode a typed payload as JSON message `M`.
+///
+/// # Errors
+/// `InvalidOperation` when the content type is not JSON or the bytes do not decode as `M`.
+pub fn decode_json<M: DeserializeOwned>(p: &TypedPayload) -> Result<M, CallError> {
+    if p.content_type != JSON_CONTENT_TYPE {
+        return Err(CallError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "content type {:?} is not {JSON_CONTENT_TYPE}",
+                p.content_type
+            ),
+        ));
+    }
+    serde_json::from_slice(&p.payload).map_err(|e| {
+        CallError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "payload of {:?} is not valid framework-json-v1: {e}",
+                p.packet_name
+            ),
+        )
+    })
+}
+
+impl Handlers {
+    /// No handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn insert(&mut self, kind: MessageKind, packet_name: &str, h: Handler, concurrency: usize) {
+        let key = HandlerKey {
+            namespace: String::new(),
+            kind,
+            packet_name: packet_name.to_owned(),
+        };
+        if self.map.contains_key(&key) {
+            self.duplicate
+                .get_or_insert(MeshConfigError::DuplicateHandler {
+                    namespace: String::new(),
+                    kind: kind.name(),
+                    packet_name: packet_name.to_owned(),
+                });
+            return;
+        }
+        self.map.insert(key, (h, concurrency.max(1)));
+    }
+
+    /// One-way handler for JSON message `M`, run one message at a time in arrival order.
+    pub fn on_send<M, F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        M: JsonMessage,
+        F: Fn(MessageContext, M) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), CallError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let h: SendFn = Arc::new(move |ctx, p| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                let m: M = decode_json(&p)?;
+                f(ctx, m).await
+            })
+        });
+        self.insert(MessageKind::Send, M::PACKET_NAME, Handler::Send(h), 1);
+        self
+    }
+
+    /// Request handler for JSON request `Req` answered with JSON `Resp`, one at a time.
+    pub fn on_request<Req, Resp, F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        Req: JsonMessage,
+        Resp: JsonMessage,
+        F: Fn(MessageContext, Req) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, CallError>> + Send + 'static,
+    {
+        self.on_request_concurrent::<Req, Resp, F, Fut>(1, f)
+    }
+
+    /// Request handler allowed to run `concurrency` requests at once.
+    pub fn on_request_concurrent<Req, Resp, F, Fut>(
+        &mut self,
+        concurrency: usize,
+        f: F,
+    ) -> &mut Self
+    where
+        Req: JsonMessage,
+        Resp: JsonMessage,
+        F: Fn(MessageContext, Req) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, CallError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let h: RequestFn = Arc::new(move |ctx, p| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                let req: Req = decode_json(&p)?;
+                let resp = f(ctx, req).await?;
+                encode_json(&resp)
+            })
+        });
+        self.insert(
+            MessageKind::Request,
+            Req::PACKET_NAME,
+            Handler::Request(h),
+            concurrency,
+        );
+        self
+    }
+
+    /// One-way handler receiving raw bytes of `packet_name`.
+    pub fn on_send_raw<F, Fut>(&mut self, packet_name: &str, f: F) -> &mut Self
+    where
+        F: Fn(MessageContext, Bytes) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), CallError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let h: SendFn = Arc::new(move |ctx, p| {
+            let f = Arc::clone(&f);
+            Box::pin(async move { f(ctx, p.payload).await })
+        });
+        self.insert(MessageKind::Send, packet_name, Handler::Send(h), 1);
+        self
+    }
+
+    /// Request handler receiving and answering raw bytes, `concurrency` at once.
+    pub fn on_request_raw<F, Fut>(
+        &mut self,
+        packet_name: &str,
+        concurrency: usize,
+        f: F,
+    ) -> &mut Self
+    where
+        F: Fn(MessageContext, Bytes) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Bytes, CallError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let h: RequestFn = Arc::new(move |ctx, p| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                let out = f(ctx, p.payload).await?;
+                Ok(TypedPayload::new("", RAW_CONTENT_TYPE, out))
+            })
+        });
+        self.insert(
+            MessageKind::Request,
+            packet_name,
+            Handler::Request(h),
+            concurrency,
+        );
+        self
+    }
+
+    /// Number of handlers.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Freeze for a node of `namespace`, failing on the first duplicate registration.
+    pub(crate) fn build(
+        self,
+        namespace: &str,
+    ) -> Result<HashMap<HandlerKey, (Handler, usize)>, MeshConfigError> {
+        if let Some(dup) = self.duplicate {
+            return Err(match dup {
+                MeshConfigError::DuplicateHandler {
+                    kind, packet_name, ..
+                } => MeshConfigError::DuplicateHandler {
+                    namespace: namespace.to_owned(),
+                    kind,
+                    packet_name,
+                },
+                other => other,
+            });
+        }
+        Ok(self
+            .map
+            .into_iter()
+            .map(|(mut k, v)| {
+                k.namespace = namespace.to_owned();
+                (k, v)
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Ping {
+        n: u32,
+    }
+    impl JsonMessage for Ping {
+        const PACKET_NAME: &'static str = "test.Ping";
+    }
+
+    #[test]
+    fn duplicate_keys_fail_at_build_with_the_key_named() {
+        let mut h = Handlers::new();
+        h.on_send(|_, _: Ping| async { Ok(()) });
+        h.on_send(|_, _: Ping| async { Ok(()) });
+        let err = h.build("mesh-a").unwrap_err();
+        assert_eq!(
+            err,
+            MeshConfigError::DuplicateHandler {
+                namespace: "mesh-a".into(),
+                kind: "send",
+                packet_name: "test.Ping".into()
+            }
+        );
+    }
+
+    #[test]
+    fn same_packet_name_may_have_a_send_and_a_request_handler() {
+        let mut h = Handlers::new();
+        h.on_send(|_, _: Ping| async { Ok(()) });
+        h.on_request(|_, p: Ping| async move { Ok(p) });
+        assert_eq!(h.build("m").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn json_round_trip_and_typed_decode_errors() {
+        let p = encode_json(&Ping { n: 7 }).unwrap();
+        assert_eq!(p.packet_name, "test.Ping");
+        assert_eq!(decode_json::<Ping>(&p).unwrap(), Ping { n: 7 });
+        let bad = TypedPayload::new("test.Ping", JSON_CONTENT_TYPE, &b"{\"n\":\"x\"}"[..]);
+        assert_eq!(
+            decode_json::<Ping>(&bad).unwrap_err().kind(),
+            ErrorKind::InvalidOperation
+        );
+        let raw = TypedPayload::new("test.Ping", RAW_CONTENT_TYPE, &b"{}"[..]);
+        assert_eq!(
+            decode_json::<Ping>(&raw).unwrap_err().kind(),
+            ErrorKind::InvalidOperation
+        );
+    }
+}

@@ -1,0 +1,924 @@
+//! The MeshNode: identity, listener, the reactor that runs admission, liveness and discovery,
+//! and the node-direct send/request surface (glossary §1 "MeshNode", §7 "Node direct").
+//!
+//! Tasks of a running node:
+//! * the **pump thread** owning the ROUTER socket ([`crate::transport::pump`]);
+//! * the **reactor** task: consumes pump batches, runs the handshake, liveness ticks, credit,
+//!   replies (terminal completions bypass the job queue) and discovery snapshots; it never
+//!   waits on application work;
+//! * the **dispatcher** task: takes a job-queue permit, then claims the next application
+//!   record and hands it to its handler's runner ([`super::dispatch`]);
+//! * with a store, the **discovery** task: lease renewal, descriptor publication, polling.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    ChannelRole, CommandBody, NodeDescriptor, NodeFence, NodeRequest, NodeSend, ObjectRole,
+    RequestHeader, RuntimeState, Update,
+};
+use zlink_protocol::ids;
+use zlink_protocol::metadata::Metadata;
+use zlink_protocol::record::{Record, WireContext};
+use zlink_store::StoreError;
+use zlink_store::types::OwnerToken;
+
+use super::auth::{MeshSecret, random_bytes};
+use super::config::{MeshConfigError, MeshNodeConfig, RidConfig};
+use super::connection::{ConnRef, Leg};
+use super::discovery::DiscoveryBackend;
+use super::dispatch::{self, DispatchItem};
+use super::handler::{Handlers, JsonMessage, decode_json, encode_json};
+use super::peer::{PeerEntry, PeerSnapshot, PeerState};
+use super::reactor::{self, Cmd};
+use crate::call::error::{CallError, ErrorKind};
+use crate::call::ids::{CorrelationIdAllocator, OperationIdAllocator, ReplyRouteIdAllocator};
+use crate::call::pending::{PeerRef, PendingKey, PendingTable};
+use crate::jobs::JobQueue;
+use crate::transport::pump::{Pump, PumpConfig, PumpHandle};
+
+/// Start-up failure of a MeshNode.
+#[derive(Debug, Error)]
+pub enum MeshError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] MeshConfigError),
+    /// The socket could not be set up.
+    #[error("transport: {0}")]
+    Transport(#[from] crate::transport::pump::PumpError),
+    /// The Location Store refused or failed.
+    #[error("location store: {0}")]
+    Store(#[from] StoreError),
+    /// The OS random source failed.
+    #[error("operating system random source failed")]
+    Random,
+    /// The job queue configuration is invalid.
+    #[error("job queue: {0}")]
+    Jobs(String),
+}
+
+pub(crate) type Waker = oneshot::Sender<Result<TypedPayload, CallError>>;
+
+/// Counters of a node (Prometheus names in `docs/architecture.md`).
+#[derive(Debug, Default)]
+pub struct MeshMetrics {
+    /// Protocol errors by kind (`ProtocolError::kind()` names plus transport-level labels).
+    pub(crate) protocol_errors: Mutex<BTreeMap<String, u64>>,
+    /// Records dropped because they belonged to another connection generation.
+    pub stale_generation: AtomicU64,
+    /// Records from a peer that was not admitted.
+    pub unadmitted: AtomicU64,
+    /// Connections torn down for a sequence gap.
+    pub sequence_gaps: AtomicU64,
+    /// Peers declared dead by liveness.
+    pub liveness_deaths: AtomicU64,
+    /// Admissions accepted / rejected.
+    pub admitted: AtomicU64,
+    /// Admissions rejected (either side).
+    pub rejected: AtomicU64,
+    /// Application records handed to handlers.
+    pub delivered: AtomicU64,
+    /// Application records for which no handler is registered.
+    pub no_handler: AtomicU64,
+    /// Replies that could not be routed back to the requester.
+    pub reply_unroutable: AtomicU64,
+    /// Commands this node does not serve (yet) that arrived anyway.
+    pub unserved_commands: AtomicU64,
+    /// `update` records applied.
+    pub updates_applied: AtomicU64,
+}
+
+impl MeshMetrics {
+    pub(crate) fn protocol_error(&self, kind: &str) {
+        let mut m = self
+            .protocol_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *m.entry(kind.to_owned()).or_insert(0) += 1;
+    }
+
+    /// Protocol errors counted per kind.
+    pub fn protocol_errors(&self) -> BTreeMap<String, u64> {
+        self.protocol_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+pub(crate) struct Ids {
+    pub operation: OperationIdAllocator,
+    pub reply_route: ReplyRouteIdAllocator,
+    pub correlation: CorrelationIdAllocator,
+}
+
+/// State shared by the node's tasks and its handle.
+pub(crate) struct Inner {
+    pub config: MeshNodeConfig,
+    pub rid: String,
+    pub lifecycle: u64,
+    pub endpoint: String,
+    pub owner_id: String,
+    pub descriptor: Mutex<NodeDescriptor>,
+    pub pump: PumpHandle,
+    pub secret: MeshSecret,
+    pub peers: Mutex<HashMap<String, PeerEntry>>,
+    pub pending: Mutex<PendingTable<Waker, TypedPayload>>,
+    pub ids: Mutex<Ids>,
+    pub jobs: JobQueue,
+    pub metrics: MeshMetrics,
+    pub shutting_down: AtomicBool,
+    pub cmd_tx: mpsc::UnboundedSender<Cmd>,
+    pub dispatch_tx: mpsc::UnboundedSender<DispatchItem>,
+    pub store: Option<Arc<dyn DiscoveryBackend>>,
+    pub lease: Mutex<Option<OwnerToken>>,
+    pub epoch: Instant,
+    pub peer_change: watch::Sender<u64>,
+    pub placement_capacity: AtomicU64,
+}
+
+impl Inner {
+    pub fn peers(&self) -> MutexGuard<'_, HashMap<String, PeerEntry>> {
+        self.peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn pending(&self) -> MutexGuard<'_, PendingTable<Waker, TypedPayload>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn descriptor(&self) -> NodeDescriptor {
+        self.descriptor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Milliseconds of the node's monotonic clock.
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub fn fence(&self) -> NodeFence {
+        NodeFence {
+            rid: self.rid.clone(),
+            lifecycle_generation: self.lifecycle,
+        }
+    }
+
+    pub fn notify_peers_changed(&self) {
+        self.peer_change.send_modify(|v| *v += 1);
+    }
+
+    /// The admitted connection to `rid`, if ready.
+    pub fn ready_conn(&self, rid: &str) -> Result<ConnRef, CallError> {
+        let peers = self.peers();
+        match peers.get(rid) {
+            Some(p) if p.state == PeerState::Ready => p.conn.clone().ok_or_else(|| {
+                CallError::new(ErrorKind::Unavailable, format!("no connection to {rid}"))
+            }),
+            Some(p) => Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("peer {rid} is not ready ({:?})", p.state),
+            )),
+            None => Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("no route to node {rid} in mesh {}", self.config.mesh_name),
+            )),
+        }
+    }
+
+    /// Encode and send a flow-controlled application record on `conn`.
+    pub async fn send_app_record(
+        &self,
+        conn: &ConnRef,
+        leg: Leg,
+        record: &Record,
+    ) -> Result<(), CallError> {
+        let wire_leg = match leg {
+            Leg::Send => zlink_protocol::record::Leg::Send,
+            Leg::Request => zlink_protocol::record::Leg::Request,
+            Leg::Reply => zlink_protocol::record::Leg::Reply,
+        };
+        let frames = record
+            .encode(WireContext::route_mesh(wire_leg))
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let bytes: usize = frames.iter().map(Vec::len).sum();
+        let charge = conn.charge_for(bytes);
+        let permit = conn.acquire_credit(charge).await?;
+        let slot = self
+            .pump
+            .reserve_data(bytes)
+            .await
+            .map_err(|_| CallError::new(ErrorKind::ShuttingDown, "transport stopped"))?;
+        if conn.is_closed() {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("connection to {} was replaced", conn.peer().rid),
+            ));
+        }
+        conn.send_data(leg, permit, slot, frames);
+        Ok(())
+    }
+}
+
+/// A running MeshNode. Dropping it without [`MeshNode::shutdown`] stops its tasks abruptly.
+pub struct MeshNode {
+    inner: Arc<Inner>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    pump: Mutex<Option<Pump>>,
+}
+
+impl std::fmt::Debug for MeshNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeshNode")
+            .field("rid", &self.inner.rid)
+            .field("endpoint", &self.inner.endpoint)
+            .finish()
+    }
+}
+
+fn random_u64() -> Result<u64, MeshError> {
+    random_bytes::<8>()
+        .map(u64::from_be_bytes)
+        .map_err(|_| MeshError::Random)
+}
+
+/// A non-zero lifecycle generation ≤ `i64::MAX` from the CSPRNG (glossary §6).
+pub(crate) fn new_lifecycle_generation() -> Result<u64, MeshError> {
+    loop {
+        if let Some(g) = ids::lifecycle_generation_from_random(random_u64()?) {
+            return Ok(g);
+        }
+    }
+}
+
+/// A non-zero connection generation from the CSPRNG.
+pub(crate) fn new_connection_generation() -> u64 {
+    loop {
+        match random_bytes::<8>().map(u64::from_be_bytes) {
+            Ok(0) => continue,
+            Ok(g) => return g,
+            // The OS source failing is not recoverable; fall back to the clock so the
+            // connection still gets a distinct non-zero value.
+            Err(_) => {
+                return SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64 | 1);
+            }
+        }
+    }
+}
+
+impl MeshNode {
+    /// Start a node: validate, choose RID and lifecycle, bind, claim the owner lease and
+    /// publish the descriptor (with a store), then start the tasks.
+    ///
+    /// # Errors
+    /// [`MeshError`] for bad configuration, a socket failure, a store failure or a
+    /// `RoutingIdConflict`.
+    pub async fn start(
+        config: MeshNodeConfig,
+        handlers: Handlers,
+        store: Option<Arc<dyn DiscoveryBackend>>,
+    ) -> Result<Self, MeshError> {
+        config.validate()?;
+        let handler_map = handlers.build(&config.mesh_name)?;
+        let jobs = JobQueue::new(config.jobs).map_err(|e| MeshError::Jobs(e.to_string()))?;
+        let rid = match &config.rid {
+            RidConfig::Automatic { prefix } => {
+                let r = random_bytes::<16>().map_err(|_| MeshError::Random)?;
+                ids::automatic_rid(prefix, r).map_err(|e| MeshConfigError::Invalid {
+                    field: "rid.prefix",
+                    reason: e.to_string(),
+                })?
+            }
+            RidConfig::Fixed(rid) => rid.clone(),
+        };
+        let lifecycle = new_lifecycle_generation()?;
+        let owner_id = config
+            .owner_id
+            .clone()
+            .unwrap_or_else(|| format!("host-{rid}"));
+
+        let ctx = zmq::Context::new();
+        let bind = format!("tcp://{}:{}", bracket(&config.bind_host), config.port);
+        let mut pump_cfg = PumpConfig::new(rid.clone().into_bytes(), bind);
+        pump_cfg.send_hwm = config.flow.zmq_hwm;
+        pump_cfg.recv_hwm = config.flow.zmq_hwm;
+        pump_cfg.batch = config.flow.batch;
+        pump_cfg.queue_cap_bytes = config.flow.pump_queue_bytes;
+        let (pump, pump_rx) = Pump::start(&ctx, pump_cfg)?;
+        let port = pump
+            .endpoint()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .ok_or(MeshError::Transport(
+                crate::transport::pump::PumpError::Endpoint,
+            ))?;
+        let advertise = config
+            .advertise_host
+            .clone()
+            .unwrap_or_else(|| config.bind_host.clone());
+        let endpoint = format!("tcp://{}:{port}", bracket(&advertise));
+
+        let descriptor = NodeDescriptor {
+            mesh_name: config.mesh_name.clone(),
+            node: NodeFence {
+                rid: rid.clone(),
+                lifecycle_generation: lifecycle,
+            },
+            descriptor_revision: 1,
+            endpoint: endpoint.clone(),
+            security_identity: config.security_identity.clone(),
+            object_role: config.object_role,
+            state: RuntimeState::Serving,
+            application_version: config.application_version,
+            maintenance_wave: config.maintenance_wave.clone(),
+            placement_weight: config.placement_weight,
+            entry_spot_id: String::new(),
+            channels: config.channels.clone(),
+            object_capabilities: vec![],
+        };
+
+        // Lease, RID claim and first descriptor before anyone can discover us.
+        let mut lease = None;
+        if let Some(store) = &store {
+            let grant = store
+                .claim_lease(&owner_id, config.timings.lease_ttl)
+                .await?;
+            if let RidConfig::Automatic { .. } = config.rid {
+                match store
+                    .claim_routing_id(&grant.token, &config.mesh_name, &rid)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(StoreError::RoutingIdConflict { .. }) => {
+                        return Err(MeshConfigError::RoutingIdConflict(rid).into());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            store
+                .publish_descriptor(
+                    &grant.token,
+                    &super::discovery::descriptor_key(&config.mesh_name, &rid),
+                    lifecycle,
+                    1,
+                    super::discovery::encode_descriptor(&descriptor),
+                )
+                .await?;
+            lease = Some(grant.token);
+        }
+
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (dispatch_tx, dispatch_rx) = mpsc::unbounded_channel();
+        let correlation =
+            CorrelationIdAllocator::new("c").map_err(|e| MeshError::Jobs(e.to_string()))?;
+        let inner = Arc::new(Inner {
+            secret: config.secret.clone(),
+            config,
+            rid,
+            lifecycle,
+            endpoint,
+            owner_id,
+            descriptor: Mutex::new(descriptor),
+            pump: pump.handle(),
+            peers: Mutex::new(HashMap::new()),
+            pending: Mutex::new(PendingTable::new(1 << 20)),
+            ids: Mutex::new(Ids {
+                operation: OperationIdAllocator::new(),
+                reply_route: ReplyRouteIdAllocator::new(),
+                correlation,
+            }),
+            jobs,
+            metrics: MeshMetrics::default(),
+            shutting_down: AtomicBool::new(false),
+            cmd_tx,
+            dispatch_tx,
+            store,
+            lease: Mutex::new(lease),
+            epoch: Instant::now(),
+            peer_change: watch::channel(0).0,
+            placement_capacity: AtomicU64::new(0),
+        });
+
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(reactor::run(
+            Arc::clone(&inner),
+            pump_rx,
+            cmd_rx,
+            ctx,
+        )));
+        tasks.push(tokio::spawn(dispatch::run(
+            Arc::clone(&inner),
+            dispatch_rx,
+            handler_map,
+        )));
+        if inner.store.is_some() {
+            tasks.push(tokio::spawn(reactor::discovery_loop(Arc::clone(&inner))));
+        }
+        for p in inner.config.manual_peers.clone() {
+            let _ = inner.cmd_tx.send(Cmd::AddManual(p));
+        }
+        Ok(Self {
+            inner,
+            tasks: Mutex::new(tasks),
+            pump: Mutex::new(Some(pump)),
+        })
+    }
+
+    /// This node's RID.
+    pub fn rid(&self) -> &str {
+        &self.inner.rid
+    }
+
+    /// This lifecycle's generation.
+    pub fn lifecycle_generation(&self) -> u64 {
+        self.inner.lifecycle
+    }
+
+    /// The advertised endpoint (`tcp://advertise-host:actual-port`).
+    pub fn endpoint(&self) -> &str {
+        &self.inner.endpoint
+    }
+
+    /// The current descriptor.
+    pub fn descriptor(&self) -> NodeDescriptor {
+        self.inner.descriptor()
+    }
+
+    /// The host owner identity of the owner lease.
+    pub fn owner_id(&self) -> &str {
+        &self.inner.owner_id
+    }
+
+    /// The owner lease token, when the node runs with a store.
+    pub fn owner_token(&self) -> Option<OwnerToken> {
+        self.inner
+            .lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A snapshot of every known peer, ordered by RID.
+    pub fn peers(&self) -> Vec<PeerSnapshot> {
+        let mut v: Vec<_> = self
+            .inner
+            .peers()
+            .values()
+            .map(PeerEntry::snapshot)
+            .collect();
+        v.sort_by(|a, b| a.rid.cmp(&b.rid));
+        v
+    }
+
+    /// A snapshot of one peer.
+    pub fn peer(&self, rid: &str) -> Option<PeerSnapshot> {
+        self.inner.peers().get(rid).map(PeerEntry::snapshot)
+    }
+
+    /// The current connection (epoch) to `rid`, if ready.
+    pub fn connection(&self, rid: &str) -> Option<ConnRef> {
+        self.inner.ready_conn(rid).ok()
+    }
+
+    /// Wait until `pred` holds for the peer snapshot of `rid` (or `timeout` passes).
+    ///
+    /// # Errors
+    /// `DeadlineExceeded` with the last observed state.
+    pub async fn wait_peer(
+        &self,
+        rid: &str,
+        timeout: Duration,
+        pred: impl Fn(&PeerSnapshot) -> bool,
+    ) -> Result<PeerSnapshot, CallError> {
+        let mut rx = self.inner.peer_change.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.peer(rid)
+                && pred(&s)
+            {
+                return Ok(s);
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    return Err(CallError::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!("peer {rid}: {:?}", self.peer(rid).map(|s| s.state)),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Wait until `rid` is ready.
+    ///
+    /// # Errors
+    /// `DeadlineExceeded`.
+    pub async fn wait_ready(
+        &self,
+        rid: &str,
+        timeout: Duration,
+    ) -> Result<PeerSnapshot, CallError> {
+        self.wait_peer(rid, timeout, |s| s.state == PeerState::Ready)
+            .await
+    }
+
+    /// Counters.
+    pub fn metrics(&self) -> &MeshMetrics {
+        &self.inner.metrics
+    }
+
+    /// The application job queue.
+    pub fn jobs(&self) -> &JobQueue {
+        &self.inner.jobs
+    }
+
+    /// Requests waiting for their terminal result.
+    pub fn pending_requests(&self) -> usize {
+        self.inner.pending().len()
+    }
+
+    /// Late replies dropped so far.
+    pub fn late_replies(&self) -> u64 {
+        self.inner.pending().late_replies()
+    }
+
+    /// Bytes queued in the transport's outbound data queue.
+    pub fn queued_data_bytes(&self) -> usize {
+        self.inner.pump.queued_data_bytes()
+    }
+
+    /// Add a manual peer at run time.
+    pub fn add_manual_peer(&self, peer: super::config::ManualPeer) {
+        let _ = self.inner.cmd_tx.send(Cmd::AddManual(peer));
+    }
+
+    /// Remove the connection intent for `rid` (terminal: a late READY does not revive it).
+    pub fn remove_peer(&self, rid: &str) {
+        let _ = self.inner.cmd_tx.send(Cmd::RemoveIntent(rid.to_owned()));
+    }
+
+    fn check_open(&self) -> Result<(), CallError> {
+        if self.inner.shutting_down.load(Ordering::Acquire) {
+            return Err(CallError::new(
+                ErrorKind::ShuttingDown,
+                "node is shutting down",
+            ));
+        }
+        Ok(())
+    }
+
+    /// One-way node-direct send of JSON message `M` to `(MeshName, rid)`; completes at
+    /// source-local admission (glossary §3 "One-way normal completion"). Never retargeted.
+    ///
+    /// # Errors
+    /// `ShuttingDown`, `Unavailable` (no ready connection), `InvalidOperation` (encoding).
+    pub async fn send<M: JsonMessage>(&self, rid: &str, msg: &M) -> Result<(), CallError> {
+        self.send_payload(rid, encode_json(msg)?, None).await
+    }
+
+    /// One-way node-direct send of a typed payload with optional metadata.
+    ///
+    /// # Errors
+    /// As [`MeshNode::send`].
+    pub async fn send_payload(
+        &self,
+        rid: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.inner.ready_conn(rid)?;
+        let mut record = Record::new(CommandBody::NodeSend(NodeSend {
+            source: self.inner.fence(),
+            target: conn.peer().clone(),
+        }))
+        .with_payload(payload);
+        record.metadata = metadata;
+        self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// Node-direct request of JSON `Req`, answered with JSON `Resp`, with one end-to-end
+    /// deadline `timeout` from now.
+    ///
+    /// # Errors
+    /// The request's single terminal error: `DeadlineExceeded`, `Unavailable`, `ShuttingDown`,
+    /// `Cancelled` (never observed by the caller: dropping the future cancels), or the error
+    /// the handler returned.
+    pub async fn request<Req: JsonMessage, Resp: JsonMessage>(
+        &self,
+        rid: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, CallError> {
+        let reply = self
+            .request_payload(rid, encode_json(req)?, None, timeout)
+            .await?;
+        decode_json(&reply)
+    }
+
+    /// Node-direct request with a typed payload and optional metadata.
+    ///
+    /// # Errors
+    /// As [`MeshNode::request`].
+    pub async fn request_payload(
+        &self,
+        rid: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
+        self.check_open()?;
+        let deadline_wall = SystemTime::now() + timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let conn = self.inner.ready_conn(rid)?;
+        let (operation_id, reply_route_id, correlation_id) = {
+            let mut ids = self
+                .inner
+                .ids
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (
+                ids.operation.allocate()?,
+                ids.reply_route.allocate()?,
+                ids.correlation.allocate()?,
+            )
+        };
+        let key = PendingKey::new(&operation_id, reply_route_id);
+        let (tx, rx) = oneshot::channel();
+        let deadline_ms = self
+            .inner
+            .now_ms()
+            .saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        self.inner.pending().insert(
+            key,
+            correlation_id.clone(),
+            PeerRef::new(conn.peer().rid.clone(), conn.peer().lifecycle_generation),
+            deadline_ms,
+            tx,
+        )?;
+        // From here on the table owns the terminal; this guard cancels it if the caller drops
+        // the future.
+        let guard = CancelGuard {
+            inner: &self.inner,
+            key,
+            armed: true,
+        };
+        let deadline_unix_ms = deadline_wall.duration_since(UNIX_EPOCH).map_or(1, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+        });
+        let mut record = Record::new(CommandBody::NodeRequest(NodeRequest {
+            request: RequestHeader {
+                operation_id,
+                reply_route_id,
+                correlation_id,
+                deadline_unix_ms,
+            },
+            source: self.inner.fence(),
+            target: conn.peer().clone(),
+        }))
+        .with_payload(payload);
+        record.metadata = metadata;
+        let sent = tokio::time::timeout_at(
+            deadline,
+            self.inner.send_app_record(&conn, Leg::Request, &record),
+        )
+        .await;
+        let send_err = match sent {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(CallError::new(
+                ErrorKind::DeadlineExceeded,
+                "deadline passed while waiting for send capacity",
+            )),
+        };
+        if let Some(e) = send_err {
+            // The send failed before the request left: complete it with that error unless
+            // something else already completed it.
+            let done = self.inner.pending().cancel(&key);
+            let mut guard = guard;
+            guard.armed = false;
+            return match done {
+                Some(_) => Err(e),
+                None => rx.await.unwrap_or_else(|_| Err(e)),
+            };
+        }
+        let mut rx = rx;
+        let outcome = match tokio::time::timeout_at(deadline, &mut rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(CallError::new(ErrorKind::ShuttingDown, "node stopped")),
+            Err(_) => {
+                // Deadline: let the table decide whether the timer or a racing reply won.
+                let expired = self.inner.pending().expire_key(&key);
+                match expired {
+                    Some(_) => Err(CallError::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!("no reply from {rid} within {timeout:?}"),
+                    )),
+                    None => rx.await.unwrap_or_else(|_| {
+                        Err(CallError::new(ErrorKind::ShuttingDown, "node stopped"))
+                    }),
+                }
+            }
+        };
+        let mut guard = guard;
+        guard.armed = false;
+        outcome
+    }
+
+    /// Change the placement weight (0..=10000) and announce it by `update`.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for a weight above 10000.
+    pub fn set_placement_weight(&self, weight: u16) -> Result<(), CallError> {
+        if weight > 10_000 {
+            return Err(CallError::new(
+                ErrorKind::Configuration,
+                "weight must be 0..=10000",
+            ));
+        }
+        self.update_descriptor(|d| d.placement_weight = weight);
+        Ok(())
+    }
+
+    /// Change the announced runtime state.
+    pub fn set_runtime_state(&self, state: RuntimeState) {
+        self.update_descriptor(|d| d.state = state);
+    }
+
+    /// Change the maintenance wave.
+    pub fn set_maintenance_wave(&self, wave: &str) {
+        let wave = wave.chars().take(255).collect::<String>();
+        self.update_descriptor(|d| d.maintenance_wave = wave);
+    }
+
+    /// Change the placement capacity announced in `update`.
+    pub fn set_placement_capacity(&self, capacity: u32) {
+        self.inner
+            .placement_capacity
+            .store(u64::from(capacity), Ordering::Release);
+        self.update_descriptor(|_| {});
+    }
+
+    fn update_descriptor(&self, f: impl FnOnce(&mut NodeDescriptor)) {
+        let update = {
+            let mut d = self
+                .inner
+                .descriptor
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            f(&mut d);
+            d.descriptor_revision += 1;
+            update_of(&self.inner, &d)
+        };
+        let _ = self.inner.cmd_tx.send(Cmd::Broadcast(update));
+    }
+
+    /// Graceful shutdown: refuse new work, complete pending requests with `ShuttingDown`,
+    /// release the owner lease, stop the tasks and close the socket.
+    pub async fn shutdown(&self) {
+        if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for c in self.inner.pending().shutdown() {
+            let _ = c.waker.send(c.outcome);
+        }
+        let (tx, rx) = oneshot::channel();
+        let _ = self.inner.cmd_tx.send(Cmd::Shutdown(tx));
+        let _ = tokio::time::timeout(Duration::from_secs(2), rx).await;
+        self.inner.jobs.close();
+        let token = self
+            .inner
+            .lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let (Some(store), Some(token)) = (&self.inner.store, token) {
+            let _ = store.release_lease(&token).await;
+        }
+        let tasks: Vec<_> = std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for t in tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        let pump = self
+            .pump
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(mut p) = pump {
+            tokio::task::spawn_blocking(move || p.stop()).await.ok();
+        }
+    }
+
+    /// Simulate an abrupt stop for tests and drains: stop answering without telling peers.
+    pub async fn kill(&self) {
+        self.inner.shutting_down.store(true, Ordering::Release);
+        let tasks: Vec<_> = std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for t in tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        let pump = self
+            .pump
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(mut p) = pump {
+            tokio::task::spawn_blocking(move || p.stop()).await.ok();
+        }
+    }
+}
+
+impl Drop for MeshNode {
+    fn drop(&mut self) {
+        self.inner.shutting_down.store(true, Ordering::Release);
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+}
+
+struct CancelGuard<'a> {
+    inner: &'a Arc<Inner>,
+    key: PendingKey,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // The caller dropped the request future: it completes as Cancelled (nobody is
+            // listening) and a late reply is counted and dropped.
+            let _ = self.inner.pending().cancel(&self.key);
+        }
+    }
+}
+
+/// The `update` body announcing descriptor `d`.
+pub(crate) fn update_of(inner: &Inner, d: &NodeDescriptor) -> Update {
+    Update {
+        sender: NodeFence {
+            rid: d.node.rid.clone(),
+            lifecycle_generation: d.node.lifecycle_generation,
+        },
+        descriptor_revision: d.descriptor_revision,
+        state: d.state,
+        placement_weight: d.placement_weight,
+        placement_capacity: u32::try_from(inner.placement_capacity.load(Ordering::Acquire))
+            .unwrap_or(u32::MAX),
+        maintenance_wave: d.maintenance_wave.clone(),
+        channel_weights: d
+            .channels
+            .iter()
+            .filter(|c| c.role == ChannelRole::Server)
+            .map(|c| zlink_protocol::generated::ChannelWeight {
+                channel_name: c.channel_name.clone(),
+                weight: c.weight,
+            })
+            .collect(),
+    }
+}
+
+fn bracket(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+/// Whether this node is an Object Client without Channel Server membership.
+#[allow(dead_code)]
+pub(crate) fn is_plain_client(d: &NodeDescriptor) -> bool {
+    d.object_role == ObjectRole::Client && !d.channels.iter().any(|c| c.role == ChannelRole::Server)
+}

@@ -1,0 +1,1356 @@
+//! The node reactor: the single task that owns connection state transitions — greeting and
+//! admission (wire §4), liveness (wire §5), sequence and generation fences, credit, terminal
+//! replies, discovery reconciliation and descriptor updates. It never awaits application work.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    Admit, CommandBody, Hello, LivenessAck, LivenessProbe, NodeDescriptor, NodeFence, Reject,
+    RejectReason, Topology, Update,
+};
+use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
+use zlink_store::types::LeaseRead;
+
+use super::auth::random_bytes;
+use super::config::{CAPABILITY, ManualPeer};
+use super::connection::{Connection, Leg};
+use super::discovery::{DesiredPeer, Disposition, connection_not_required, desired_peers};
+use super::dispatch::DispatchItem;
+use super::liveness::{Liveness, LivenessAction};
+use super::node::{Inner, new_connection_generation};
+use super::peer::{HelloState, Intent, IntentKind, PeerEntry, PeerState};
+use crate::call::error::CallError;
+use crate::call::pending::{Delivered, PeerRef, ReplyFields};
+use crate::transport::header::{Header, Stamp};
+use crate::transport::pump::{MonitorKind, PumpEvent};
+
+/// Receive chunk limit announced in `admit` (glossary §5 RelocationPayloadChunkLimit).
+const RECEIVE_CHUNK_LIMIT: u32 = 256 * 1024;
+/// Greeting nonces remembered at once (bounded: a flood of probes cannot grow memory).
+const MAX_GREETED: usize = 4096;
+
+/// Commands to the reactor.
+pub(crate) enum Cmd {
+    AddManual(ManualPeer),
+    RemoveIntent(String),
+    Discovered(Vec<DesiredPeer>),
+    AdmissionChecked {
+        zmq_id: Bytes,
+        hello: Box<Hello>,
+        acceptor_nonce: [u8; 32],
+        verdict: Result<(), (RejectReason, String)>,
+    },
+    Broadcast(Update),
+    Shutdown(oneshot::Sender<()>),
+}
+
+struct Reactor {
+    inner: Arc<Inner>,
+    /// Acceptor challenge nonces per routing identity, oldest first.
+    greeted: HashMap<Bytes, [u8; 32]>,
+    greeted_order: VecDeque<Bytes>,
+    /// Endpoint-only manual intents not yet matched to a RID.
+    endpoint_intents: Vec<String>,
+    /// Hellos whose store check is running.
+    checking: HashMap<Bytes, ()>,
+}
+
+fn rid_of(zmq_id: &Bytes) -> Option<String> {
+    std::str::from_utf8(zmq_id).ok().map(str::to_owned)
+}
+
+fn leg_of(h: &Header) -> Option<(Stamp, WireLeg, Leg)> {
+    match h {
+        Header::Send(s) => Some((*s, WireLeg::Send, Leg::Send)),
+        Header::Request(s) => Some((*s, WireLeg::Request, Leg::Request)),
+        Header::Reply(s) => Some((*s, WireLeg::Reply, Leg::Reply)),
+        Header::Credit { .. } | Header::Greeting { .. } | Header::Reset { .. } => None,
+    }
+}
+
+fn encode(record: &Record, leg: WireLeg) -> Option<Vec<Vec<u8>>> {
+    record.encode(WireContext::route_mesh(leg)).ok()
+}
+
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    mut pump_rx: mpsc::Receiver<Vec<PumpEvent>>,
+    mut cmd_rx: mpsc::UnboundedReceiver<Cmd>,
+    _ctx: zmq::Context,
+) {
+    let t = &inner.config.timings;
+    let tick_ms = (t.probe_interval.min(t.liveness_deadline).as_millis() as u64 / 10).clamp(1, 500);
+    let mut ticker = tokio::time::interval(Duration::from_millis(tick_ms));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut r = Reactor {
+        inner,
+        greeted: HashMap::new(),
+        greeted_order: VecDeque::new(),
+        endpoint_intents: Vec::new(),
+        checking: HashMap::new(),
+    };
+    loop {
+        tokio::select! {
+            batch = pump_rx.recv() => match batch {
+                Some(events) => for ev in events { r.on_event(ev); },
+                None => break,
+            },
+            cmd = cmd_rx.recv() => match cmd {
+                Some(Cmd::Shutdown(done)) => { r.shutdown(); let _ = done.send(()); break; }
+                Some(cmd) => r.on_cmd(cmd),
+                None => break,
+            },
+            _ = ticker.tick() => r.on_tick(),
+        }
+    }
+}
+
+impl Reactor {
+    fn now(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    // ---- commands --------------------------------------------------------------------
+
+    fn on_cmd(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::AddManual(p) => self.add_manual(p),
+            Cmd::RemoveIntent(rid) => self.remove_intent(&rid),
+            Cmd::Discovered(list) => self.reconcile(list),
+            Cmd::AdmissionChecked {
+                zmq_id,
+                hello,
+                acceptor_nonce,
+                verdict,
+            } => {
+                self.checking.remove(&zmq_id);
+                match verdict {
+                    Ok(()) => self.admit(&zmq_id, &hello, acceptor_nonce),
+                    Err((reason, detail)) => self.reject(&zmq_id, reason, detail),
+                }
+            }
+            Cmd::Broadcast(update) => self.broadcast(&update),
+            Cmd::Shutdown(_) => {}
+        }
+    }
+
+    fn add_manual(&mut self, p: ManualPeer) {
+        match p.expected_rid {
+            Some(rid) => {
+                let mut peers = self.inner.peers();
+                let e = peers
+                    .entry(rid.clone())
+                    .or_insert_with(|| PeerEntry::new(rid.clone(), None));
+                let has_full = e.intent.as_ref().is_some_and(|i| i.expected.is_some());
+                if !has_full {
+                    e.intent = Some(Intent {
+                        kind: IntentKind::Dial {
+                            endpoint: p.endpoint,
+                        },
+                        expected: None,
+                        manual: true,
+                    });
+                }
+                drop(peers);
+                self.dial_due();
+            }
+            None => {
+                if !self.endpoint_intents.contains(&p.endpoint) {
+                    self.inner.pump.connect(p.endpoint.clone());
+                    self.endpoint_intents.push(p.endpoint);
+                }
+            }
+        }
+    }
+
+    fn remove_intent(&mut self, rid: &str) {
+        let removed = self.inner.peers().remove(rid);
+        if let Some(mut e) = removed {
+            self.drop_connection(&mut e, true, "intent removed");
+            if let Some(ep) = e.dial_endpoint() {
+                self.inner.pump.disconnect(ep.to_owned());
+            }
+            if let Some(d) = &e.descriptor {
+                self.fail_pending(&d.node);
+            }
+        }
+        self.inner.notify_peers_changed();
+    }
+
+    fn reconcile(&mut self, list: Vec<DesiredPeer>) {
+        let wanted: HashMap<String, DesiredPeer> = list
+            .into_iter()
+            .map(|p| (p.descriptor.node.rid.clone(), p))
+            .collect();
+        // Discovered intents whose descriptor is gone are removed (terminal).
+        let gone: Vec<String> = self
+            .inner
+            .peers()
+            .values()
+            .filter(|e| {
+                e.intent.as_ref().is_some_and(|i| !i.manual) && !wanted.contains_key(&e.rid)
+            })
+            .map(|e| e.rid.clone())
+            .collect();
+        for rid in gone {
+            self.remove_intent(&rid);
+        }
+        let mut restarted = Vec::new();
+        {
+            let mut peers = self.inner.peers();
+            for (rid, p) in wanted {
+                let e = peers
+                    .entry(rid.clone())
+                    .or_insert_with(|| PeerEntry::new(rid.clone(), None));
+                // A new lifecycle of the same RID replaces the old expectation and connection.
+                if let Some(old) = e.intent.as_ref().and_then(|i| i.expected.as_ref())
+                    && old.node.lifecycle_generation != p.descriptor.node.lifecycle_generation
+                {
+                    restarted.push(old.node.clone());
+                    if let Some(c) = e.conn.take() {
+                        c.close();
+                    }
+                    e.liveness = None;
+                    e.state = PeerState::Connecting;
+                }
+                let kind = match p.disposition {
+                    Disposition::Dial => IntentKind::Dial {
+                        endpoint: p.descriptor.endpoint.clone(),
+                    },
+                    Disposition::Await | Disposition::NotRequired => IntentKind::Await,
+                };
+                e.intent = Some(Intent {
+                    kind,
+                    expected: Some(p.descriptor.clone()),
+                    manual: false,
+                });
+                if p.disposition == Disposition::NotRequired {
+                    e.state = PeerState::NotRequired;
+                    e.descriptor = Some(p.descriptor);
+                }
+            }
+        }
+        for fence in restarted {
+            self.fail_pending(&fence);
+        }
+        self.dial_due();
+        self.inner.notify_peers_changed();
+    }
+
+    fn broadcast(&mut self, update: &Update) {
+        let Some(frames) = encode(
+            &Record::new(CommandBody::Update(update.clone())),
+            WireLeg::Send,
+        ) else {
+            return;
+        };
+        let conns: Vec<_> = self
+            .inner
+            .peers()
+            .values()
+            .filter(|e| e.state == PeerState::Ready)
+            .filter_map(|e| e.conn.clone())
+            .collect();
+        for c in conns {
+            c.send_control(Leg::Send, frames.clone());
+        }
+    }
+
+    fn shutdown(&mut self) {
+        let mut peers = self.inner.peers();
+        for e in peers.values_mut() {
+            if let Some(c) = e.conn.take() {
+                let frame = Header::Reset {
+                    generation: c.generation(),
+                }
+                .encode();
+                let _ = self
+                    .inner
+                    .pump
+                    .send_control(c.zmq_id().clone(), vec![frame]);
+                c.close();
+            }
+            e.liveness = None;
+            e.state = PeerState::NotConnected;
+        }
+        drop(peers);
+        self.inner.notify_peers_changed();
+    }
+
+    // ---- dialing ---------------------------------------------------------------------
+
+    /// Dial every dial intent that has no connection and may dial now.
+    fn dial_due(&mut self) {
+        let now = self.now();
+        let mut peers = self.inner.peers();
+        for e in peers.values_mut() {
+            if e.dialing || e.conn.is_some() || e.state == PeerState::NotRequired {
+                continue;
+            }
+            let Some(ep) = e.dial_endpoint().map(str::to_owned) else {
+                continue;
+            };
+            if e.awaiting_close_until.is_some_and(|t| now < t)
+                || e.redial_at.is_some_and(|t| now < t)
+            {
+                continue;
+            }
+            e.awaiting_close_until = None;
+            e.redial_at = None;
+            e.dialing = true;
+            if !matches!(e.state, PeerState::Rejected(_)) {
+                e.state = PeerState::Connecting;
+            }
+            self.inner.pump.connect(ep);
+        }
+    }
+
+    /// End the current epoch of `e`. With a dial intent the physical connection is dropped and
+    /// not re-dialed before its close is observed (wire §4 "Physical connection replacement").
+    fn drop_connection(&self, e: &mut PeerEntry, tell_peer: bool, why: &str) {
+        if let Some(c) = e.conn.take() {
+            tracing::debug!(peer = %e.rid, generation = c.generation(), why, "connection epoch ended");
+            if tell_peer {
+                let frame = Header::Reset {
+                    generation: c.generation(),
+                }
+                .encode();
+                let _ = self
+                    .inner
+                    .pump
+                    .send_control(c.zmq_id().clone(), vec![frame]);
+            }
+            c.close();
+        }
+        e.liveness = None;
+        e.hello = None;
+        if e.state != PeerState::NotRequired {
+            e.state = PeerState::NotConnected;
+        }
+    }
+
+    fn redial(&self, e: &mut PeerEntry, delay_ms: Option<u64>) {
+        let now = self.now();
+        if let Some(ep) = e.dial_endpoint().map(str::to_owned) {
+            if e.dialing {
+                self.inner.pump.disconnect(ep);
+                e.dialing = false;
+                // Bounded grace in case libzmq reports no event for a never-connected pipe.
+                let grace = (self.inner.config.timings.probe_interval.as_millis() as u64).max(200);
+                e.awaiting_close_until = Some(now + grace);
+            }
+            if let Some(d) = delay_ms {
+                e.redial_at = Some(now + d);
+            }
+        }
+    }
+
+    fn fail_pending(&self, fence: &NodeFence) {
+        let done = self
+            .inner
+            .pending()
+            .peer_lost(&PeerRef::new(fence.rid.clone(), fence.lifecycle_generation));
+        for c in done {
+            let _ = c.waker.send(c.outcome);
+        }
+    }
+
+    // ---- pump events -----------------------------------------------------------------
+
+    fn on_event(&mut self, ev: PumpEvent) {
+        match ev {
+            PumpEvent::Message { from, frames } => self.on_message(from, frames),
+            PumpEvent::Unroutable { to } => {
+                // The peer's pipe is gone (bind side of a dropped connection).
+                if let Some(rid) = rid_of(&to) {
+                    let mut peers = self.inner.peers();
+                    if let Some(e) = peers.get_mut(&rid)
+                        && e.conn.is_some()
+                    {
+                        self.drop_connection(e, false, "unroutable");
+                    }
+                    drop(peers);
+                    self.inner.notify_peers_changed();
+                }
+            }
+            PumpEvent::Monitor { kind, endpoint } => self.on_monitor(kind, &endpoint),
+        }
+    }
+
+    fn on_monitor(&mut self, kind: MonitorKind, endpoint: &str) {
+        match kind {
+            MonitorKind::Disconnected | MonitorKind::Closed => {
+                let mut peers = self.inner.peers();
+                for e in peers.values_mut() {
+                    if e.dial_endpoint() != Some(endpoint) {
+                        continue;
+                    }
+                    e.awaiting_close_until = None;
+                    if kind == MonitorKind::Disconnected && e.conn.is_some() {
+                        // The physical connection is gone: this epoch may have lost records.
+                        self.drop_connection(e, false, "disconnected");
+                    }
+                }
+                drop(peers);
+                self.inner.notify_peers_changed();
+                self.dial_due();
+            }
+            MonitorKind::HandshakeSucceeded
+            | MonitorKind::ConnectRetried
+            | MonitorKind::Accepted
+            | MonitorKind::HandshakeFailed => {}
+        }
+    }
+
+    fn greet(&mut self, zmq_id: &Bytes) {
+        let Ok(nonce) = random_bytes::<32>() else {
+            return;
+        };
+        if self.greeted.len() >= MAX_GREETED
+            && let Some(old) = self.greeted_order.pop_front()
+        {
+            self.greeted.remove(&old);
+        }
+        if self.greeted.insert(zmq_id.clone(), nonce).is_none() {
+            self.greeted_order.push_back(zmq_id.clone());
+        }
+        let frame = Header::Greeting {
+            nonce,
+            rid: self.inner.rid.clone(),
+            endpoint: self.inner.endpoint.clone(),
+        }
+        .encode();
+        let _ = self.inner.pump.send_control(zmq_id.clone(), vec![frame]);
+    }
+
+    fn on_message(&mut self, from: Bytes, frames: Vec<Bytes>) {
+        // PROBE_ROUTER: an empty message announces a new pipe from this identity.
+        if frames.len() == 1 && frames[0].is_empty() {
+            if let Some(rid) = rid_of(&from) {
+                let mut peers = self.inner.peers();
+                if let Some(e) = peers.get_mut(&rid)
+                    && e.conn.is_some()
+                {
+                    self.drop_connection(e, false, "pipe replaced");
+                }
+                drop(peers);
+                self.inner.notify_peers_changed();
+            }
+            self.greet(&from);
+            return;
+        }
+        let Some(first) = frames.first() else {
+            return;
+        };
+        let header = match Header::decode(first) {
+            Ok(h) => h,
+            Err(e) => {
+                self.inner.metrics.protocol_error(e.label());
+                return;
+            }
+        };
+        match header {
+            Header::Greeting {
+                nonce,
+                rid,
+                endpoint,
+            } => self.on_greeting(&from, nonce, rid, endpoint),
+            Header::Credit {
+                generation,
+                consumed,
+            } => {
+                if let Some(c) = self.conn_of(&from, generation) {
+                    c.on_credit(consumed);
+                }
+            }
+            Header::Reset { generation } => {
+                let Some(rid) = rid_of(&from) else { return };
+                let mut peers = self.inner.peers();
+                if let Some(e) = peers.get_mut(&rid)
+                    && e.conn
+                        .as_ref()
+                        .is_some_and(|c| c.generation() == generation)
+                {
+                    self.drop_connection(e, false, "peer reset");
+                    self.redial(e, None);
+                }
+                drop(peers);
+                self.inner.notify_peers_changed();
+            }
+            Header::Send(_) | Header::Request(_) | Header::Reply(_) => {
+                if let Some((stamp, wire_leg, leg)) = leg_of(&header) {
+                    self.on_record(&from, stamp, wire_leg, leg, &frames[1..]);
+                }
+            }
+        }
+    }
+
+    fn conn_of(&self, zmq_id: &Bytes, generation: u64) -> Option<Arc<Connection>> {
+        let rid = rid_of(zmq_id)?;
+        let peers = self.inner.peers();
+        peers
+            .get(&rid)?
+            .conn
+            .as_ref()
+            .filter(|c| c.generation() == generation)
+            .cloned()
+    }
+
+    fn on_greeting(
+        &mut self,
+        from: &Bytes,
+        acceptor_nonce: [u8; 32],
+        rid: String,
+        endpoint: String,
+    ) {
+        if rid_of(from).as_deref() != Some(rid.as_str()) {
+            self.inner.metrics.protocol_error("greeting_rid_mismatch");
+            return;
+        }
+        let mut peers = self.inner.peers();
+        // Match an endpoint-only manual intent; it never overrides a full expectation.
+        if let Some(pos) = self.endpoint_intents.iter().position(|ep| *ep == endpoint) {
+            let ep = self.endpoint_intents.remove(pos);
+            let e = peers
+                .entry(rid.clone())
+                .or_insert_with(|| PeerEntry::new(rid.clone(), None));
+            if e.intent.as_ref().is_none_or(|i| i.expected.is_none()) {
+                e.intent = Some(Intent {
+                    kind: IntentKind::Dial { endpoint: ep },
+                    expected: None,
+                    manual: true,
+                });
+            }
+            e.dialing = true;
+        }
+        let Some(e) = peers.get_mut(&rid) else {
+            return;
+        };
+        if e.dial_endpoint().is_none() || !e.dialing || e.state == PeerState::NotRequired {
+            // We are the accepting side of this pair; the greeting answers our own probe.
+            return;
+        }
+        let Ok(dialer_nonce) = random_bytes::<32>() else {
+            return;
+        };
+        let me = self.inner.descriptor();
+        let proof = self
+            .inner
+            .secret
+            .hello_proof(&acceptor_nonce, &dialer_nonce, &me, CAPABILITY);
+        let hello = Hello {
+            capability: CAPABILITY.into(),
+            topology: Topology::RouteMesh,
+            channel_name: String::new(),
+            descriptor: me,
+            max_message_bytes: 0,
+            nonce: dialer_nonce,
+            proof,
+        };
+        let Some(mut frames) = encode(&Record::new(CommandBody::Hello(hello)), WireLeg::Request)
+        else {
+            return;
+        };
+        frames.insert(0, Header::Request(Stamp::UNADMITTED).encode());
+        e.hello = Some(HelloState {
+            dialer_nonce,
+            acceptor_nonce,
+        });
+        e.state = PeerState::Admitting;
+        drop(peers);
+        let _ = self.inner.pump.send_control(from.clone(), frames);
+        self.inner.notify_peers_changed();
+    }
+
+    fn on_record(
+        &mut self,
+        from: &Bytes,
+        stamp: Stamp,
+        wire_leg: WireLeg,
+        leg: Leg,
+        frames: &[Bytes],
+    ) {
+        if stamp.generation == 0 {
+            let record = match Record::decode_shared(frames, WireContext::route_mesh(wire_leg)) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.inner.metrics.protocol_error(e.kind());
+                    return;
+                }
+            };
+            match record.body {
+                CommandBody::Hello(h) if leg == Leg::Request => self.on_hello(from, h),
+                CommandBody::Admit(a) if leg == Leg::Reply => self.on_admit(from, a),
+                CommandBody::Reject(r) if leg == Leg::Reply => self.on_reject(from, r),
+                _ => {
+                    self.inner
+                        .metrics
+                        .unadmitted
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
+        let Some(rid) = rid_of(from) else {
+            self.inner
+                .metrics
+                .unadmitted
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        // Fences: generation, then sequence, then credit.
+        let conn = {
+            let mut peers = self.inner.peers();
+            let Some(e) = peers.get_mut(&rid) else {
+                self.inner
+                    .metrics
+                    .unadmitted
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let Some(conn) = e.conn.clone() else {
+                self.inner
+                    .metrics
+                    .stale_generation
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            if conn.generation() != stamp.generation {
+                self.inner
+                    .metrics
+                    .stale_generation
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if stamp.seq != e.in_seq {
+                self.inner
+                    .metrics
+                    .sequence_gaps
+                    .fetch_add(1, Ordering::Relaxed);
+                self.inner.metrics.protocol_error("sequence_gap");
+                self.drop_connection(e, true, "sequence gap");
+                self.redial(e, None);
+                drop(peers);
+                self.inner.notify_peers_changed();
+                return;
+            }
+            e.in_seq += 1;
+            if stamp.charge > 0 && !conn.on_received(stamp.charge) {
+                self.inner.metrics.protocol_error("credit_exceeded");
+                self.drop_connection(e, true, "credit exceeded");
+                self.redial(e, None);
+                drop(peers);
+                self.inner.notify_peers_changed();
+                return;
+            }
+            conn
+        };
+        let record = match Record::decode_shared(frames, WireContext::route_mesh(wire_leg)) {
+            Ok(r) => r,
+            Err(e) => {
+                // Malformed: counted, never reaches a handler; the connection stays usable.
+                self.inner.metrics.protocol_error(e.kind());
+                self.consumed(&conn, stamp.charge);
+                return;
+            }
+        };
+        let is_app = matches!(
+            record.body,
+            CommandBody::NodeSend(_) | CommandBody::NodeRequest(_)
+        );
+        if stamp.charge > 0 && !is_app {
+            self.consumed(&conn, stamp.charge);
+        }
+        match record.body {
+            CommandBody::LivenessProbe(p) => {
+                if p.connection_generation == conn.generation() {
+                    let ack = Record::new(CommandBody::LivenessAck(LivenessAck {
+                        probe_id: p.probe_id,
+                        connection_generation: p.connection_generation,
+                    }));
+                    if let Some(f) = encode(&ack, WireLeg::Send) {
+                        conn.send_control(Leg::Send, f);
+                    }
+                }
+            }
+            CommandBody::LivenessAck(a) => {
+                let now = self.now();
+                let mut peers = self.inner.peers();
+                if let Some(l) = peers.get_mut(&rid).and_then(|e| e.liveness.as_mut()) {
+                    let _ = l.on_ack(a.probe_id, a.connection_generation, now);
+                }
+            }
+            CommandBody::Update(u) => self.on_update(&rid, &conn, u),
+            CommandBody::Hello(h) if leg == Leg::Request => self.on_rehello(from, &conn, h),
+            CommandBody::Admit(a) if leg == Leg::Reply => {
+                if a.connection_generation != conn.generation() {
+                    self.inner
+                        .metrics
+                        .protocol_error("admit_generation_mismatch");
+                }
+            }
+            CommandBody::NodeSend(ref s) => {
+                if s.target.rid != self.inner.rid
+                    || s.target.lifecycle_generation != self.inner.lifecycle
+                {
+                    self.inner.metrics.protocol_error("stale_target");
+                    self.consumed(&conn, stamp.charge);
+                    return;
+                }
+                let _ = self.inner.dispatch_tx.send(DispatchItem {
+                    conn,
+                    charge: stamp.charge,
+                    record,
+                });
+            }
+            CommandBody::NodeRequest(ref r) => {
+                if r.target.rid != self.inner.rid
+                    || r.target.lifecycle_generation != self.inner.lifecycle
+                {
+                    self.consumed(&conn, stamp.charge);
+                    super::dispatch::send_reply(
+                        &self.inner,
+                        &r.source,
+                        &r.request,
+                        Err(CallError::new(
+                            crate::call::error::ErrorKind::StaleRoute,
+                            "request addressed to another lifecycle of this RID",
+                        )),
+                    );
+                    return;
+                }
+                let _ = self.inner.dispatch_tx.send(DispatchItem {
+                    conn,
+                    charge: stamp.charge,
+                    record,
+                });
+            }
+            CommandBody::Reply(reply) => {
+                let outcome = match CallError::from_status(reply.status, reply.detail.clone()) {
+                    None => Ok(record.payload.unwrap_or_default()),
+                    Some(err) => Err(err),
+                };
+                let fields = ReplyFields {
+                    operation_id: reply.operation_id,
+                    reply_route_id: reply.reply_route_id,
+                    correlation_id: reply.correlation_id,
+                    outcome,
+                };
+                let from_peer =
+                    PeerRef::new(conn.peer().rid.clone(), conn.peer().lifecycle_generation);
+                let delivered = self.inner.pending().on_reply(fields, &from_peer);
+                match delivered {
+                    Delivered::Completed(c) => {
+                        let _ = c.waker.send(c.outcome);
+                    }
+                    Delivered::Dropped { .. } => {}
+                }
+            }
+            _ => {
+                // Commands of later capabilities (channels, objects, relocation) are not
+                // served by this node version: counted, never dispatched.
+                self.inner
+                    .metrics
+                    .unserved_commands
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn consumed(&self, conn: &Arc<Connection>, charge: u32) {
+        if charge > 0 {
+            conn.on_consumed(charge);
+            conn.flush_credit(1);
+        }
+    }
+
+    // ---- admission -------------------------------------------------------------------
+
+    fn reject(&mut self, zmq_id: &Bytes, reason: RejectReason, detail: String) {
+        self.inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(peer = %String::from_utf8_lossy(zmq_id), ?reason, %detail, "admission rejected");
+        let rec = Record::new(CommandBody::Reject(Reject {
+            reason,
+            detail: detail.chars().take(1024).collect(),
+        }));
+        if let Some(mut frames) = encode(&rec, WireLeg::Reply) {
+            frames.insert(0, Header::Reply(Stamp::UNADMITTED).encode());
+            let _ = self.inner.pump.send_control(zmq_id.clone(), frames);
+        }
+        if let Some(rid) = rid_of(zmq_id) {
+            let mut peers = self.inner.peers();
+            if let Some(e) = peers.get_mut(&rid)
+                && e.conn.is_none()
+                && e.state != PeerState::NotRequired
+            {
+                e.state = PeerState::Rejected(reason);
+            }
+            drop(peers);
+            self.inner.notify_peers_changed();
+        }
+    }
+
+    /// Checks that need no I/O; `Err` is the reject reason and detail.
+    fn check_hello(
+        &self,
+        zmq_id: &Bytes,
+        h: &Hello,
+        acceptor_nonce: &[u8; 32],
+    ) -> Result<(), (RejectReason, String)> {
+        if h.topology != Topology::RouteMesh {
+            return Err((
+                RejectReason::TopologyMismatch,
+                "RouteMesh connection".into(),
+            ));
+        }
+        if h.capability != CAPABILITY {
+            return Err((
+                RejectReason::CapabilityMissing,
+                format!("{CAPABILITY} required"),
+            ));
+        }
+        let d = &h.descriptor;
+        if d.mesh_name != self.inner.config.mesh_name {
+            return Err((
+                RejectReason::MeshMismatch,
+                format!("this is mesh {}", self.inner.config.mesh_name),
+            ));
+        }
+        if rid_of(zmq_id).as_deref() != Some(d.node.rid.as_str()) {
+            return Err((
+                RejectReason::DescriptorMismatch,
+                "RID differs from the routing identity".into(),
+            ));
+        }
+        if !self
+            .inner
+            .secret
+            .verify_hello(acceptor_nonce, &h.nonce, d, &h.capability, &h.proof)
+        {
+            return Err((
+                RejectReason::AuthenticationFailed,
+                "security identity not proven".into(),
+            ));
+        }
+        if self.inner.shutting_down.load(Ordering::Acquire) {
+            return Err((RejectReason::ShuttingDown, "node is shutting down".into()));
+        }
+        let me = self.inner.descriptor();
+        if connection_not_required(&me, d) {
+            return Err((
+                RejectReason::RoleMismatch,
+                "not required: both Object Clients without Channel Server membership".into(),
+            ));
+        }
+        let peers = self.inner.peers();
+        if let Some(exp) = peers
+            .get(&d.node.rid)
+            .and_then(|e| e.intent.as_ref())
+            .and_then(|i| i.expected.as_ref())
+        {
+            if exp.node.lifecycle_generation != d.node.lifecycle_generation {
+                return Err((
+                    RejectReason::StaleLifecycle,
+                    "lifecycle differs from the discovered descriptor".into(),
+                ));
+            }
+            if exp.security_identity != d.security_identity || exp.object_role != d.object_role {
+                return Err((
+                    RejectReason::DescriptorMismatch,
+                    "identity differs from the discovered descriptor".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_hello(&mut self, zmq_id: &Bytes, h: Hello) {
+        let Some(acceptor_nonce) = self.greeted.remove(zmq_id) else {
+            self.reject(
+                zmq_id,
+                RejectReason::AuthenticationFailed,
+                "hello without a greeting challenge".into(),
+            );
+            return;
+        };
+        if let Err((reason, detail)) = self.check_hello(zmq_id, &h, &acceptor_nonce) {
+            if reason == RejectReason::RoleMismatch {
+                let rid = h.descriptor.node.rid.clone();
+                let mut peers = self.inner.peers();
+                let e = peers
+                    .entry(rid.clone())
+                    .or_insert_with(|| PeerEntry::new(rid, None));
+                e.state = PeerState::NotRequired;
+                e.descriptor = Some(h.descriptor.clone());
+            }
+            self.reject(zmq_id, reason, detail);
+            return;
+        }
+        match self.inner.store.clone() {
+            None => self.admit(zmq_id, &h, acceptor_nonce),
+            Some(store) => {
+                if self.checking.insert(zmq_id.clone(), ()).is_some() {
+                    return;
+                }
+                let tx = self.inner.cmd_tx.clone();
+                let mesh = self.inner.config.mesh_name.clone();
+                let zmq_id = zmq_id.clone();
+                tokio::spawn(async move {
+                    let verdict = owner_check(store.as_ref(), &mesh, &h.descriptor).await;
+                    let _ = tx.send(Cmd::AdmissionChecked {
+                        zmq_id,
+                        hello: Box::new(h),
+                        acceptor_nonce,
+                        verdict,
+                    });
+                });
+            }
+        }
+    }
+
+    fn admit(&mut self, zmq_id: &Bytes, h: &Hello, acceptor_nonce: [u8; 32]) {
+        let d = &h.descriptor;
+        let generation = new_connection_generation();
+        let me = self.inner.descriptor();
+        let now = self.now();
+        let t = &self.inner.config.timings;
+        let conn = Arc::new(Connection::new(
+            d.node.clone(),
+            zmq_id.clone(),
+            generation,
+            self.inner.config.flow.window_bytes,
+            self.inner.pump.clone(),
+        ));
+        let mut restarted = None;
+        {
+            let mut peers = self.inner.peers();
+            let rid = d.node.rid.clone();
+            let e = peers
+                .entry(rid.clone())
+                .or_insert_with(|| PeerEntry::new(rid, None));
+            if let Some(old) = e.conn.take() {
+                old.close();
+            }
+            if let Some(prev) = &e.descriptor
+                && prev.node.lifecycle_generation != d.node.lifecycle_generation
+            {
+                restarted = Some(prev.node.clone());
+            }
+            e.conn = Some(Arc::clone(&conn));
+            e.in_seq = 1;
+            e.descriptor = Some(d.clone());
+            e.last_update = None;
+            e.hello = None;
+            e.liveness = Some(Liveness::admitted(
+                generation,
+                t.probe_interval.as_millis() as u64,
+                t.liveness_deadline.as_millis() as u64,
+                now,
+            ));
+            e.state = PeerState::Ready;
+            e.epochs += 1;
+        }
+        if let Some(fence) = restarted {
+            self.fail_pending(&fence);
+        }
+        self.inner.metrics.admitted.fetch_add(1, Ordering::Relaxed);
+        let proof =
+            self.inner
+                .secret
+                .admit_proof(&h.nonce, &acceptor_nonce, &me, CAPABILITY, generation);
+        let admit = Record::new(CommandBody::Admit(Admit {
+            descriptor: me,
+            connection_generation: generation,
+            receive_chunk_limit_bytes: RECEIVE_CHUNK_LIMIT,
+            max_message_bytes: 0,
+            nonce: acceptor_nonce,
+            proof,
+        }));
+        if let Some(mut frames) = encode(&admit, WireLeg::Reply) {
+            frames.insert(0, Header::Reply(Stamp::UNADMITTED).encode());
+            let _ = self.inner.pump.send_control(zmq_id.clone(), frames);
+        }
+        self.inner.notify_peers_changed();
+    }
+
+    /// A repeated hello on a live admitted connection: idempotent, same generation (wire §5).
+    fn on_rehello(&mut self, zmq_id: &Bytes, conn: &Arc<Connection>, h: Hello) {
+        let same = {
+            let peers = self.inner.peers();
+            peers
+                .get(&conn.peer().rid)
+                .and_then(|e| e.descriptor.as_ref())
+                .is_some_and(|d| {
+                    d.node == h.descriptor.node
+                        && d.security_identity == h.descriptor.security_identity
+                        && d.object_role == h.descriptor.object_role
+                        && d.mesh_name == h.descriptor.mesh_name
+                })
+        };
+        if !same || h.capability != CAPABILITY {
+            self.inner
+                .metrics
+                .protocol_error("rehello_identity_changed");
+            return;
+        }
+        let me = self.inner.descriptor();
+        let Ok(acceptor_nonce) = random_bytes::<32>() else {
+            return;
+        };
+        let proof = self.inner.secret.admit_proof(
+            &h.nonce,
+            &acceptor_nonce,
+            &me,
+            CAPABILITY,
+            conn.generation(),
+        );
+        let admit = Record::new(CommandBody::Admit(Admit {
+            descriptor: me,
+            connection_generation: conn.generation(),
+            receive_chunk_limit_bytes: RECEIVE_CHUNK_LIMIT,
+            max_message_bytes: 0,
+            nonce: acceptor_nonce,
+            proof,
+        }));
+        if let Some(frames) = encode(&admit, WireLeg::Reply) {
+            conn.send_control(Leg::Reply, frames);
+        }
+        let _ = zmq_id;
+    }
+
+    fn on_admit(&mut self, zmq_id: &Bytes, a: Admit) {
+        let Some(rid) = rid_of(zmq_id) else { return };
+        let now = self.now();
+        let t = self.inner.config.timings.clone();
+        let mut peers = self.inner.peers();
+        let Some(e) = peers.get_mut(&rid) else {
+            self.inner
+                .metrics
+                .unadmitted
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(hs) = e.hello.take() else {
+            self.inner
+                .metrics
+                .unadmitted
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let d = &a.descriptor;
+        let proof_ok = a.nonce == hs.acceptor_nonce
+            && self.inner.secret.verify_admit(
+                &hs.dialer_nonce,
+                &hs.acceptor_nonce,
+                d,
+                CAPABILITY,
+                a.connection_generation,
+                &a.proof,
+            );
+        let mut verdict = if !proof_ok {
+            Err(RejectReason::AuthenticationFailed)
+        } else if d.node.rid != rid || d.mesh_name != self.inner.config.mesh_name {
+            Err(RejectReason::DescriptorMismatch)
+        } else {
+            Ok(())
+        };
+        if verdict.is_ok()
+            && let Some(exp) = e.intent.as_ref().and_then(|i| i.expected.as_ref())
+        {
+            if exp.node.lifecycle_generation != d.node.lifecycle_generation {
+                verdict = Err(RejectReason::StaleLifecycle);
+            } else if exp.security_identity != d.security_identity
+                || exp.object_role != d.object_role
+            {
+                verdict = Err(RejectReason::DescriptorMismatch);
+            }
+        }
+        if let Err(reason) = verdict {
+            self.inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            self.inner.metrics.protocol_error("admit_refused");
+            e.state = PeerState::Rejected(reason);
+            let backoff = t.reject_backoff.as_millis() as u64;
+            self.redial(e, Some(backoff));
+            drop(peers);
+            self.inner.notify_peers_changed();
+            return;
+        }
+        let restarted = e
+            .descriptor
+            .as_ref()
+            .filter(|p| p.node.lifecycle_generation != d.node.lifecycle_generation)
+            .map(|p| p.node.clone());
+        if let Some(old) = e.conn.take() {
+            old.close();
+        }
+        let conn = Arc::new(Connection::new(
+            d.node.clone(),
+            zmq_id.clone(),
+            a.connection_generation,
+            self.inner.config.flow.window_bytes,
+            self.inner.pump.clone(),
+        ));
+        e.conn = Some(conn);
+        e.in_seq = 1;
+        e.descriptor = Some(d.clone());
+        e.last_update = None;
+        e.liveness = Some(Liveness::admitted(
+            a.connection_generation,
+            t.probe_interval.as_millis() as u64,
+            t.liveness_deadline.as_millis() as u64,
+            now,
+        ));
+        e.state = PeerState::Ready;
+        e.epochs += 1;
+        e.redial_at = None;
+        drop(peers);
+        if let Some(fence) = restarted {
+            self.fail_pending(&fence);
+        }
+        self.inner.metrics.admitted.fetch_add(1, Ordering::Relaxed);
+        self.inner.notify_peers_changed();
+    }
+
+    fn on_reject(&mut self, zmq_id: &Bytes, r: Reject) {
+        let Some(rid) = rid_of(zmq_id) else { return };
+        let backoff = self.inner.config.timings.reject_backoff.as_millis() as u64;
+        let me = self.inner.descriptor();
+        let mut peers = self.inner.peers();
+        let Some(e) = peers.get_mut(&rid) else { return };
+        if e.hello.take().is_none() {
+            self.inner
+                .metrics
+                .unadmitted
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(peer = %rid, reason = ?r.reason, detail = %r.detail, "peer rejected admission");
+        let not_required = r.reason == RejectReason::RoleMismatch
+            && me.object_role == zlink_protocol::generated::ObjectRole::Client;
+        if not_required {
+            // Terminal for this endpoint and configuration: never re-dialed.
+            e.state = PeerState::NotRequired;
+            if let Some(ep) = e.dial_endpoint().map(str::to_owned) {
+                self.inner.pump.disconnect(ep);
+            }
+            e.dialing = false;
+            e.redial_at = Some(u64::MAX);
+        } else {
+            e.state = PeerState::Rejected(r.reason);
+            self.redial(e, Some(backoff));
+        }
+        drop(peers);
+        self.inner.notify_peers_changed();
+    }
+
+    // ---- update ----------------------------------------------------------------------
+
+    fn on_update(&mut self, rid: &str, conn: &Arc<Connection>, u: Update) {
+        if u.sender != *conn.peer() {
+            self.inner.metrics.protocol_error("update_sender_mismatch");
+            return;
+        }
+        let mut peers = self.inner.peers();
+        let Some(e) = peers.get_mut(rid) else { return };
+        let current = match &e.last_update {
+            Some((rev, _)) => *rev,
+            None => e.descriptor.as_ref().map_or(0, |d| d.descriptor_revision),
+        };
+        let verdict = match &e.last_update {
+            _ if u.descriptor_revision > current => Ok(true),
+            Some((rev, body)) if *rev == u.descriptor_revision && *body == u => Ok(false),
+            None if u.descriptor_revision == current => Ok(false),
+            _ => Err(()),
+        };
+        match verdict {
+            Ok(true) => {
+                if let Some(d) = e.descriptor.as_mut() {
+                    apply_update(d, &u);
+                }
+                e.last_update = Some((u.descriptor_revision, u));
+                self.inner
+                    .metrics
+                    .updates_applied
+                    .fetch_add(1, Ordering::Relaxed);
+                drop(peers);
+                self.inner.notify_peers_changed();
+            }
+            Ok(false) => {}
+            Err(()) => {
+                // Lower revision, or the same revision with other contents (wire §4).
+                self.inner
+                    .metrics
+                    .protocol_error("descriptor_revision_order");
+            }
+        }
+    }
+
+    // ---- timers ----------------------------------------------------------------------
+
+    fn on_tick(&mut self) {
+        let now = self.now();
+        let mut dead = Vec::new();
+        let mut probes = Vec::new();
+        {
+            let mut peers = self.inner.peers();
+            for e in peers.values_mut() {
+                let Some(l) = e.liveness.as_mut() else {
+                    continue;
+                };
+                match l.tick(now) {
+                    LivenessAction::None => {}
+                    LivenessAction::SendProbe { probe_id } => {
+                        if let Some(c) = &e.conn {
+                            probes.push((Arc::clone(c), probe_id));
+                        }
+                    }
+                    LivenessAction::Dead => {
+                        self.inner
+                            .metrics
+                            .liveness_deaths
+                            .fetch_add(1, Ordering::Relaxed);
+                        if let Some(c) = &e.conn {
+                            dead.push(c.peer().clone());
+                        }
+                        tracing::info!(peer = %e.rid, "liveness deadline missed: peer not ready");
+                        self.drop_connection(e, true, "liveness deadline");
+                        self.redial(e, None);
+                    }
+                }
+            }
+        }
+        for (c, probe_id) in probes {
+            let rec = Record::new(CommandBody::LivenessProbe(LivenessProbe {
+                probe_id,
+                connection_generation: c.generation(),
+            }));
+            if let Some(f) = encode(&rec, WireLeg::Send) {
+                c.send_control(Leg::Send, f);
+            }
+        }
+        if !dead.is_empty() {
+            for fence in &dead {
+                self.fail_pending(fence);
+            }
+            self.inner.notify_peers_changed();
+        }
+        self.dial_due();
+    }
+}
+
+fn apply_update(d: &mut NodeDescriptor, u: &Update) {
+    d.descriptor_revision = u.descriptor_revision;
+    d.state = u.state;
+    d.placement_weight = u.placement_weight;
+    d.maintenance_wave = u.maintenance_wave.clone();
+    for cw in &u.channel_weights {
+        if let Some(c) = d
+            .channels
+            .iter_mut()
+            .find(|c| c.channel_name == cw.channel_name)
+        {
+            c.weight = cw.weight;
+        }
+    }
+}
+
+/// Admission's store check (wire §4): the peer's descriptor is live in the store with the
+/// same lifecycle, and its publishing owner still holds that lease.
+async fn owner_check(
+    store: &dyn super::discovery::DiscoveryBackend,
+    mesh: &str,
+    d: &NodeDescriptor,
+) -> Result<(), (RejectReason, String)> {
+    let records = store.list_mesh_nodes(mesh).await.map_err(|e| {
+        (
+            RejectReason::StaleOwner,
+            format!("location store unavailable: {e}"),
+        )
+    })?;
+    let Some(rec) = records.iter().find(|r| r.key.rid == d.node.rid) else {
+        return Err((
+            RejectReason::StaleOwner,
+            "no live descriptor in the location store".into(),
+        ));
+    };
+    if rec.lifecycle_generation != d.node.lifecycle_generation {
+        return Err((
+            RejectReason::StaleLifecycle,
+            "store descriptor has another lifecycle".into(),
+        ));
+    }
+    match store.read_lease(&rec.owner.owner_id).await {
+        Ok(LeaseRead::Found { token, .. }) if token == rec.owner => Ok(()),
+        Ok(_) => Err((RejectReason::StaleOwner, "owner lease is not live".into())),
+        Err(e) => Err((
+            RejectReason::StaleOwner,
+            format!("location store unavailable: {e}"),
+        )),
+    }
+}
+
+/// Lease renewal, descriptor publication and polling, while the node runs.
+pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
+    let Some(store) = inner.store.clone() else {
+        return;
+    };
+    let t = inner.config.timings.clone();
+    let mut poll = tokio::time::interval(t.discovery_poll);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_renew = tokio::time::Instant::now();
+    let mut published_revision = 1u64;
+    loop {
+        poll.tick().await;
+        if inner.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let token = inner
+            .lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let Some(token) = token else { return };
+        if last_renew.elapsed() >= t.lease_renew {
+            match store.renew_lease(&token, t.lease_ttl).await {
+                Ok(_) => last_renew = tokio::time::Instant::now(),
+                Err(e) => tracing::warn!(error = %e, "owner lease renewal failed"),
+            }
+        }
+        let me = inner.descriptor();
+        if me.descriptor_revision != published_revision {
+            let key = super::discovery::descriptor_key(&me.mesh_name, &me.node.rid);
+            match store
+                .publish_descriptor(
+                    &token,
+                    &key,
+                    me.node.lifecycle_generation,
+                    me.descriptor_revision,
+                    super::discovery::encode_descriptor(&me),
+                )
+                .await
+            {
+                Ok(_) => published_revision = me.descriptor_revision,
+                Err(e) => tracing::warn!(error = %e, "descriptor publish failed"),
+            }
+        }
+        match store.list_mesh_nodes(&me.mesh_name).await {
+            Ok(records) => {
+                let desired = desired_peers(&me, &records);
+                let _ = inner.cmd_tx.send(Cmd::Discovered(desired));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "descriptor poll failed; keeping the last peer set")
+            }
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _unused(_: TypedPayload) {}

@@ -1,0 +1,696 @@
+//! The socket pump: one OS thread that owns one ZeroMQ ROUTER socket (plus its monitor socket)
+//! and moves records between it and tokio in batches.
+//!
+//! A ZeroMQ socket is not thread-safe, so nothing but the pump thread touches it. The thread
+//! sleeps in `zmq::poll` on three things — the ROUTER socket, the socket monitor, and the read
+//! end of a wake-up pipe — and does no busy-spin:
+//!
+//! * **Outbound**: producers push commands onto a mutex-guarded queue and write one byte to the
+//!   wake-up pipe only if the pump has not been woken since it last drained (so the pipe never
+//!   fills). The pump drains the whole queue per wake-up and sends each message with
+//!   `DONTWAIT` on a `ROUTER_MANDATORY` socket: an unknown routing identity is reported as
+//!   [`PumpEvent::Unroutable`] (never a silent drop), and a full peer pipe (`EAGAIN`, the
+//!   ZeroMQ high-water mark) parks that peer's messages in a per-peer FIFO that is retried on a
+//!   short timer, so one slow peer never blocks the others and per-peer order is kept.
+//! * **Inbound**: up to `batch` messages are read per wake-up and handed to tokio as one
+//!   `Vec<PumpEvent>` on a bounded channel. When tokio falls behind, the pump blocks on that
+//!   channel; the socket then stops being read and ZeroMQ's receive high-water mark and TCP
+//!   push back on the senders.
+//!
+//! Memory is bounded by: the outbound queue byte cap ([`PumpConfig::queue_cap_bytes`], data
+//! sends wait for room, control sends may exceed it by their own bounded count), ZeroMQ's
+//! per-pipe HWMs, and the inbound channel capacity × batch.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+use tokio::sync::{Notify, mpsc};
+
+/// Pump settings.
+#[derive(Debug, Clone)]
+pub struct PumpConfig {
+    /// The socket's routing identity (the node's RID).
+    pub routing_id: Vec<u8>,
+    /// `tcp://host:port` to bind; port 0 binds an ephemeral port.
+    pub bind: String,
+    /// ZeroMQ send high-water mark per peer pipe, in messages.
+    pub send_hwm: i32,
+    /// ZeroMQ receive high-water mark per peer pipe, in messages.
+    pub recv_hwm: i32,
+    /// Messages read or written per batch.
+    pub batch: usize,
+    /// Byte cap of the outbound command queue for data sends.
+    pub queue_cap_bytes: usize,
+    /// Capacity of the inbound channel, in batches.
+    pub inbound_batches: usize,
+    /// ZeroMQ reconnect interval.
+    pub reconnect_ivl: Duration,
+}
+
+impl PumpConfig {
+    /// Defaults for a socket with this identity and bind address.
+    pub fn new(routing_id: Vec<u8>, bind: String) -> Self {
+        Self {
+            routing_id,
+            bind,
+            send_hwm: 100_000,
+            recv_hwm: 100_000,
+            batch: 256,
+            queue_cap_bytes: 8 * 1024 * 1024,
+            inbound_batches: 64,
+            reconnect_ivl: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A pump failed to start.
+#[derive(Debug, Error)]
+pub enum PumpError {
+    /// ZeroMQ refused a socket operation.
+    #[error("zeromq {op}: {source}")]
+    Zmq {
+        /// The operation.
+        op: &'static str,
+        /// The libzmq error.
+        #[source]
+        source: zmq::Error,
+    },
+    /// The wake-up pipe could not be created.
+    #[error("wake-up pipe: {0}")]
+    Pipe(#[from] std::io::Error),
+    /// The bound endpoint could not be read back.
+    #[error("bound endpoint unreadable")]
+    Endpoint,
+    /// The pump has stopped.
+    #[error("pump stopped")]
+    Stopped,
+}
+
+fn zerr(op: &'static str) -> impl FnOnce(zmq::Error) -> PumpError {
+    move |source| PumpError::Zmq { op, source }
+}
+
+/// A socket monitor event the mesh layer cares about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MonitorKind {
+    /// A dialed connection finished the ZMTP handshake.
+    HandshakeSucceeded,
+    /// A connection closed (either side).
+    Disconnected,
+    /// The socket closed an endpoint (after `disconnect`).
+    Closed,
+    /// A dial attempt failed and will be retried.
+    ConnectRetried,
+    /// An inbound connection was accepted.
+    Accepted,
+    /// ZMTP handshake failed.
+    HandshakeFailed,
+}
+
+/// What the pump hands to tokio.
+#[derive(Debug)]
+pub enum PumpEvent {
+    /// A message from the peer with this routing identity.
+    Message {
+        /// The peer's routing identity.
+        from: Bytes,
+        /// The message frames after the routing identity.
+        frames: Vec<Bytes>,
+    },
+    /// A message could not be routed: no peer with that identity is connected.
+    Unroutable {
+        /// The routing identity it was addressed to.
+        to: Bytes,
+    },
+    /// A socket monitor event.
+    Monitor {
+        /// Event.
+        kind: MonitorKind,
+        /// The endpoint it concerns (the dialed endpoint for outbound connections).
+        endpoint: String,
+    },
+}
+
+enum Command {
+    Send {
+        to: Bytes,
+        frames: Vec<Vec<u8>>,
+    },
+    /// Data-queue bytes of the preceding send, released once it reached the socket.
+    Release(usize),
+    Connect(String),
+    Disconnect(String),
+    Stop,
+}
+
+struct Queue {
+    commands: VecDeque<Command>,
+    data_bytes: usize,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    woken: AtomicBool,
+    wake_tx: Mutex<std::io::PipeWriter>,
+    room: Notify,
+    stopped: AtomicBool,
+    stats: PumpStats,
+    cap: usize,
+}
+
+/// Counters of one pump.
+#[derive(Debug, Default)]
+pub struct PumpStats {
+    /// Messages written to the socket.
+    pub sent: AtomicU64,
+    /// Messages read from the socket.
+    pub received: AtomicU64,
+    /// Sends refused as unroutable.
+    pub unroutable: AtomicU64,
+    /// Times a peer pipe was full (`EAGAIN`) and its messages were parked.
+    pub hwm_stalls: AtomicU64,
+    /// Times a producer waited for queue room.
+    pub queue_waits: AtomicU64,
+    /// Wake-ups of the pump thread.
+    pub wakeups: AtomicU64,
+}
+
+/// The tokio-side handle of a running pump. Cheap to clone.
+#[derive(Clone)]
+pub struct PumpHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PumpHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PumpHandle")
+            .field("stopped", &self.shared.stopped.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// A running pump: the handle, the bound endpoint and the thread.
+pub struct Pump {
+    handle: PumpHandle,
+    endpoint: String,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn lock(m: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    // A panic while holding this lock cannot leave the queue half-updated (single push/pop),
+    // so recover the guard instead of propagating the poison.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Pump {
+    /// Create the socket, bind it, and start the pump thread. Inbound events arrive on the
+    /// returned receiver.
+    ///
+    /// # Errors
+    /// [`PumpError`] when the socket cannot be created, configured or bound.
+    pub fn start(
+        ctx: &zmq::Context,
+        config: PumpConfig,
+    ) -> Result<(Self, mpsc::Receiver<Vec<PumpEvent>>), PumpError> {
+        let socket = ctx.socket(zmq::ROUTER).map_err(zerr("socket"))?;
+        socket
+            .set_identity(&config.routing_id)
+            .map_err(zerr("routing id"))?;
+        socket
+            .set_router_mandatory(true)
+            .map_err(zerr("router mandatory"))?;
+        // A dialer that reconnects (or a node restarted with a fixed RID) takes over its
+        // identity; the connection generation and sequence numbers fence what was in flight.
+        socket
+            .set_router_handover(true)
+            .map_err(zerr("router handover"))?;
+        // A dialer announces itself as soon as the connection is up, so the acceptor can greet.
+        socket
+            .set_probe_router(true)
+            .map_err(zerr("probe router"))?;
+        socket.set_sndhwm(config.send_hwm).map_err(zerr("sndhwm"))?;
+        socket.set_rcvhwm(config.recv_hwm).map_err(zerr("rcvhwm"))?;
+        socket.set_linger(0).map_err(zerr("linger"))?;
+        let ivl = i32::try_from(config.reconnect_ivl.as_millis()).unwrap_or(i32::MAX);
+        socket
+            .set_reconnect_ivl(ivl)
+            .map_err(zerr("reconnect ivl"))?;
+        socket
+            .set_reconnect_ivl_max(ivl.saturating_mul(10))
+            .map_err(zerr("reconnect ivl max"))?;
+        socket.bind(&config.bind).map_err(zerr("bind"))?;
+        let endpoint = socket
+            .get_last_endpoint()
+            .map_err(zerr("last endpoint"))?
+            .map_err(|_| PumpError::Endpoint)?;
+
+        static MONITOR_SEQ: AtomicU64 = AtomicU64::new(0);
+        let monitor_addr = format!(
+            "inproc://zlink-monitor-{}-{}",
+            std::process::id(),
+            MONITOR_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let events = zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw()
+            | zmq::SocketEvent::DISCONNECTED.to_raw()
+            | zmq::SocketEvent::CLOSED.to_raw()
+            | zmq::SocketEvent::CONNECT_RETRIED.to_raw()
+            | zmq::SocketEvent::ACCEPTED.to_raw()
+            | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
+            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL.to_raw();
+        socket
+            .monitor(&monitor_addr, i32::from(events))
+            .map_err(zerr("monitor"))?;
+        let monitor = ctx.socket(zmq::PAIR).map_err(zerr("monitor socket"))?;
+        monitor
+            .connect(&monitor_addr)
+            .map_err(zerr("monitor connect"))?;
+
+        let (wake_rx, wake_tx) = std::io::pipe()?;
+        let (tx, rx) = mpsc::channel(config.inbound_batches.max(1));
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                commands: VecDeque::new(),
+                data_bytes: 0,
+            }),
+            woken: AtomicBool::new(false),
+            wake_tx: Mutex::new(wake_tx),
+            room: Notify::new(),
+            stopped: AtomicBool::new(false),
+            stats: PumpStats::default(),
+            cap: config.queue_cap_bytes.max(1),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let batch = config.batch.max(1);
+        let thread = std::thread::Builder::new()
+            .name("zlink-pump".into())
+            .spawn(move || {
+                let mut pump = PumpThread {
+                    socket,
+                    monitor,
+                    wake_rx,
+                    shared: thread_shared,
+                    tx,
+                    batch,
+                    parked: HashMap::new(),
+                    parked_order: VecDeque::new(),
+                };
+                pump.run();
+            })?;
+        Ok((
+            Self {
+                handle: PumpHandle { shared },
+                endpoint,
+                thread: Some(thread),
+            },
+            rx,
+        ))
+    }
+
+    /// The bound endpoint (`tcp://ip:port`, with the actual port).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// A handle for producers.
+    pub fn handle(&self) -> PumpHandle {
+        self.handle.clone()
+    }
+
+    /// Stop the thread and close the socket.
+    pub fn stop(&mut self) {
+        self.handle.push(Command::Stop, 0);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl PumpHandle {
+    fn push(&self, cmd: Command, data_bytes: usize) {
+        {
+            let mut q = lock(&self.shared.queue);
+            q.data_bytes += data_bytes;
+            q.commands.push_back(cmd);
+        }
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if !self.shared.woken.swap(true, Ordering::AcqRel) {
+            let mut w = self
+                .shared
+                .wake_tx
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // The pipe holds at most one unread byte (guarded by `woken`), so this cannot block.
+            let _ = w.write_all(&[1]);
+        }
+    }
+
+    /// Queue a control message (admission, liveness, credit, reply). Never waits: control
+    /// traffic is bounded by the protocol (one answer per inbound record, one probe per
+    /// interval), and must not wait behind data.
+    ///
+    /// # Errors
+    /// [`PumpError::Stopped`] after the pump stopped.
+    pub fn send_control(&self, to: Bytes, frames: Vec<Vec<u8>>) -> Result<(), PumpError> {
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Err(PumpError::Stopped);
+        }
+        self.push(Command::Send { to, frames }, 0);
+        Ok(())
+    }
+
+    /// Bytes of data sends queued and not yet written to the socket.
+    pub fn queued_data_bytes(&self) -> usize {
+        lock(&self.shared.queue).data_bytes
+    }
+
+    /// Wait until the data queue has room for `bytes` (a message larger than the cap is let
+    /// through when the queue is empty), then reserve it. Cancel-safe: nothing is reserved
+    /// until the future returns.
+    ///
+    /// # Errors
+    /// [`PumpError::Stopped`] after the pump stopped.
+    pub async fn reserve_data(&self, bytes: usize) -> Result<DataSlot, PumpError> {
+        loop {
+            let notified = self.shared.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.shared.stopped.load(Ordering::Acquire) {
+                return Err(PumpError::Stopped);
+            }
+            {
+                let mut q = lock(&self.shared.queue);
+                if q.data_bytes == 0 || q.data_bytes + bytes <= self.shared.cap {
+                    q.data_bytes += bytes;
+                    return Ok(DataSlot {
+                        handle: self.clone(),
+                        bytes,
+                        used: false,
+                    });
+                }
+            }
+            self.shared
+                .stats
+                .queue_waits
+                .fetch_add(1, Ordering::Relaxed);
+            notified.await;
+        }
+    }
+
+    /// Ask the socket to dial `endpoint`.
+    pub fn connect(&self, endpoint: String) {
+        self.push(Command::Connect(endpoint), 0);
+    }
+
+    /// Ask the socket to drop its connection to `endpoint`.
+    pub fn disconnect(&self, endpoint: String) {
+        self.push(Command::Disconnect(endpoint), 0);
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &PumpStats {
+        &self.shared.stats
+    }
+}
+
+/// Room reserved in the data queue by [`PumpHandle::reserve_data`]; spend it with
+/// [`DataSlot::send`] or drop it to give the room back.
+pub struct DataSlot {
+    handle: PumpHandle,
+    bytes: usize,
+    used: bool,
+}
+
+impl DataSlot {
+    /// Queue the message in the reserved room. Ordering between messages is the order of the
+    /// `send` calls.
+    pub fn send(mut self, to: Bytes, frames: Vec<Vec<u8>>) {
+        self.used = true;
+        {
+            let mut q = lock(&self.handle.shared.queue);
+            q.commands.push_back(Command::Send { to, frames });
+            // The reservation already counted the bytes; remember them on the message side so
+            // the pump can release exactly this amount.
+            q.commands.push_back(Command::Release(self.bytes));
+        }
+        self.handle.wake();
+    }
+}
+
+impl Drop for DataSlot {
+    fn drop(&mut self) {
+        if !self.used {
+            let mut q = lock(&self.handle.shared.queue);
+            q.data_bytes = q.data_bytes.saturating_sub(self.bytes);
+            drop(q);
+            self.handle.shared.room.notify_waiters();
+        }
+    }
+}
+
+struct PumpThread {
+    socket: zmq::Socket,
+    monitor: zmq::Socket,
+    wake_rx: std::io::PipeReader,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Vec<PumpEvent>>,
+    batch: usize,
+    /// Messages for peers whose pipe was full, per routing identity, in order.
+    parked: HashMap<Bytes, VecDeque<Vec<Vec<u8>>>>,
+    parked_order: VecDeque<Bytes>,
+}
+
+enum SendOutcome {
+    Sent,
+    Full(Vec<Vec<u8>>),
+    Unroutable,
+}
+
+impl PumpThread {
+    fn run(&mut self) {
+        let mut backoff_ms: i64 = 1;
+        loop {
+            let timeout = if self.parked.is_empty() {
+                -1
+            } else {
+                backoff_ms
+            };
+            let (sock_in, mon_in, wake_in) = {
+                let mut items = [
+                    self.socket.as_poll_item(zmq::POLLIN),
+                    self.monitor.as_poll_item(zmq::POLLIN),
+                    zmq::PollItem::from_fd(self.wake_rx.as_raw_fd(), zmq::POLLIN),
+                ];
+                if zmq::poll(&mut items, timeout).is_err() {
+                    // EINTR: poll again.
+                    continue;
+                }
+                (
+                    items[0].is_readable(),
+                    items[1].is_readable(),
+                    items[2].is_readable(),
+                )
+            };
+            self.shared.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+            let mut events = Vec::new();
+            if wake_in {
+                let mut buf = [0u8; 64];
+                let _ = self.wake_rx.read(&mut buf);
+            }
+            // Clear before draining so a producer that pushes after the drain wakes us again.
+            self.shared.woken.store(false, Ordering::Release);
+            if !self.parked.is_empty() {
+                if self.retry_parked(&mut events) {
+                    backoff_ms = 1;
+                } else {
+                    backoff_ms = (backoff_ms * 2).min(10);
+                }
+            }
+            if self.drain_commands(&mut events) {
+                self.shared.stopped.store(true, Ordering::Release);
+                self.shared.room.notify_waiters();
+                return;
+            }
+            if mon_in {
+                self.read_monitor(&mut events);
+            }
+            if sock_in {
+                self.read_socket(&mut events);
+            }
+            if !events.is_empty() && self.tx.blocking_send(events).is_err() {
+                // Receiver gone: the node is shutting down.
+                self.shared.stopped.store(true, Ordering::Release);
+                self.shared.room.notify_waiters();
+                return;
+            }
+        }
+    }
+
+    /// Returns true on Stop.
+    fn drain_commands(&mut self, events: &mut Vec<PumpEvent>) -> bool {
+        loop {
+            let cmds: VecDeque<Command> = {
+                let mut q = lock(&self.shared.queue);
+                std::mem::take(&mut q.commands)
+            };
+            if cmds.is_empty() {
+                return false;
+            }
+            let mut released = 0usize;
+            for cmd in cmds {
+                match cmd {
+                    Command::Send { to, frames } => self.send_or_park(to, frames, events),
+                    Command::Release(n) => released += n,
+                    Command::Connect(ep) => {
+                        if let Err(e) = self.socket.connect(&ep) {
+                            tracing::warn!(endpoint = %ep, error = %e, "connect refused");
+                        }
+                    }
+                    Command::Disconnect(ep) => {
+                        let _ = self.socket.disconnect(&ep);
+                    }
+                    Command::Stop => return true,
+                }
+            }
+            if released > 0 {
+                let mut q = lock(&self.shared.queue);
+                q.data_bytes = q.data_bytes.saturating_sub(released);
+                drop(q);
+                self.shared.room.notify_waiters();
+            }
+        }
+    }
+
+    fn send_or_park(&mut self, to: Bytes, frames: Vec<Vec<u8>>, events: &mut Vec<PumpEvent>) {
+        if let Some(q) = self.parked.get_mut(&to) {
+            q.push_back(frames);
+            return;
+        }
+        match self.try_send(&to, frames) {
+            SendOutcome::Sent => {}
+            SendOutcome::Full(frames) => {
+                self.shared.stats.hwm_stalls.fetch_add(1, Ordering::Relaxed);
+                self.parked.entry(to.clone()).or_default().push_back(frames);
+                self.parked_order.push_back(to);
+            }
+            SendOutcome::Unroutable => events.push(PumpEvent::Unroutable { to }),
+        }
+    }
+
+    fn try_send(&self, to: &Bytes, frames: Vec<Vec<u8>>) -> SendOutcome {
+        match self.socket.send(&to[..], zmq::SNDMORE | zmq::DONTWAIT) {
+            Ok(()) => {}
+            Err(zmq::Error::EAGAIN) => return SendOutcome::Full(frames),
+            Err(_) => {
+                self.shared.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+                return SendOutcome::Unroutable;
+            }
+        }
+        let last = frames.len().saturating_sub(1);
+        for (i, f) in frames.into_iter().enumerate() {
+            let flags = if i == last { 0 } else { zmq::SNDMORE };
+            // After the routing frame was accepted the rest of the message cannot fail for
+            // lack of room (libzmq checks the pipe for the whole message up front).
+            if self.socket.send(zmq::Message::from(f), flags).is_err() {
+                break;
+            }
+        }
+        self.shared.stats.sent.fetch_add(1, Ordering::Relaxed);
+        SendOutcome::Sent
+    }
+
+    /// Returns true when anything moved.
+    fn retry_parked(&mut self, events: &mut Vec<PumpEvent>) -> bool {
+        let mut progressed = false;
+        let peers: Vec<Bytes> = self.parked_order.drain(..).collect();
+        for to in peers {
+            let Some(mut q) = self.parked.remove(&to) else {
+                continue;
+            };
+            let mut unroutable = false;
+            while let Some(frames) = q.pop_front() {
+                match self.try_send(&to, frames) {
+                    SendOutcome::Sent => progressed = true,
+                    SendOutcome::Full(frames) => {
+                        q.push_front(frames);
+                        break;
+                    }
+                    SendOutcome::Unroutable => {
+                        unroutable = true;
+                        break;
+                    }
+                }
+            }
+            if unroutable {
+                events.push(PumpEvent::Unroutable { to });
+            } else if !q.is_empty() {
+                self.parked.insert(to.clone(), q);
+                self.parked_order.push_back(to);
+            }
+        }
+        progressed
+    }
+
+    fn read_socket(&mut self, events: &mut Vec<PumpEvent>) {
+        for _ in 0..self.batch {
+            match self.socket.recv_multipart(zmq::DONTWAIT) {
+                Ok(mut parts) => {
+                    if parts.is_empty() {
+                        continue;
+                    }
+                    let from = Bytes::from(parts.remove(0));
+                    let frames = parts.into_iter().map(Bytes::from).collect();
+                    self.shared.stats.received.fetch_add(1, Ordering::Relaxed);
+                    events.push(PumpEvent::Message { from, frames });
+                }
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn read_monitor(&mut self, events: &mut Vec<PumpEvent>) {
+        while let Ok(parts) = self.monitor.recv_multipart(zmq::DONTWAIT) {
+            let [head, addr] = parts.as_slice() else {
+                continue;
+            };
+            let Some(raw) = head.get(0..2) else { continue };
+            let id = u16::from_le_bytes([raw[0], raw[1]]);
+            let kind = if id == zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw() {
+                MonitorKind::HandshakeSucceeded
+            } else if id == zmq::SocketEvent::DISCONNECTED.to_raw() {
+                MonitorKind::Disconnected
+            } else if id == zmq::SocketEvent::CLOSED.to_raw() {
+                MonitorKind::Closed
+            } else if id == zmq::SocketEvent::CONNECT_RETRIED.to_raw() {
+                MonitorKind::ConnectRetried
+            } else if id == zmq::SocketEvent::ACCEPTED.to_raw() {
+                MonitorKind::Accepted
+            } else if id == zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
+                || id == zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL.to_raw()
+            {
+                MonitorKind::HandshakeFailed
+            } else {
+                continue;
+            };
+            events.push(PumpEvent::Monitor {
+                kind,
+                endpoint: String::from_utf8_lossy(addr).into_owned(),
+            });
+        }
+    }
+}

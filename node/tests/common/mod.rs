@@ -1,0 +1,90 @@
+//! Helpers shared by the mesh integration tests: short timings and node construction.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zlink_node::call::error::CallError;
+use zlink_node::mesh::auth::MeshSecret;
+use zlink_node::mesh::config::{ManualPeer, MeshTimings, RidConfig};
+use zlink_node::mesh::discovery::DiscoveryBackend;
+use zlink_node::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
+
+pub const SECRET: &[u8] = b"test-mesh-secret-0123456789";
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Timings short enough for tests: probe every 50 ms, dead after 250 ms.
+pub fn fast_timings() -> MeshTimings {
+    MeshTimings {
+        probe_interval: Duration::from_millis(50),
+        liveness_deadline: Duration::from_millis(250),
+        discovery_poll: Duration::from_millis(50),
+        lease_ttl: Duration::from_millis(2_000),
+        lease_renew: Duration::from_millis(300),
+        reject_backoff: Duration::from_millis(200),
+        request_timeout: Duration::from_secs(5),
+    }
+}
+
+pub fn config(mesh: &str, rid: &str) -> MeshNodeConfig {
+    let mut c = MeshNodeConfig::new(mesh, MeshSecret::from_bytes(SECRET).unwrap());
+    c.rid = RidConfig::Fixed(rid.into());
+    c.timings = fast_timings();
+    c
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Echo {
+    pub text: String,
+    pub n: u64,
+}
+impl JsonMessage for Echo {
+    const PACKET_NAME: &'static str = "test.Echo";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Note {
+    pub seq: u64,
+    pub body: String,
+}
+impl JsonMessage for Note {
+    const PACKET_NAME: &'static str = "test.Note";
+}
+
+pub fn echo_handlers() -> Handlers {
+    let mut h = Handlers::new();
+    h.on_request(|_, e: Echo| async move {
+        Ok::<_, CallError>(Echo {
+            text: e.text,
+            n: e.n + 1,
+        })
+    });
+    h
+}
+
+pub async fn start(cfg: MeshNodeConfig, h: Handlers) -> MeshNode {
+    MeshNode::start(cfg, h, None).await.unwrap()
+}
+
+pub async fn start_with_store(
+    cfg: MeshNodeConfig,
+    h: Handlers,
+    store: Arc<dyn DiscoveryBackend>,
+) -> MeshNode {
+    MeshNode::start(cfg, h, Some(store)).await.unwrap()
+}
+
+/// Two nodes, `a` dialing `b` by manual endpoint with known RID; both ready.
+pub async fn pair(ha: Handlers, hb: Handlers) -> (MeshNode, MeshNode) {
+    let b = start(config("m", "node-b"), hb).await;
+    let mut ca = config("m", "node-a");
+    ca.manual_peers.push(ManualPeer {
+        endpoint: b.endpoint().to_owned(),
+        expected_rid: Some("node-b".into()),
+    });
+    let a = start(ca, ha).await;
+    a.wait_ready("node-b", WAIT).await.unwrap();
+    b.wait_ready("node-a", WAIT).await.unwrap();
+    (a, b)
+}
