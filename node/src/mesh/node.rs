@@ -363,7 +363,7 @@ impl MeshNode {
                     .await
                 {
                     Ok(()) => {}
-                    Err(StoreError::RoutingIdConflict { .. }) => {
+                    Err(StoreError::RoutingIdConflict(_)) => {
                         return Err(MeshConfigError::RoutingIdConflict(rid).into());
                     }
                     Err(e) => return Err(e.into()),
