@@ -31,7 +31,11 @@ async fn three_nodes_find_each_other(store: Arc<dyn DiscoveryBackend>) {
     }
     for a in &nodes {
         // Automatic RIDs are prefix-uuid-v4.
-        assert!(zlink_protocol::ids::is_lowercase_uuid_v4(&a.rid()[3..]), "{}", a.rid());
+        assert!(
+            zlink_protocol::ids::is_lowercase_uuid_v4(&a.rid()[3..]),
+            "{}",
+            a.rid()
+        );
         for b in &nodes {
             if a.rid() != b.rid() {
                 a.wait_ready(b.rid(), WAIT).await.unwrap();
@@ -47,7 +51,14 @@ async fn three_nodes_find_each_other(store: Arc<dyn DiscoveryBackend>) {
                     b.peer(a.rid()).unwrap().connection_generation
                 );
                 let r: Echo = a
-                    .request(b.rid(), &Echo { text: "x".into(), n: 1 }, Duration::from_secs(5))
+                    .request(
+                        b.rid(),
+                        &Echo {
+                            text: "x".into(),
+                            n: 1,
+                        },
+                        Duration::from_secs(5),
+                    )
                     .await
                     .unwrap();
                 assert_eq!(r.n, 2);
@@ -63,7 +74,10 @@ async fn three_nodes_find_each_other(store: Arc<dyn DiscoveryBackend>) {
         while n.peer(&gone_rid).is_some() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(n.peer(&gone_rid).is_none(), "intent for a departed node was not removed");
+        assert!(
+            n.peer(&gone_rid).is_none(),
+            "intent for a departed node was not removed"
+        );
     }
     for n in nodes {
         n.shutdown().await;
@@ -116,7 +130,11 @@ async fn client_client_pairs_get_no_connection_and_show_not_required() {
         .wait_peer("client-a", WAIT, |p| p.state == PeerState::NotRequired)
         .await
         .unwrap();
-    assert_eq!((pa.epochs, pb.epochs), (0, 0), "no connection was ever admitted");
+    assert_eq!(
+        (pa.epochs, pb.epochs),
+        (0, 0),
+        "no connection was ever admitted"
+    );
     assert!(!pa.state.is_failure());
     // It stays that way over several discovery rounds.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -90,6 +90,8 @@ pub struct MeshMetrics {
     pub reply_unroutable: AtomicU64,
     /// Commands this node does not serve (yet) that arrived anyway.
     pub unserved_commands: AtomicU64,
+    /// Repeated `hello` on a live connection answered with the same generation.
+    pub idempotent_admissions: AtomicU64,
     /// `update` records applied.
     pub updates_applied: AtomicU64,
 }
@@ -141,6 +143,15 @@ pub(crate) struct Inner {
     pub epoch: Instant,
     pub peer_change: watch::Sender<u64>,
     pub placement_capacity: AtomicU64,
+    pub faults: Faults,
+}
+
+/// Fault injection for tests and chaos drills (see [`MeshNode::set_frozen`]).
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    pub frozen: AtomicBool,
+    pub drop_liveness_acks: AtomicBool,
+    pub changed: tokio::sync::Notify,
 }
 
 impl Inner {
@@ -411,6 +422,7 @@ impl MeshNode {
             epoch: Instant::now(),
             peer_change: watch::channel(0).0,
             placement_capacity: AtomicU64::new(0),
+            faults: Faults::default(),
         });
 
         let mut tasks = Vec::new();
@@ -786,6 +798,32 @@ impl MeshNode {
             update_of(&self.inner, &d)
         };
         let _ = self.inner.cmd_tx.send(Cmd::Broadcast(update));
+    }
+
+    /// Fault injection: while frozen, the node's reactor processes nothing — no inbound
+    /// records, no timers — but its socket stays open, like a stalled process (a long pause or
+    /// `SIGSTOP`). Peers must detect it by liveness alone. Unfreezing resumes processing of
+    /// everything that queued up meanwhile.
+    pub fn set_frozen(&self, frozen: bool) {
+        self.inner.faults.frozen.store(frozen, Ordering::Release);
+        self.inner.faults.changed.notify_waiters();
+    }
+
+    /// Fault injection: answer no liveness probe while still sending everything else
+    /// (application records, own probes). Peers must still declare this node dead at their
+    /// deadline (wire §5: other traffic does not extend it).
+    pub fn set_drop_liveness_acks(&self, drop_acks: bool) {
+        self.inner
+            .faults
+            .drop_liveness_acks
+            .store(drop_acks, Ordering::Release);
+    }
+
+    /// Send a repeated `hello` on the live admitted connection to `rid` (which this node must
+    /// have dialed). Admission is idempotent: the connection keeps its generation (wire §5).
+    /// For tests and diagnostics.
+    pub fn resend_hello(&self, rid: &str) {
+        let _ = self.inner.cmd_tx.send(Cmd::ReHello(rid.to_owned()));
     }
 
     /// Graceful shutdown: refuse new work, complete pending requests with `ShuttingDown`,

@@ -47,6 +47,7 @@ pub(crate) enum Cmd {
         verdict: Result<(), (RejectReason, String)>,
     },
     Broadcast(Update),
+    ReHello(String),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -96,6 +97,15 @@ pub(crate) async fn run(
         checking: HashMap::new(),
     };
     loop {
+        while r.inner.faults.frozen.load(Ordering::Acquire) {
+            let changed = r.inner.faults.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !r.inner.faults.frozen.load(Ordering::Acquire) {
+                break;
+            }
+            changed.await;
+        }
         tokio::select! {
             batch = pump_rx.recv() => match batch {
                 Some(events) => for ev in events { r.on_event(ev); },
@@ -136,6 +146,7 @@ impl Reactor {
                 }
             }
             Cmd::Broadcast(update) => self.broadcast(&update),
+            Cmd::ReHello(rid) => self.rehello(&rid),
             Cmd::Shutdown(_) => {}
         }
     }
@@ -669,7 +680,9 @@ impl Reactor {
         }
         match record.body {
             CommandBody::LivenessProbe(p) => {
-                if p.connection_generation == conn.generation() {
+                if p.connection_generation == conn.generation()
+                    && !self.inner.faults.drop_liveness_acks.load(Ordering::Acquire)
+                {
                     let ack = Record::new(CommandBody::LivenessAck(LivenessAck {
                         probe_id: p.probe_id,
                         connection_generation: p.connection_generation,
@@ -993,12 +1006,25 @@ impl Reactor {
                         && d.mesh_name == h.descriptor.mesh_name
                 })
         };
-        if !same || h.capability != CAPABILITY {
+        if !same
+            || h.capability != CAPABILITY
+            || !self.inner.secret.verify_hello(
+                &[0; 32],
+                &h.nonce,
+                &h.descriptor,
+                CAPABILITY,
+                &h.proof,
+            )
+        {
             self.inner
                 .metrics
                 .protocol_error("rehello_identity_changed");
             return;
         }
+        self.inner
+            .metrics
+            .idempotent_admissions
+            .fetch_add(1, Ordering::Relaxed);
         let me = self.inner.descriptor();
         let Ok(acceptor_nonce) = random_bytes::<32>() else {
             return;
@@ -1148,6 +1174,34 @@ impl Reactor {
         }
         drop(peers);
         self.inner.notify_peers_changed();
+    }
+
+    /// Dialer: send `hello` again on the live connection (stamped with its generation).
+    fn rehello(&mut self, rid: &str) {
+        let conn = self.inner.peers().get(rid).and_then(|e| e.conn.clone());
+        let Some(conn) = conn else { return };
+        let Ok(nonce) = random_bytes::<32>() else {
+            return;
+        };
+        let me = self.inner.descriptor();
+        // The proof of a repeated hello binds a fresh nonce; the acceptor answers with the
+        // same generation and a proof over its own fresh nonce.
+        let proof = self
+            .inner
+            .secret
+            .hello_proof(&[0; 32], &nonce, &me, CAPABILITY);
+        let hello = Hello {
+            capability: CAPABILITY.into(),
+            topology: Topology::RouteMesh,
+            channel_name: String::new(),
+            descriptor: me,
+            max_message_bytes: 0,
+            nonce,
+            proof,
+        };
+        if let Some(frames) = encode(&Record::new(CommandBody::Hello(hello)), WireLeg::Request) {
+            conn.send_control(Leg::Request, frames);
+        }
     }
 
     // ---- update ----------------------------------------------------------------------
