@@ -140,7 +140,7 @@ async fn a_repeated_hello_on_a_live_connection_keeps_its_generation() {
 }
 
 async fn liveness_loss_then_recovery(freeze_dialer: bool) {
-    let (a, b) = pair(Handlers::new(), echo_handlers()).await;
+    let (a, b) = pair_timed(Handlers::new(), echo_handlers(), liveness_timings()).await;
     let (frozen, watcher, watched_rid) = if freeze_dialer {
         (&a, &b, "node-a")
     } else {
@@ -220,7 +220,7 @@ async fn a_stalled_dialer_is_not_ready_within_the_deadline_and_recovers() {
 async fn non_ack_traffic_does_not_extend_the_liveness_deadline() {
     let mut ha = Handlers::new();
     ha.on_send(|_, _: Note| async { Ok(()) });
-    let (a, b) = pair(ha, Handlers::new()).await;
+    let (a, b) = pair_timed(ha, Handlers::new(), liveness_timings()).await;
     b.set_drop_liveness_acks(true);
     let t0 = Instant::now();
     let b = std::sync::Arc::new(b);

@@ -14,16 +14,26 @@ use zlink_node::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
 pub const SECRET: &[u8] = b"test-mesh-secret-0123456789";
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// Timings short enough for tests: probe every 50 ms, dead after 250 ms.
+/// Timings short enough for tests, with a liveness deadline (1.5 s) that a loaded 2-core CI
+/// machine never misses by accident.
 pub fn fast_timings() -> MeshTimings {
     MeshTimings {
-        probe_interval: Duration::from_millis(50),
-        liveness_deadline: Duration::from_millis(250),
+        probe_interval: Duration::from_millis(100),
+        liveness_deadline: Duration::from_millis(1_500),
         discovery_poll: Duration::from_millis(50),
         lease_ttl: Duration::from_millis(2_000),
         lease_renew: Duration::from_millis(300),
         reject_backoff: Duration::from_millis(200),
         request_timeout: Duration::from_secs(5),
+    }
+}
+
+/// Timings for the liveness tests themselves: probe every 50 ms, dead after 250 ms.
+pub fn liveness_timings() -> MeshTimings {
+    MeshTimings {
+        probe_interval: Duration::from_millis(50),
+        liveness_deadline: Duration::from_millis(250),
+        ..fast_timings()
     }
 }
 
@@ -77,8 +87,16 @@ pub async fn start_with_store(
 
 /// Two nodes, `a` dialing `b` by manual endpoint with known RID; both ready.
 pub async fn pair(ha: Handlers, hb: Handlers) -> (MeshNode, MeshNode) {
-    let b = start(config("m", "node-b"), hb).await;
+    pair_timed(ha, hb, fast_timings()).await
+}
+
+/// [`pair`] with the given timings on both nodes.
+pub async fn pair_timed(ha: Handlers, hb: Handlers, timings: MeshTimings) -> (MeshNode, MeshNode) {
+    let mut cb = config("m", "node-b");
+    cb.timings = timings.clone();
+    let b = start(cb, hb).await;
     let mut ca = config("m", "node-a");
+    ca.timings = timings;
     ca.manual_peers.push(ManualPeer {
         endpoint: b.endpoint().to_owned(),
         expected_rid: Some("node-b".into()),
