@@ -204,6 +204,8 @@ pub struct Stats {
     pub relayed_replies: u64,
     /// Requests completed with a success reply.
     pub completed_ok: u64,
+    /// Requests completed by a reply (success or error), as opposed to a local terminal.
+    pub completed_by_reply: u64,
     /// Requests completed with each error kind, indexed by declaration order.
     completed_by: [u64; ErrorKind::ALL.len()],
 }
@@ -515,6 +517,9 @@ impl<T, R> PendingTable<T, R> {
         match &outcome {
             Ok(_) => self.stats.completed_ok += 1,
             Err(error) => self.stats.completed_by[error.kind() as usize] += 1,
+        }
+        if replied_by.is_some() {
+            self.stats.completed_by_reply += 1;
         }
         Completion {
             key,

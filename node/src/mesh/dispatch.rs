@@ -232,6 +232,7 @@ pub(crate) fn send_reply(
         result: ReplyResult::None,
     }));
     record.payload = payload;
+    inner.metrics.replies_sent.fetch_add(1, Ordering::Relaxed);
     match record.encode(WireContext::route_mesh(WireLeg::Reply)) {
         Ok(frames) => {
             conn.send_control(Leg::Reply, frames);

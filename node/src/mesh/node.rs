@@ -86,6 +86,8 @@ pub struct MeshMetrics {
     pub delivered: AtomicU64,
     /// Application records for which no handler is registered.
     pub no_handler: AtomicU64,
+    /// Terminal replies sent to requesters.
+    pub replies_sent: AtomicU64,
     /// Replies that could not be routed back to the requester.
     pub reply_unroutable: AtomicU64,
     /// Commands this node does not serve (yet) that arrived anyway.
@@ -562,6 +564,12 @@ impl MeshNode {
     /// Requests waiting for their terminal result.
     pub fn pending_requests(&self) -> usize {
         self.inner.pending().len()
+    }
+
+    /// Terminal-completion counters of this node's requests (completed by kind, late replies,
+    /// late cancels, relayed replies).
+    pub fn request_stats(&self) -> crate::call::pending::Stats {
+        self.inner.pending().stats().clone()
     }
 
     /// Late replies dropped so far.
