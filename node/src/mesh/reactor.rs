@@ -675,6 +675,26 @@ impl Reactor {
             record.body,
             CommandBody::NodeSend(_) | CommandBody::NodeRequest(_)
         );
+        if is_app {
+            // Flow control cannot be skipped: an application record carries exactly the charge
+            // its size implies, and claims to come from the admitted peer itself.
+            let bytes: usize = frames.iter().map(Bytes::len).sum();
+            let source = match &record.body {
+                CommandBody::NodeSend(s) => Some(&s.source),
+                CommandBody::NodeRequest(r) => Some(&r.source),
+                _ => None,
+            };
+            if stamp.charge != conn.charge_for(bytes) {
+                self.inner.metrics.protocol_error("charge_mismatch");
+                self.consumed(&conn, stamp.charge);
+                return;
+            }
+            if source != Some(conn.peer()) {
+                self.inner.metrics.protocol_error("source_mismatch");
+                self.consumed(&conn, stamp.charge);
+                return;
+            }
+        }
         if stamp.charge > 0 && !is_app {
             self.consumed(&conn, stamp.charge);
         }

@@ -1,0 +1,280 @@
+//! `zlink-node` — the node host binary.
+//!
+//! Today it runs one MeshNode (`zlink-node peer`), driven over stdin/stdout so multi-process
+//! tests and operators can exercise a real mesh across processes. The full host (configuration
+//! file, gRPC HostAdmin, demo) arrives with the node host issue.
+//!
+//! `zlink-node peer` prints one JSON line when started — `{"rid", "endpoint", "lifecycle"}` —
+//! then reads commands, one per line, and answers each with one JSON line:
+//!
+//! * `peers` → `[{"rid", "state", "generation", "epochs"}]`
+//! * `request <rid> <n> [timeout-ms]` → `{"ok": n + 1}` or `{"err": "<ErrorKind>", "detail"}`
+//! * `send <rid> <n>` → `{"ok": null}` or `{"err": ...}`
+//! * `received` → `{"ok": <one-way messages received>}`
+//! * `quit` (or end of input) → graceful shutdown, exit 0.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+use zlink_node::call::error::CallError;
+use zlink_node::mesh::auth::MeshSecret;
+use zlink_node::mesh::config::{ManualPeer, RidConfig};
+use zlink_node::mesh::discovery::DiscoveryBackend;
+use zlink_node::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
+use zlink_protocol::generated::ObjectRole;
+
+#[derive(Parser)]
+#[command(name = "zlink-node", version, about = "zlink mesh node host")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one MeshNode with an echo request handler, driven over stdin/stdout.
+    Peer(PeerArgs),
+}
+
+#[derive(clap::Args)]
+struct PeerArgs {
+    /// MeshName to join.
+    #[arg(long, default_value = "default")]
+    mesh: String,
+    /// Fixed RID (manual topology); default: automatic `<rid-prefix>-<uuid>`.
+    #[arg(long)]
+    rid: Option<String>,
+    /// Prefix of the automatic RID.
+    #[arg(long, default_value = "node")]
+    rid_prefix: String,
+    /// Interface to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_host: String,
+    /// Address peers dial (required with a wildcard bind host).
+    #[arg(long)]
+    advertise_host: Option<String>,
+    /// Port (0 = ephemeral).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// File holding the mesh secret (e.g. a mounted Kubernetes Secret).
+    #[arg(long, conflicts_with = "secret_env")]
+    secret_file: Option<std::path::PathBuf>,
+    /// Environment variable holding the mesh secret.
+    #[arg(long, default_value = "ZLINK_MESH_SECRET")]
+    secret_env: String,
+    /// Manual peer `tcp://host:port` or `tcp://host:port@rid` (repeatable).
+    #[arg(long = "peer")]
+    peers: Vec<String>,
+    /// Redis URL for automatic discovery through the Location Store.
+    #[arg(long)]
+    redis: Option<String>,
+    /// Key namespace in Redis.
+    #[arg(long, default_value = "zlink")]
+    redis_namespace: String,
+    /// Object role: none, client or server.
+    #[arg(long, default_value = "server")]
+    role: String,
+    /// Liveness probe interval.
+    #[arg(long, default_value_t = 5_000)]
+    probe_interval_ms: u64,
+    /// Liveness deadline.
+    #[arg(long, default_value_t = 15_000)]
+    liveness_deadline_ms: u64,
+    /// Discovery poll interval.
+    #[arg(long, default_value_t = 1_000)]
+    discovery_poll_ms: u64,
+    /// Owner lease TTL.
+    #[arg(long, default_value_t = 10_000)]
+    lease_ttl_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Echo {
+    text: String,
+    n: u64,
+}
+impl JsonMessage for Echo {
+    const PACKET_NAME: &'static str = "zlink.Echo";
+}
+
+#[derive(Serialize, Deserialize)]
+struct Note {
+    n: u64,
+}
+impl JsonMessage for Note {
+    const PACKET_NAME: &'static str = "zlink.Note";
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    match cli.command {
+        Command::Peer(args) => rt.block_on(peer(args)),
+    }
+}
+
+fn secret(args: &PeerArgs) -> Result<MeshSecret> {
+    Ok(match &args.secret_file {
+        Some(path) => MeshSecret::from_file(path)?,
+        None => MeshSecret::from_env(&args.secret_env)?,
+    })
+}
+
+async fn peer(args: PeerArgs) -> Result<()> {
+    let mut cfg = MeshNodeConfig::new(args.mesh.clone(), secret(&args)?);
+    cfg.rid = match &args.rid {
+        Some(rid) => RidConfig::Fixed(rid.clone()),
+        None => RidConfig::Automatic {
+            prefix: args.rid_prefix.clone(),
+        },
+    };
+    cfg.bind_host = args.bind_host.clone();
+    cfg.advertise_host = args.advertise_host.clone();
+    cfg.port = args.port;
+    cfg.object_role = match args.role.as_str() {
+        "none" => ObjectRole::None,
+        "client" => ObjectRole::Client,
+        "server" => ObjectRole::Server,
+        other => bail!("--role must be none, client or server, not {other:?}"),
+    };
+    cfg.timings.probe_interval = Duration::from_millis(args.probe_interval_ms);
+    cfg.timings.liveness_deadline = Duration::from_millis(args.liveness_deadline_ms);
+    cfg.timings.discovery_poll = Duration::from_millis(args.discovery_poll_ms);
+    cfg.timings.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
+    cfg.timings.lease_renew = Duration::from_millis((args.lease_ttl_ms / 3).max(1));
+    for p in &args.peers {
+        let (endpoint, rid) = match p.rsplit_once('@') {
+            Some((ep, rid)) => (ep.to_owned(), Some(rid.to_owned())),
+            None => (p.clone(), None),
+        };
+        cfg.manual_peers.push(ManualPeer {
+            endpoint,
+            expected_rid: rid,
+        });
+    }
+    let store: Option<Arc<dyn DiscoveryBackend>> = match &args.redis {
+        Some(url) => {
+            let store = zlink_store::redis::RedisStore::connect(
+                url,
+                zlink_store::redis::RedisStoreConfig {
+                    namespace: args.redis_namespace.clone(),
+                    response_timeout: Duration::from_secs(2),
+                    connection_timeout: Duration::from_secs(2),
+                    reconnect_retries: 3,
+                },
+            )
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
+            Some(Arc::new(store))
+        }
+        None => None,
+    };
+    let received = Arc::new(AtomicU64::new(0));
+    let mut handlers = Handlers::new();
+    handlers.on_request_concurrent(64, |_, e: Echo| async move {
+        Ok::<_, CallError>(Echo {
+            text: e.text,
+            n: e.n + 1,
+        })
+    });
+    {
+        let received = Arc::clone(&received);
+        handlers.on_send(move |_, _: Note| {
+            received.fetch_add(1, Ordering::Relaxed);
+            async { Ok(()) }
+        });
+    }
+    let node = MeshNode::start(cfg, handlers, store).await?;
+    say(&serde_json::json!({
+        "rid": node.rid(),
+        "endpoint": node.endpoint(),
+        "lifecycle": node.lifecycle_generation(),
+    }));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) => {
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["peers"] => {
+                let peers: Vec<_> = node
+                    .peers()
+                    .into_iter()
+                    .map(|p| {
+                        serde_json::json!({
+                            "rid": p.rid,
+                            "state": format!("{:?}", p.state),
+                            "generation": p.connection_generation,
+                            "epochs": p.epochs,
+                        })
+                    })
+                    .collect();
+                say(&serde_json::Value::Array(peers));
+            }
+            ["request", rid, n, rest @ ..] => {
+                let n: u64 = n.parse().unwrap_or(0);
+                let timeout = rest
+                    .first()
+                    .and_then(|t| t.parse().ok())
+                    .map_or(Duration::from_secs(5), Duration::from_millis);
+                let r = node
+                    .request::<Echo, Echo>(
+                        rid,
+                        &Echo {
+                            text: String::new(),
+                            n,
+                        },
+                        timeout,
+                    )
+                    .await;
+                say(&match r {
+                    Ok(e) => serde_json::json!({ "ok": e.n }),
+                    Err(e) => err_json(&e),
+                });
+            }
+            ["send", rid, n] => {
+                let n: u64 = n.parse().unwrap_or(0);
+                say(&match node.send(rid, &Note { n }).await {
+                    Ok(()) => serde_json::json!({ "ok": null }),
+                    Err(e) => err_json(&e),
+                });
+            }
+            ["received"] => say(&serde_json::json!({ "ok": received.load(Ordering::Relaxed) })),
+            ["quit"] => break,
+            _ => say(
+                &serde_json::json!({ "err": "InvalidOperation", "detail": format!("unknown command {line:?}") }),
+            ),
+        }
+    }
+    node.shutdown().await;
+    Ok(())
+}
+
+fn err_json(e: &CallError) -> serde_json::Value {
+    serde_json::json!({ "err": e.kind().spec_name(), "detail": e.detail() })
+}
+
+fn say(v: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
