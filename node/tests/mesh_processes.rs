@@ -87,10 +87,10 @@ impl Proc {
     ) -> Duration {
         let t0 = Instant::now();
         loop {
-            if let Some((s, _)) = self.peer_state(rid) {
-                if want(&s) {
-                    return t0.elapsed();
-                }
+            if let Some((s, _)) = self.peer_state(rid)
+                && want(&s)
+            {
+                return t0.elapsed();
             }
             assert!(
                 t0.elapsed() < timeout,
