@@ -289,3 +289,66 @@ pub enum MeshConfigError {
     #[error("routing id conflict: {0} is claimed by another live owner")]
     RoutingIdConflict(String),
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> MeshNodeConfig {
+        MeshNodeConfig::new("m", MeshSecret::from_bytes(b"0123456789abcdef").unwrap())
+    }
+
+    fn field_of(c: &MeshNodeConfig) -> &'static str {
+        match c.validate().unwrap_err() {
+            MeshConfigError::Invalid { field, .. } => field,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        cfg().validate().unwrap();
+    }
+
+    #[test]
+    fn a_wildcard_bind_needs_a_dialable_advertise_host() {
+        let mut c = cfg();
+        c.bind_host = "0.0.0.0".into();
+        assert_eq!(field_of(&c), "advertise_host");
+        c.advertise_host = Some("::".into());
+        assert_eq!(field_of(&c), "advertise_host");
+        c.advertise_host = Some("10.1.2.3".into());
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn out_of_range_settings_name_their_field() {
+        let mut c = cfg();
+        c.placement_weight = 10_001;
+        assert_eq!(field_of(&c), "placement_weight");
+        let mut c = cfg();
+        c.rid = RidConfig::Automatic {
+            prefix: "bad prefix".into(),
+        };
+        assert_eq!(field_of(&c), "rid.prefix");
+        let mut c = cfg();
+        c.timings.liveness_deadline = c.timings.probe_interval;
+        assert_eq!(field_of(&c), "timings");
+        let mut c = cfg();
+        c.timings.lease_renew = c.timings.lease_ttl;
+        assert_eq!(field_of(&c), "timings");
+        let mut c = cfg();
+        c.manual_peers.push(ManualPeer {
+            endpoint: "udp://x:1".into(),
+            expected_rid: None,
+        });
+        assert_eq!(field_of(&c), "manual_peers.endpoint");
+        let mut c = cfg();
+        c.flow.window_bytes = 10;
+        assert_eq!(field_of(&c), "flow.window_bytes");
+        let mut c = cfg();
+        c.mesh_name = String::new();
+        assert_eq!(field_of(&c), "mesh_name");
+    }
+}
