@@ -323,7 +323,9 @@ impl Pump {
         self.handle.clone()
     }
 
-    /// Stop the thread and close the socket.
+    /// Stop the thread, close the socket and wait for both. Call it once the receiver of
+    /// inbound batches is being drained or is dropped: a pump blocked on a full inbound
+    /// channel stops only when the channel moves.
     pub fn stop(&mut self) {
         self.handle.push(Command::Stop, 0);
         if let Some(t) = self.thread.take() {
@@ -333,8 +335,13 @@ impl Pump {
 }
 
 impl Drop for Pump {
+    /// Signal the thread to stop without waiting for it: a drop may run on a runtime thread
+    /// that the pump is waiting for (full inbound channel), so joining here could deadlock. The
+    /// thread exits at its next wake-up or when the inbound receiver is dropped.
     fn drop(&mut self) {
-        self.stop();
+        if self.thread.take().is_some() {
+            self.handle.push(Command::Stop, 0);
+        }
     }
 }
 
