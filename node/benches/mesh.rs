@@ -394,7 +394,12 @@ mod mesh {
         }
 
         /// `in_flight` tasks, each issuing requests one after another until `n` are done.
-        pub async fn requests(self: Arc<Self>, n: usize, in_flight: usize, payload: Bytes) -> Outcome {
+        pub async fn requests(
+            self: Arc<Self>,
+            n: usize,
+            in_flight: usize,
+            payload: Bytes,
+        ) -> Outcome {
             let packet = if in_flight == 1 {
                 ECHO_SERIAL
             } else {
@@ -474,10 +479,7 @@ impl Bench {
         match out {
             Ok(s) => s,
             Err(e) => {
-                eprintln!(
-                    "mesh bench: {system} {} {size} B aborted: {e}",
-                    w.name()
-                );
+                eprintln!("mesh bench: {system} {} {size} B aborted: {e}", w.name());
                 std::process::exit(1);
             }
         }
@@ -586,11 +588,8 @@ fn main() {
                 .map(|(r, z)| Some(z.p50_us? / r.p50_us?))
                 .collect::<Option<Vec<_>>>()
                 .map(spread);
-            for (system, pick) in [
-                ("raw zmq", (|p: &(Sample, Sample)| p.0) as fn(&(Sample, Sample)) -> Sample),
-                ("zlink", |p| p.1),
-            ] {
-                let s: Vec<Sample> = rows.iter().map(pick).collect();
+            for zlink in [false, true] {
+                let s: Vec<Sample> = rows.iter().map(|p| if zlink { p.1 } else { p.0 }).collect();
                 let tput = fmt_spread(spread(s.iter().map(|x| x.msgs_per_sec).collect()), 0);
                 let lat = |f: fn(&Sample) -> Option<f64>| {
                     s.iter()
@@ -598,13 +597,15 @@ fn main() {
                         .collect::<Option<Vec<_>>>()
                         .map_or("–".to_owned(), |v| fmt_spread(spread(v), 1))
                 };
-                let (tr, pr) = if system == "zlink" {
+                let (system, tr, pr) = if zlink {
                     (
+                        "zlink",
                         format!("**{}**", fmt_spread(tput_ratio, 2)),
                         p50_ratio.map_or("–".to_owned(), |r| format!("**{}**", fmt_spread(r, 2))),
                     )
                 } else {
-                    ("1.00".to_owned(), if p50_ratio.is_some() { "1.00" } else { "–" }.to_owned())
+                    let pr = if p50_ratio.is_some() { "1.00" } else { "–" };
+                    ("raw zmq", "1.00".to_owned(), pr.to_owned())
                 };
                 println!(
                     "| {size} B | {} | {system} | {tput} | {} | {} | {tr} | {pr} |",
