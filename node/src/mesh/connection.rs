@@ -125,12 +125,23 @@ impl Connection {
         self.credit.close();
     }
 
-    /// Charge for a record of `bytes` bytes (a record larger than the window takes it all).
+    /// Charge for a record of `bytes` bytes, capped at half the window.
+    ///
+    /// The receiver returns credit in steps of a quarter window ([`Self::credit_step`]), so up
+    /// to a quarter window of consumed charge may sit unreturned while the peer is idle. With
+    /// every charge ≤ half the window, a sender whose records were all consumed always has
+    /// room for its next record: no credit is ever needed "on idle", and none is sent per
+    /// record (a credit record per request would double the messages of request/reply).
     pub(crate) fn charge_for(&self, bytes: usize) -> u32 {
         u32::try_from(bytes)
             .unwrap_or(u32::MAX)
-            .min(self.window)
+            .min(self.window / 2)
             .max(1)
+    }
+
+    /// Consumed charge worth a credit record: a quarter window.
+    pub(crate) fn credit_step(&self) -> u64 {
+        u64::from(self.window / 4).max(1)
     }
 
     /// Wait for `charge` bytes of credit. Cancel-safe: the permit returns if dropped unsent.

@@ -46,11 +46,13 @@ pub(crate) async fn run(
     mut rx: mpsc::UnboundedReceiver<DispatchItem>,
     handlers: HashMap<HandlerKey, (Handler, usize)>,
 ) {
-    let mut runners: HashMap<HandlerKey, mpsc::UnboundedSender<Job>> = HashMap::new();
+    // Runners by packet name, then message kind: looked up with the received `&str`, no
+    // allocation per record. The namespace is this node's MeshName for every key.
+    let mut runners: HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]> = HashMap::new();
     let mut runner_tasks = Vec::new();
     for (key, (handler, concurrency)) in handlers {
         let (tx, jrx) = mpsc::unbounded_channel();
-        runners.insert(key, tx);
+        runners.entry(key.packet_name).or_default()[kind_index(key.kind)] = Some(tx);
         runner_tasks.push(tokio::spawn(runner(
             Arc::clone(&inner),
             handler,
@@ -70,12 +72,7 @@ pub(crate) async fn run(
         };
         item.conn.on_consumed(item.charge);
         if *pressure.borrow() == PressureState::Running {
-            let min = if rx.is_empty() {
-                1
-            } else {
-                u64::from(item.conn.window() / 4)
-            };
-            item.conn.flush_credit(min);
+            item.conn.flush_credit(item.conn.credit_step());
         }
         let DispatchItem { conn, record, .. } = item;
         let (kind, source, request) = match &record.body {
@@ -88,12 +85,10 @@ pub(crate) async fn run(
             _ => continue,
         };
         let payload = record.payload.unwrap_or_default();
-        let key = HandlerKey {
-            namespace: inner.config.mesh_name.clone(),
-            kind,
-            packet_name: payload.packet_name.clone(),
-        };
-        let Some(tx) = runners.get(&key) else {
+        let runner = runners
+            .get(payload.packet_name.as_str())
+            .and_then(|r| r[kind_index(kind)].as_ref());
+        let Some(tx) = runner else {
             inner.metrics.no_handler.fetch_add(1, Ordering::Relaxed);
             drop(permit);
             if let Some(req) = &request {
@@ -150,13 +145,27 @@ async fn credit_on_resume(inner: Arc<Inner>) {
     }
 }
 
+fn kind_index(kind: MessageKind) -> usize {
+    match kind {
+        MessageKind::Send => 0,
+        MessageKind::Request => 1,
+    }
+}
+
 async fn runner(
     inner: Arc<Inner>,
     handler: Handler,
     concurrency: usize,
     mut rx: mpsc::UnboundedReceiver<Job>,
 ) {
-    let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+    if concurrency <= 1 {
+        // Serialized handler: run each job to completion in arrival order, in this task.
+        while let Some(job) = rx.recv().await {
+            run_job(&inner, &handler, job).await;
+        }
+        return;
+    }
+    let slots = Arc::new(Semaphore::new(concurrency));
     while let Some(job) = rx.recv().await {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             break;
@@ -164,10 +173,19 @@ async fn runner(
         let inner = Arc::clone(&inner);
         let handler = handler.clone();
         tokio::spawn(async move {
+            run_job(&inner, &handler, job).await;
+            drop(slot);
+        });
+    }
+}
+
+async fn run_job(inner: &Inner, handler: &Handler, job: Job) {
+    {
+        {
             // The handler's first instruction: the job-queue permit goes back here.
             job.permit.release();
             inner.metrics.delivered.fetch_add(1, Ordering::Relaxed);
-            match (&handler, job.request) {
+            match (handler, job.request) {
                 (Handler::Send(f), None) => {
                     if let Err(e) = f(job.ctx, job.payload).await {
                         tracing::debug!(error = %e, "one-way handler failed");
@@ -184,12 +202,11 @@ async fn runner(
                     } else {
                         f(job.ctx, job.payload).await
                     };
-                    send_reply(&inner, &source, &req, result);
+                    send_reply(inner, &source, &req, result);
                 }
                 (Handler::Send(_), Some(_)) | (Handler::Request(_), None) => {}
             }
-            drop(slot);
-        });
+        }
     }
 }
 

@@ -608,7 +608,8 @@ impl Reactor {
             }
             return;
         }
-        let Some(rid) = rid_of(from) else {
+        // Borrowed, not allocated: this runs for every record.
+        let Ok(rid) = std::str::from_utf8(from) else {
             self.inner
                 .metrics
                 .unadmitted
@@ -618,7 +619,7 @@ impl Reactor {
         // Fences: generation, then sequence, then credit.
         let conn = {
             let mut peers = self.inner.peers();
-            let Some(e) = peers.get_mut(&rid) else {
+            let Some(e) = peers.get_mut(rid) else {
                 self.inner
                     .metrics
                     .unadmitted
@@ -715,11 +716,11 @@ impl Reactor {
             CommandBody::LivenessAck(a) => {
                 let now = self.now();
                 let mut peers = self.inner.peers();
-                if let Some(l) = peers.get_mut(&rid).and_then(|e| e.liveness.as_mut()) {
+                if let Some(l) = peers.get_mut(rid).and_then(|e| e.liveness.as_mut()) {
                     let _ = l.on_ack(a.probe_id, a.connection_generation, now);
                 }
             }
-            CommandBody::Update(u) => self.on_update(&rid, &conn, u),
+            CommandBody::Update(u) => self.on_update(rid, &conn, u),
             CommandBody::Hello(h) if leg == Leg::Request => self.on_rehello(from, &conn, h),
             CommandBody::Admit(a) if leg == Leg::Reply => {
                 if a.connection_generation != conn.generation() {
@@ -799,7 +800,7 @@ impl Reactor {
     fn consumed(&self, conn: &Arc<Connection>, charge: u32) {
         if charge > 0 {
             conn.on_consumed(charge);
-            conn.flush_credit(1);
+            conn.flush_credit(conn.credit_step());
         }
     }
 
