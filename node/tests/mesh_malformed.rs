@@ -24,7 +24,7 @@ use zlink_node::mesh::auth::{MeshSecret, random_bytes};
 use zlink_node::mesh::config::{CAPABILITY, FlowConfig};
 use zlink_node::mesh::handler::RAW_CONTENT_TYPE;
 use zlink_node::mesh::{Handlers, ManualPeer, MeshNode, MeshNodeConfig, PeerState};
-use zlink_node::transport::header::{Header, Stamp};
+use zlink_node::transport::header::{Header, Stamp, split_batch};
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     Admit, CommandBody, Hello, NodeDescriptor, NodeFence, NodeRequest, NodeSend, ObjectRole,
@@ -211,17 +211,26 @@ impl RawPeer {
                 let Ok(msg) = self.socket.recv_multipart(0) else {
                     continue;
                 };
-                let [from, first, rest @ ..] = msg.as_slice() else {
+                let Some((from, frames)) = msg.split_first() else {
                     continue;
                 };
                 if *from != self.node_rid {
                     continue;
                 }
-                let Ok(header) = Header::decode(first) else {
+                // The node's pump may coalesce several messages into one batch.
+                let Ok(messages) = split_batch(frames.to_vec()) else {
                     continue;
                 };
-                if let Some(v) = pick(&header, rest) {
-                    return v;
+                for m in messages {
+                    let [first, rest @ ..] = m.as_slice() else {
+                        continue;
+                    };
+                    let Ok(header) = Header::decode(first) else {
+                        continue;
+                    };
+                    if let Some(v) = pick(&header, rest) {
+                        return v;
+                    }
                 }
             }
             panic!("raw peer: no {what} from the node within {WAIT:?}");

@@ -71,7 +71,10 @@ fn leg_of(h: &Header) -> Option<(Stamp, WireLeg, Leg)> {
         Header::Send(s) => Some((*s, WireLeg::Send, Leg::Send)),
         Header::Request(s) => Some((*s, WireLeg::Request, Leg::Request)),
         Header::Reply(s) => Some((*s, WireLeg::Reply, Leg::Reply)),
-        Header::Credit { .. } | Header::Greeting { .. } | Header::Reset { .. } => None,
+        Header::Credit { .. }
+        | Header::Greeting { .. }
+        | Header::Reset { .. }
+        | Header::Batch { .. } => None,
     }
 }
 
@@ -493,6 +496,11 @@ impl Reactor {
                 }
                 drop(peers);
                 self.inner.notify_peers_changed();
+            }
+            Header::Batch { .. } => {
+                // The pump splits well-formed batches; one that reaches here did not add up
+                // (or was nested).
+                self.inner.metrics.protocol_error("header_invalid_batch");
             }
             Header::Send(_) | Header::Request(_) | Header::Reply(_) => {
                 if let Some((stamp, wire_leg, leg)) = leg_of(&header) {

@@ -9,13 +9,19 @@
 //! ```text
 //! byte 0..2  'Z' 'T'      magic
 //! byte 2     1            header version
-//! byte 3     kind         1 send, 2 request, 3 reply, 4 credit, 5 greeting, 6 reset
+//! byte 3     kind         1 send, 2 request, 3 reply, 4 credit, 5 greeting, 6 reset, 7 batch
 //! then, by kind (integers big-endian):
 //!   send / request / reply : u64 connection generation, u64 sequence, u32 charge
 //!   credit                 : u64 connection generation, u64 consumed charge (cumulative)
 //!   greeting               : 32-byte nonce, u8-length RID, u8-length advertised endpoint
 //!   reset                  : u64 connection generation
+//!   batch                  : u8 message count n (2..=255), then n × u8 frame count (≥ 1)
 //! ```
+//!
+//! A **batch** is the pump's coalescing of consecutive messages to the same peer into one
+//! ZeroMQ message: the batch header frame, then each message's frames (its own header first)
+//! back to back. The receiving pump splits it again, so the layers above never see one; it
+//! saves the per-message ZeroMQ cost on small records.
 //!
 //! * **Connection generation** is the epoch issued by `admit` (wire §4); 0 before admission.
 //!   A record stamped with another generation than the receiver's current one belongs to a
@@ -70,6 +76,11 @@ pub enum Header {
         /// The dropped generation.
         generation: u64,
     },
+    /// Several messages in one ZeroMQ message: the frame count of each, in order.
+    Batch {
+        /// Frames of each message (each ≥ 1), 2..=255 messages.
+        frame_counts: Vec<u8>,
+    },
 }
 
 /// Epoch, order and flow charge of a service record.
@@ -113,6 +124,10 @@ pub enum HeaderError {
     /// A greeting string is not UTF-8 or is empty.
     #[error("invalid greeting field")]
     InvalidGreeting,
+    /// A batch with fewer than two messages, an empty message, or frame counts that do not
+    /// add up to the frames that follow.
+    #[error("invalid batch")]
+    InvalidBatch,
 }
 
 impl HeaderError {
@@ -125,6 +140,7 @@ impl HeaderError {
             Self::UnknownKind(_) => "header_unknown_kind",
             Self::TrailingBytes => "header_trailing_bytes",
             Self::InvalidGreeting => "header_invalid_greeting",
+            Self::InvalidBatch => "header_invalid_batch",
         }
     }
 }
@@ -135,6 +151,10 @@ const KIND_REPLY: u8 = 3;
 const KIND_CREDIT: u8 = 4;
 const KIND_GREETING: u8 = 5;
 const KIND_RESET: u8 = 6;
+const KIND_BATCH: u8 = 7;
+
+/// Most messages in one batch.
+pub const MAX_BATCH: usize = 255;
 
 impl Header {
     /// Encode to a new frame.
@@ -174,6 +194,11 @@ impl Header {
             Self::Reset { generation } => {
                 out.push(KIND_RESET);
                 out.extend_from_slice(&generation.to_be_bytes());
+            }
+            Self::Batch { frame_counts } => {
+                out.push(KIND_BATCH);
+                out.push(u8::try_from(frame_counts.len()).unwrap_or(u8::MAX));
+                out.extend_from_slice(&frame_counts[..frame_counts.len().min(MAX_BATCH)]);
             }
         }
         out
@@ -224,6 +249,16 @@ impl Header {
             KIND_RESET => Self::Reset {
                 generation: r.u64()?,
             },
+            KIND_BATCH => {
+                let n = usize::from(r.u8()?);
+                let counts = r.take(n)?;
+                if n < 2 || counts.contains(&0) {
+                    return Err(HeaderError::InvalidBatch);
+                }
+                Self::Batch {
+                    frame_counts: counts.to_vec(),
+                }
+            }
             other => return Err(HeaderError::UnknownKind(other)),
         };
         if r.pos != frame.len() {
@@ -303,6 +338,9 @@ mod tests {
                 endpoint: "tcp://127.0.0.1:5555".into(),
             },
             Header::Reset { generation: 5 },
+            Header::Batch {
+                frame_counts: vec![3, 4, 1],
+            },
         ]
     }
 
@@ -320,7 +358,12 @@ mod tests {
             for n in 0..bytes.len() {
                 let err = Header::decode(&bytes[..n]).unwrap_err();
                 assert!(
-                    matches!(err, HeaderError::Incomplete | HeaderError::InvalidGreeting),
+                    matches!(
+                        err,
+                        HeaderError::Incomplete
+                            | HeaderError::InvalidGreeting
+                            | HeaderError::InvalidBatch
+                    ),
                     "{h:?} cut at {n}: {err:?}"
                 );
             }
@@ -345,5 +388,70 @@ mod tests {
         let mut bad = good;
         bad.push(0);
         assert_eq!(Header::decode(&bad), Err(HeaderError::TrailingBytes));
+    }
+}
+
+/// Split the frames of a received message into its messages: a batch becomes its parts, any
+/// other message is returned whole.
+///
+/// # Errors
+/// [`HeaderError::InvalidBatch`] when the frame counts do not match the frames.
+pub fn split_batch<T>(mut frames: Vec<T>) -> Result<Vec<Vec<T>>, HeaderError>
+where
+    T: AsRef<[u8]>,
+{
+    let counts = match frames.first().map(|f| Header::decode(f.as_ref())) {
+        Some(Ok(Header::Batch { frame_counts })) => frame_counts,
+        _ => return Ok(vec![frames]),
+    };
+    let total: usize = counts.iter().map(|&c| usize::from(c)).sum();
+    if total != frames.len() - 1 {
+        return Err(HeaderError::InvalidBatch);
+    }
+    let mut rest = frames.drain(1..);
+    Ok(counts
+        .iter()
+        .map(|&c| rest.by_ref().take(usize::from(c)).collect())
+        .collect())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod batch_tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_splits_into_its_messages_in_order() {
+        let hdr = Header::Batch {
+            frame_counts: vec![2, 1],
+        }
+        .encode();
+        let frames = vec![hdr, b"a1".to_vec(), b"a2".to_vec(), b"b1".to_vec()];
+        let parts = split_batch(frames).unwrap();
+        assert_eq!(
+            parts,
+            vec![vec![b"a1".to_vec(), b"a2".to_vec()], vec![b"b1".to_vec()]]
+        );
+    }
+
+    #[test]
+    fn a_plain_message_is_returned_whole_and_bad_counts_are_refused() {
+        let plain = vec![Header::Reset { generation: 1 }.encode(), b"x".to_vec()];
+        assert_eq!(split_batch(plain.clone()).unwrap(), vec![plain]);
+        let hdr = Header::Batch {
+            frame_counts: vec![2, 2],
+        }
+        .encode();
+        assert_eq!(
+            split_batch(vec![hdr, b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]),
+            Err(HeaderError::InvalidBatch)
+        );
+        let mut one = Header::Batch {
+            frame_counts: vec![1, 1],
+        }
+        .encode();
+        one[4] = 1;
+        one.truncate(6);
+        assert_eq!(Header::decode(&one), Err(HeaderError::InvalidBatch));
     }
 }

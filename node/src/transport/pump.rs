@@ -33,6 +33,67 @@ use bytes::Bytes;
 use thiserror::Error;
 use tokio::sync::{Notify, mpsc};
 
+use super::header::{Header, MAX_BATCH, split_batch};
+
+/// Largest batch the pump builds, in bytes (a larger message is sent on its own).
+const MAX_BATCH_BYTES: usize = 64 * 1024;
+
+/// Consecutive messages to one peer, coalesced into one ZeroMQ message.
+#[derive(Default)]
+struct Batch {
+    to: Option<Bytes>,
+    messages: Vec<Vec<Vec<u8>>>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// Add a message. Returns, in order, what must be sent now: the batch this message could
+    /// not join, and the message itself when it cannot be batched at all (too large, or too
+    /// many frames for a batch header).
+    fn add(&mut self, to: Bytes, frames: Vec<Vec<u8>>) -> [Option<(Bytes, Vec<Vec<u8>>)>; 2] {
+        let size: usize = frames.iter().map(Vec::len).sum();
+        let batchable =
+            !frames.is_empty() && frames.len() <= usize::from(u8::MAX) && size <= MAX_BATCH_BYTES;
+        let joins = batchable
+            && self.to.as_ref() == Some(&to)
+            && self.messages.len() < MAX_BATCH
+            && self.bytes + size <= MAX_BATCH_BYTES;
+        if joins {
+            self.messages.push(frames);
+            self.bytes += size;
+            return [None, None];
+        }
+        let done = self.take();
+        if !batchable {
+            return [done, Some((to, frames))];
+        }
+        self.to = Some(to);
+        self.messages.push(frames);
+        self.bytes = size;
+        [done, None]
+    }
+
+    /// The batch as one message (a single message is sent as it is).
+    fn take(&mut self) -> Option<(Bytes, Vec<Vec<u8>>)> {
+        let to = self.to.take()?;
+        let mut messages = std::mem::take(&mut self.messages);
+        self.bytes = 0;
+        if messages.len() == 1 {
+            return messages.pop().map(|m| (to, m));
+        }
+        let frame_counts = messages
+            .iter()
+            .map(|m| u8::try_from(m.len()).unwrap_or(u8::MAX))
+            .collect();
+        let mut frames = Vec::with_capacity(1 + messages.iter().map(Vec::len).sum::<usize>());
+        frames.push(Header::Batch { frame_counts }.encode());
+        for m in messages {
+            frames.extend(m);
+        }
+        Some((to, frames))
+    }
+}
+
 /// Pump settings.
 #[derive(Debug, Clone)]
 pub struct PumpConfig {
@@ -559,27 +620,41 @@ impl PumpThread {
                 return false;
             }
             let mut released = 0usize;
+            let mut batch = Batch::default();
             for cmd in cmds {
                 match cmd {
-                    Command::Send { to, frames } => self.send_or_park(to, frames, events),
+                    Command::Send { to, frames } => {
+                        for (to, frames) in batch.add(to, frames).into_iter().flatten() {
+                            self.send_or_park(to, frames, events);
+                        }
+                    }
                     Command::Release(n) => released += n,
                     Command::Connect(ep) => {
+                        self.flush_batch(&mut batch, events);
                         if let Err(e) = self.socket.connect(&ep) {
                             tracing::warn!(endpoint = %ep, error = %e, "connect refused");
                         }
                     }
                     Command::Disconnect(ep) => {
+                        self.flush_batch(&mut batch, events);
                         let _ = self.socket.disconnect(&ep);
                     }
                     Command::Stop => return true,
                 }
             }
+            self.flush_batch(&mut batch, events);
             if released > 0 {
                 let mut q = lock(&self.shared.queue);
                 q.data_bytes = q.data_bytes.saturating_sub(released);
                 drop(q);
                 self.shared.room.notify_waiters();
             }
+        }
+    }
+
+    fn flush_batch(&mut self, batch: &mut Batch, events: &mut Vec<PumpEvent>) {
+        if let Some((to, frames)) = batch.take() {
+            self.send_or_park(to, frames, events);
         }
     }
 
@@ -654,16 +729,35 @@ impl PumpThread {
     }
 
     fn read_socket(&mut self, events: &mut Vec<PumpEvent>) {
-        for _ in 0..self.batch {
+        // Bounded by records handed up, not ZeroMQ messages: a batch holds up to 255 records.
+        while events.len() < self.batch {
             match self.socket.recv_multipart(zmq::DONTWAIT) {
                 Ok(mut parts) => {
                     if parts.is_empty() {
                         continue;
                     }
                     let from = Bytes::from(parts.remove(0));
-                    let frames = parts.into_iter().map(Bytes::from).collect();
+                    let frames: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
                     self.shared.stats.received.fetch_add(1, Ordering::Relaxed);
-                    events.push(PumpEvent::Message { from, frames });
+                    let is_batch = frames
+                        .first()
+                        .is_some_and(|f| matches!(Header::decode(f), Ok(Header::Batch { .. })));
+                    if !is_batch {
+                        events.push(PumpEvent::Message { from, frames });
+                        continue;
+                    }
+                    match split_batch(frames.clone()) {
+                        Ok(messages) => {
+                            for frames in messages {
+                                events.push(PumpEvent::Message {
+                                    from: from.clone(),
+                                    frames,
+                                });
+                            }
+                        }
+                        // Handed up whole: the reactor counts the malformed batch header.
+                        Err(_) => events.push(PumpEvent::Message { from, frames }),
+                    }
                 }
                 Err(_) => break,
             }
