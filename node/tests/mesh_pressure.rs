@@ -148,9 +148,11 @@ async fn a_blocked_handler_holds_permits_at_the_pause_threshold_and_delivery_res
             .any(|(s, n)| *s == PressureState::Paused && *n >= 8),
         "{t:?}"
     );
-    assert!(
-        t.iter()
-            .all(|(s, n)| *s != PressureState::Running || *n <= 6),
+    // The hysteresis itself (pause at ≥ 8 of 10, resume at ≤ 6, no change at 7) is checked
+    // exactly by the pure tests in `jobs.rs`; `in_use` read here may already have moved on.
+    assert_eq!(
+        t.last().map(|(s, _)| *s),
+        Some(PressureState::Running),
         "{t:?}"
     );
     assert_eq!(a.metrics().liveness_deaths.load(Ordering::Relaxed), 0);

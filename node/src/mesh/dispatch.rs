@@ -9,10 +9,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     CommandBody, NodeFence, ReplyResult, RequestHeader, TerminalStatus,
@@ -31,7 +32,8 @@ use crate::jobs::{JobPermit, PressureState};
 pub(crate) struct DispatchItem {
     pub conn: ConnRef,
     pub charge: u32,
-    pub record: Record,
+    /// Boxed: a record is a large enum and crosses a channel.
+    pub record: Box<Record>,
 }
 
 struct Job {
@@ -41,51 +43,99 @@ struct Job {
     request: Option<RequestHeader>,
 }
 
-pub(crate) async fn run(
-    inner: Arc<Inner>,
-    mut rx: mpsc::UnboundedReceiver<DispatchItem>,
-    handlers: HashMap<HandlerKey, (Handler, usize)>,
-) {
-    // Runners by packet name, then message kind: looked up with the received `&str`, no
-    // allocation per record. The namespace is this node's MeshName for every key.
-    let mut runners: HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]> = HashMap::new();
-    let mut runner_tasks = Vec::new();
-    for (key, (handler, concurrency)) in handlers {
-        let (tx, jrx) = mpsc::unbounded_channel();
-        runners.entry(key.packet_name).or_default()[kind_index(key.kind)] = Some(tx);
-        runner_tasks.push(tokio::spawn(runner(
-            Arc::clone(&inner),
-            handler,
-            concurrency,
-            jrx,
-        )));
+/// Claims application records and routes them to their handler's runner.
+///
+/// The reactor submits each record. When nothing is waiting in the backlog and a job permit is
+/// free, the record is claimed at once (no task hop); otherwise it joins the backlog, which
+/// [`run_backlog`] drains in order, taking a permit before each claim. `backlog` counts records
+/// submitted and not yet claimed, and drops to zero only after the last one was handed to its
+/// runner, so a record claimed on the fast path can never overtake an earlier one.
+pub(crate) struct Dispatcher {
+    /// Runners by packet name, then message kind: looked up with the received `&str`, no
+    /// allocation per record. The namespace is this node's MeshName for every key.
+    runners: HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]>,
+    backlog: AtomicUsize,
+    backlog_tx: mpsc::UnboundedSender<DispatchItem>,
+}
+
+/// The receiving ends [`Dispatcher::new`] hands to the tasks [`Dispatcher::spawn`] starts.
+pub(crate) struct DispatchTasks {
+    backlog_rx: mpsc::UnboundedReceiver<DispatchItem>,
+    runners: Vec<(Handler, usize, mpsc::UnboundedReceiver<Job>)>,
+}
+
+impl Dispatcher {
+    pub(crate) fn new(handlers: HashMap<HandlerKey, (Handler, usize)>) -> (Self, DispatchTasks) {
+        let mut runners: HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]> = HashMap::new();
+        let mut runner_rx = Vec::new();
+        for (key, (handler, concurrency)) in handlers {
+            let (tx, rx) = mpsc::unbounded_channel();
+            runners.entry(key.packet_name).or_default()[kind_index(key.kind)] = Some(tx);
+            runner_rx.push((handler, concurrency, rx));
+        }
+        let (backlog_tx, backlog_rx) = mpsc::unbounded_channel();
+        (
+            Self {
+                runners,
+                backlog: AtomicUsize::new(0),
+                backlog_tx,
+            },
+            DispatchTasks {
+                backlog_rx,
+                runners: runner_rx,
+            },
+        )
     }
-    let watcher = tokio::spawn(credit_on_resume(Arc::clone(&inner)));
-    let pressure = inner.jobs.subscribe();
-    loop {
-        // Permit first, then claim (glossary §3).
-        let Ok(permit) = inner.jobs.acquire().await else {
-            break;
-        };
-        let Some(item) = rx.recv().await else {
-            break;
-        };
+
+    /// Start the runner, backlog and credit tasks.
+    pub(crate) fn spawn(inner: &Arc<Inner>, tasks: DispatchTasks) -> Vec<JoinHandle<()>> {
+        let mut out = Vec::new();
+        for (handler, concurrency, rx) in tasks.runners {
+            out.push(tokio::spawn(runner(
+                Arc::clone(inner),
+                handler,
+                concurrency,
+                rx,
+            )));
+        }
+        out.push(tokio::spawn(run_backlog(
+            Arc::clone(inner),
+            tasks.backlog_rx,
+        )));
+        out.push(tokio::spawn(credit_on_resume(Arc::clone(inner))));
+        out
+    }
+
+    /// Submit an admitted application record (reactor only).
+    pub(crate) fn submit(&self, inner: &Inner, item: DispatchItem) {
+        if self.backlog.load(Ordering::Acquire) == 0
+            && let Ok(permit) = inner.jobs.try_acquire()
+        {
+            self.claim(inner, item, permit);
+            return;
+        }
+        self.backlog.fetch_add(1, Ordering::AcqRel);
+        if self.backlog_tx.send(item).is_err() {
+            self.backlog.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Claim one record under `permit`: consume its flow charge, return credit while running,
+    /// and hand it to its runner (or answer `NotFound`).
+    fn claim(&self, inner: &Inner, item: DispatchItem, permit: JobPermit) {
         item.conn.on_consumed(item.charge);
-        if *pressure.borrow() == PressureState::Running {
+        if inner.jobs.pressure() == PressureState::Running {
             item.conn.flush_credit(item.conn.credit_step());
         }
-        let DispatchItem { conn, record, .. } = item;
-        let (kind, source, request) = match &record.body {
-            CommandBody::NodeSend(s) => (MessageKind::Send, s.source.clone(), None),
-            CommandBody::NodeRequest(r) => (
-                MessageKind::Request,
-                r.source.clone(),
-                Some(r.request.clone()),
-            ),
-            _ => continue,
+        let record = *item.record;
+        let (kind, source, request) = match record.body {
+            CommandBody::NodeSend(s) => (MessageKind::Send, s.source, None),
+            CommandBody::NodeRequest(r) => (MessageKind::Request, r.source, Some(r.request)),
+            _ => return,
         };
         let payload = record.payload.unwrap_or_default();
-        let runner = runners
+        let runner = self
+            .runners
             .get(payload.packet_name.as_str())
             .and_then(|r| r[kind_index(kind)].as_ref());
         let Some(tx) = runner else {
@@ -93,7 +143,7 @@ pub(crate) async fn run(
             drop(permit);
             if let Some(req) = &request {
                 send_reply(
-                    &inner,
+                    inner,
                     &source,
                     req,
                     Err(CallError::new(
@@ -102,7 +152,7 @@ pub(crate) async fn run(
                     )),
                 );
             }
-            continue;
+            return;
         };
         let ctx = MessageContext {
             source,
@@ -113,7 +163,6 @@ pub(crate) async fn run(
                 .map(|r| UNIX_EPOCH + Duration::from_millis(r.deadline_unix_ms)),
             packet_name: payload.packet_name.clone(),
         };
-        let _ = conn;
         let _ = tx.send(Job {
             ctx,
             payload,
@@ -121,9 +170,19 @@ pub(crate) async fn run(
             request,
         });
     }
-    watcher.abort();
-    for t in runner_tasks {
-        t.abort();
+}
+
+/// Drain the backlog in order: permit first, then claim (glossary §3).
+async fn run_backlog(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<DispatchItem>) {
+    loop {
+        let Ok(permit) = inner.jobs.acquire().await else {
+            break;
+        };
+        let Some(item) = rx.recv().await else {
+            break;
+        };
+        inner.dispatcher.claim(&inner, item, permit);
+        inner.dispatcher.backlog.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

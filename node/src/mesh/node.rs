@@ -33,7 +33,7 @@ use super::auth::{MeshSecret, random_bytes};
 use super::config::{MeshConfigError, MeshNodeConfig, RidConfig};
 use super::connection::{ConnRef, Leg};
 use super::discovery::DiscoveryBackend;
-use super::dispatch::{self, DispatchItem};
+use super::dispatch::Dispatcher;
 use super::handler::{Handlers, JsonMessage, decode_json, encode_json};
 use super::peer::{PeerEntry, PeerSnapshot, PeerState};
 use super::reactor::{self, Cmd};
@@ -139,7 +139,7 @@ pub(crate) struct Inner {
     pub metrics: MeshMetrics,
     pub shutting_down: AtomicBool,
     pub cmd_tx: mpsc::UnboundedSender<Cmd>,
-    pub dispatch_tx: mpsc::UnboundedSender<DispatchItem>,
+    pub dispatcher: Dispatcher,
     pub store: Option<Arc<dyn DiscoveryBackend>>,
     pub lease: Mutex<Option<OwnerToken>>,
     pub epoch: Instant,
@@ -395,7 +395,7 @@ impl MeshNode {
         }
 
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (dispatch_tx, dispatch_rx) = mpsc::unbounded_channel();
+        let (dispatcher, dispatch_tasks) = Dispatcher::new(handler_map);
         let correlation =
             CorrelationIdAllocator::new("c").map_err(|e| MeshError::Jobs(e.to_string()))?;
         let inner = Arc::new(Inner {
@@ -418,7 +418,7 @@ impl MeshNode {
             metrics: MeshMetrics::default(),
             shutting_down: AtomicBool::new(false),
             cmd_tx,
-            dispatch_tx,
+            dispatcher,
             store,
             lease: Mutex::new(lease),
             epoch: Instant::now(),
@@ -434,11 +434,7 @@ impl MeshNode {
             cmd_rx,
             ctx,
         )));
-        tasks.push(tokio::spawn(dispatch::run(
-            Arc::clone(&inner),
-            dispatch_rx,
-            handler_map,
-        )));
+        tasks.extend(Dispatcher::spawn(&inner, dispatch_tasks));
         if inner.store.is_some() {
             tasks.push(tokio::spawn(reactor::discovery_loop(Arc::clone(&inner))));
         }
@@ -575,6 +571,11 @@ impl MeshNode {
     /// Late replies dropped so far.
     pub fn late_replies(&self) -> u64 {
         self.inner.pending().late_replies()
+    }
+
+    /// Counters of the socket pump.
+    pub fn pump_stats(&self) -> &crate::transport::pump::PumpStats {
+        self.inner.pump.stats()
     }
 
     /// Bytes queued in the transport's outbound data queue.

@@ -745,11 +745,14 @@ impl Reactor {
                     self.consumed(&conn, stamp.charge);
                     return;
                 }
-                let _ = self.inner.dispatch_tx.send(DispatchItem {
-                    conn,
-                    charge: stamp.charge,
-                    record,
-                });
+                self.inner.dispatcher.submit(
+                    &self.inner,
+                    DispatchItem {
+                        conn,
+                        charge: stamp.charge,
+                        record: Box::new(record),
+                    },
+                );
             }
             CommandBody::NodeRequest(ref r) => {
                 if r.target.rid != self.inner.rid
@@ -767,11 +770,14 @@ impl Reactor {
                     );
                     return;
                 }
-                let _ = self.inner.dispatch_tx.send(DispatchItem {
-                    conn,
-                    charge: stamp.charge,
-                    record,
-                });
+                self.inner.dispatcher.submit(
+                    &self.inner,
+                    DispatchItem {
+                        conn,
+                        charge: stamp.charge,
+                        record: Box::new(record),
+                    },
+                );
             }
             CommandBody::Reply(reply) => {
                 let outcome = match CallError::from_status(reply.status, reply.detail.clone()) {
