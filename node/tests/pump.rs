@@ -28,6 +28,16 @@ fn pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Receiver<Vec<PumpEvent
     Pump::start(ctx, c).unwrap()
 }
 
+/// A pump that hands up one event per batch into a one-batch channel.
+fn slow_pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Receiver<Vec<PumpEvent>>) {
+    let mut c = PumpConfig::new(id.as_bytes().to_vec(), "tcp://127.0.0.1:0".into());
+    c.send_hwm = hwm;
+    c.recv_hwm = hwm;
+    c.batch = 1;
+    c.inbound_batches = 1;
+    Pump::start(ctx, c).unwrap()
+}
+
 /// Connect `a` to `b` and wait until `a` saw `b`'s probe (the pipe is up).
 async fn connect(a: &Pump, arx: &mut Receiver<Vec<PumpEvent>>, b: &Pump) {
     a.handle().connect(b.endpoint().to_owned());
@@ -72,24 +82,29 @@ async fn an_unroutable_send_is_reported_not_dropped_silently() {
 async fn a_full_peer_pipe_parks_messages_without_loss_or_reordering() {
     let ctx = zmq::Context::new();
     let (a, mut arx) = pump(&ctx, "a", 10);
-    let (b, mut brx) = pump(&ctx, "b", 10);
+    let (b, mut brx) = slow_pump(&ctx, "b", 10);
     connect(&a, &mut arx, &b).await;
-    const N: u32 = 5_000;
+    // Messages too large to be coalesced into one batch (64 KiB), so each is one ZeroMQ
+    // message; b hands up one event at a time into a one-batch channel, so its socket stops
+    // being read at once and the pipes and TCP buffers fill.
+    const N: u32 = 600;
+    const SIZE: usize = 65 * 1024 + 4;
     for i in 0..N {
-        let slot = a.handle().reserve_data(4).await.unwrap();
-        slot.send(Bytes::from_static(b"b"), vec![i.to_be_bytes().to_vec()]);
+        let slot = a.handle().reserve_data(SIZE).await.unwrap();
+        let mut body = vec![0u8; SIZE];
+        body[..4].copy_from_slice(&i.to_be_bytes());
+        slot.send(Bytes::from_static(b"b"), vec![body]);
     }
-    // b reads only now: a's pipe hit its high-water mark meanwhile.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut buf = Vec::new();
     let mut next = 0u32;
     while next < N {
         if let PumpEvent::Message { from, frames } = next_message(&mut brx, &mut buf).await
             && frames.len() == 1
-            && frames[0].len() == 4
+            && frames[0].len() == SIZE
         {
             assert_eq!(&from[..], b"a");
-            assert_eq!(u32::from_be_bytes(frames[0][..].try_into().unwrap()), next);
+            assert_eq!(u32::from_be_bytes(frames[0][..4].try_into().unwrap()), next);
             next += 1;
         }
     }
@@ -119,4 +134,40 @@ async fn an_idle_pump_sleeps() {
         .wakeups
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(w1 - w0 <= 2, "idle pump woke {} times in 500 ms", w1 - w0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_messages_to_one_peer_travel_in_batches_and_arrive_in_order() {
+    let ctx = zmq::Context::new();
+    let (a, mut arx) = pump(&ctx, "a", 100_000);
+    let (b, mut brx) = pump(&ctx, "b", 100_000);
+    connect(&a, &mut arx, &b).await;
+    const N: u32 = 20_000;
+    for i in 0..N {
+        let slot = a.handle().reserve_data(8).await.unwrap();
+        slot.send(
+            Bytes::from_static(b"b"),
+            vec![b"hdr".to_vec(), i.to_be_bytes().to_vec()],
+        );
+    }
+    let mut buf = Vec::new();
+    let mut next = 0u32;
+    while next < N {
+        if let PumpEvent::Message { frames, .. } = next_message(&mut brx, &mut buf).await
+            && frames.len() == 2
+        {
+            assert_eq!(&frames[0][..], b"hdr");
+            assert_eq!(u32::from_be_bytes(frames[1][..].try_into().unwrap()), next);
+            next += 1;
+        }
+    }
+    let zmq_messages = b
+        .handle()
+        .stats()
+        .received
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        zmq_messages < u64::from(N),
+        "{zmq_messages} ZeroMQ messages for {N} records: nothing was batched"
+    );
 }
