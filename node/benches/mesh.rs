@@ -19,7 +19,7 @@
 //!   raw echo handler with concurrency 32.
 //!
 //! Both sides use the same socket settings (ROUTER with routing IDs, `ROUTER_MANDATORY`, HWM
-//! 100 000) and one ZeroMQ context (one I/O thread) per endpoint, like a MeshNode. zlink runs on
+//! 100 000) and one ZeroMQ context (one I/O thread) for the process, as MeshNodes share theirs. zlink runs on
 //! a tokio multi-thread runtime with `ZLINK_BENCH_WORKERS` (2) workers; every measurement is
 //! spawned onto it. Rounds interleave raw and zlink so both see the same machine load, and the
 //! ratio is taken per round (zlink ÷ raw of the same round), then its median is reported.
@@ -126,11 +126,12 @@ mod raw {
     const A_ID: &[u8] = b"raw-a";
     const B_ID: &[u8] = b"raw-b";
 
-    /// Two connected ROUTER sockets, each with its own context (one I/O thread each).
+    /// Two connected ROUTER sockets of one context (one I/O thread), as MeshNodes in one
+    /// process share theirs.
     pub struct RawPair {
         a: zmq::Socket,
         b: zmq::Socket,
-        _contexts: (zmq::Context, zmq::Context),
+        _context: zmq::Context,
     }
 
     fn zerr(op: &'static str) -> impl Fn(zmq::Error) -> String {
@@ -161,11 +162,11 @@ mod raw {
     impl RawPair {
         /// Bind B, connect A, and exchange one message each way.
         pub fn connect() -> Self {
-            let (ca, cb) = (zmq::Context::new(), zmq::Context::new());
-            let b = router(&cb, B_ID);
+            let ctx = zmq::Context::new();
+            let b = router(&ctx, B_ID);
             b.bind("tcp://127.0.0.1:0").expect("bind");
             let ep = b.get_last_endpoint().expect("endpoint").expect("utf-8");
-            let a = router(&ca, A_ID);
+            let a = router(&ctx, A_ID);
             a.connect(&ep).expect("connect");
             // ROUTER_MANDATORY: B is unroutable until the connection is up.
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -189,7 +190,7 @@ mod raw {
             Self {
                 a,
                 b,
-                _contexts: (ca, cb),
+                _context: ctx,
             }
         }
 

@@ -292,6 +292,13 @@ pub(crate) fn new_connection_generation() -> u64 {
     }
 }
 
+/// The process's ZeroMQ context: one per process, as libzmq recommends, so nodes hosted in the
+/// same process (tests, the demo) share its I/O thread instead of adding one each.
+fn process_context() -> zmq::Context {
+    static CONTEXT: std::sync::OnceLock<zmq::Context> = std::sync::OnceLock::new();
+    CONTEXT.get_or_init(zmq::Context::new).clone()
+}
+
 impl MeshNode {
     /// Start a node: validate, choose RID and lifecycle, bind, claim the owner lease and
     /// publish the descriptor (with a store), then start the tasks.
@@ -323,7 +330,7 @@ impl MeshNode {
             .clone()
             .unwrap_or_else(|| format!("host-{rid}"));
 
-        let ctx = zmq::Context::new();
+        let ctx = process_context();
         let bind = format!("tcp://{}:{}", bracket(&config.bind_host), config.port);
         let mut pump_cfg = PumpConfig::new(rid.clone().into_bytes(), bind);
         pump_cfg.send_hwm = config.flow.zmq_hwm;

@@ -365,6 +365,7 @@ impl Pump {
                     rx_buf: BytesMut::with_capacity(RX_CHUNK),
                 };
                 pump.run();
+                pump.close();
             })?;
         Ok((
             Self {
@@ -557,6 +558,23 @@ enum SendOutcome {
 }
 
 impl PumpThread {
+    /// Stop monitoring before the socket closes. libzmq sends monitor events with a blocking
+    /// send from its I/O and reaper threads; events of the closing socket sent to a monitor
+    /// pipe whose reader is already gone would block those threads for good (and with them
+    /// every socket of the context). Re-targeting the monitor at a fresh endpoint with no
+    /// events stops the old one and sends nothing more.
+    fn close(&mut self) {
+        static OFF_SEQ: AtomicU64 = AtomicU64::new(0);
+        let off = format!(
+            "inproc://zlink-monitor-off-{}-{}",
+            std::process::id(),
+            OFF_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let _ = self.socket.monitor(&off, 0);
+        // Drain what the old monitor had queued; the reader closes after the socket.
+        while self.monitor.recv_multipart(zmq::DONTWAIT).is_ok() {}
+    }
+
     fn run(&mut self) {
         let mut backoff_ms: i64 = 1;
         loop {
