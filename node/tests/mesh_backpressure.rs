@@ -9,39 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
 use zlink_node::jobs::JobQueueConfig;
-use zlink_node::mesh::{Handlers, ManualPeer};
-use zlink_protocol::envelope::TypedPayload;
-
-fn payload(seq: u64, size: usize) -> TypedPayload {
-    let mut v = vec![0u8; size];
-    v[..8].copy_from_slice(&seq.to_be_bytes());
-    TypedPayload::new("bulk", "application/octet-stream", v)
-}
-
-fn seq_of(b: &Bytes) -> u64 {
-    u64::from_be_bytes(b[..8].try_into().unwrap())
-}
-
-async fn pair_with(
-    b_cfg: zlink_node::mesh::MeshNodeConfig,
-    hb: Handlers,
-) -> (zlink_node::mesh::MeshNode, zlink_node::mesh::MeshNode) {
-    let window = b_cfg.flow.window_bytes;
-    let b = start(b_cfg, hb).await;
-    let mut ca = config("m", "node-a");
-    ca.flow.window_bytes = window;
-    ca.manual_peers.push(ManualPeer {
-        endpoint: b.endpoint().to_owned(),
-        expected_rid: Some("node-b".into()),
-    });
-    let a = start(ca, Handlers::new()).await;
-    a.wait_ready("node-b", WAIT).await.unwrap();
-    b.wait_ready("node-a", WAIT).await.unwrap();
-    (a, b)
-}
+use zlink_node::mesh::Handlers;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_makes_senders_wait_with_bounded_bytes_in_flight_and_no_loss() {

@@ -864,29 +864,12 @@ impl MeshNode {
         if let (Some(store), Some(token)) = (&self.inner.store, token) {
             let _ = store.release_lease(&token).await;
         }
-        let tasks: Vec<_> = std::mem::take(
-            &mut *self
-                .tasks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        for t in tasks {
-            t.abort();
-            let _ = t.await;
-        }
-        let pump = self
-            .pump
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(mut p) = pump {
-            tokio::task::spawn_blocking(move || p.stop()).await.ok();
-        }
+        self.stop_tasks().await;
     }
 
-    /// Simulate an abrupt stop for tests and drains: stop answering without telling peers.
-    pub async fn kill(&self) {
-        self.inner.shutting_down.store(true, Ordering::Release);
+    /// Abort the node's tasks, then stop the pump (its inbound receiver is gone by then, so
+    /// the join cannot wait on a full channel).
+    async fn stop_tasks(&self) {
         let tasks: Vec<_> = std::mem::take(
             &mut *self
                 .tasks

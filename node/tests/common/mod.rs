@@ -106,3 +106,34 @@ pub async fn pair_timed(ha: Handlers, hb: Handlers, timings: MeshTimings) -> (Me
     b.wait_ready("node-a", WAIT).await.unwrap();
     (a, b)
 }
+
+/// A raw `bulk` payload of `size` bytes whose first 8 bytes are `seq`.
+pub fn payload(seq: u64, size: usize) -> zlink_protocol::envelope::TypedPayload {
+    let mut v = vec![0u8; size];
+    v[..8].copy_from_slice(&seq.to_be_bytes());
+    zlink_protocol::envelope::TypedPayload::new("bulk", "application/octet-stream", v)
+}
+
+/// The sequence number [`payload`] wrote.
+pub fn seq_of(b: &bytes::Bytes) -> u64 {
+    u64::from_be_bytes(b[..8].try_into().unwrap())
+}
+
+/// node-a dialing node-b configured by `b_cfg` (node-a gets the same credit window).
+pub async fn pair_with(
+    b_cfg: zlink_node::mesh::MeshNodeConfig,
+    hb: Handlers,
+) -> (zlink_node::mesh::MeshNode, zlink_node::mesh::MeshNode) {
+    let window = b_cfg.flow.window_bytes;
+    let b = start(b_cfg, hb).await;
+    let mut ca = config("m", "node-a");
+    ca.flow.window_bytes = window;
+    ca.manual_peers.push(ManualPeer {
+        endpoint: b.endpoint().to_owned(),
+        expected_rid: Some("node-b".into()),
+    });
+    let a = start(ca, Handlers::new()).await;
+    a.wait_ready("node-b", WAIT).await.unwrap();
+    b.wait_ready("node-a", WAIT).await.unwrap();
+    (a, b)
+}
