@@ -645,7 +645,7 @@ fn random_message(rng: &mut SplitMix64, peer: &mut RawPeer, epoch_ending: bool) 
                 2 => Header::Reply(stamp),
                 3 => Header::Credit {
                     generation,
-                    consumed: rng.next_u64(),
+                    limit: rng.next_u64(),
                 },
                 4 => Header::Greeting {
                     nonce: [rng.next_u64() as u8; 32],

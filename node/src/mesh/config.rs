@@ -82,6 +82,10 @@ pub struct FlowConfig {
     pub zmq_hwm: i32,
     /// Messages per pump batch.
     pub batch: usize,
+    /// Largest inbound ZeroMQ message (a batch or one record) the socket accepts; a resource
+    /// guard, not a framework message-size limit (RouteMesh has none, wire §2). A peer that
+    /// sends more loses its connection.
+    pub max_message_bytes: u64,
 }
 
 impl Default for FlowConfig {
@@ -91,6 +95,7 @@ impl Default for FlowConfig {
             pump_queue_bytes: 16 * 1024 * 1024,
             zmq_hwm: 100_000,
             batch: 256,
+            max_message_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -243,6 +248,14 @@ impl MeshNodeConfig {
         }
         if self.flow.window_bytes < 1024 {
             return Err(bad("flow.window_bytes", "must be at least 1024".into()));
+        }
+        if self.flow.max_message_bytes < u64::from(self.flow.window_bytes)
+            || self.flow.max_message_bytes > i64::MAX as u64
+        {
+            return Err(bad(
+                "flow.max_message_bytes",
+                "must be at least window_bytes".into(),
+            ));
         }
         if self.flow.zmq_hwm <= 0 || self.flow.batch == 0 || self.flow.pump_queue_bytes == 0 {
             return Err(bad(

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use zlink_protocol::generated::NodeFence;
 
 use crate::call::error::{CallError, ErrorKind};
@@ -45,16 +45,23 @@ pub struct Connection {
     generation: u64,
     window: u32,
     pump: PumpHandle,
+    /// Sender side: charge we may still send (grants minus charge sent).
     credit: Semaphore,
+    /// Sender side: the peer's receive window, learned from its first grant (0 until then).
+    peer_window: AtomicU64,
+    /// Sender side: the highest cumulative limit the peer granted.
+    peer_limit: AtomicU64,
+    /// Sender side: cumulative charge sent.
+    sent_charge: AtomicU64,
+    /// Sender side: signalled at the first grant and at close.
+    granted: Notify,
     next_seq: Mutex<u64>,
     closed: AtomicBool,
-    /// Cumulative charge the peer reported consumed (sender side).
-    credited: AtomicU64,
-    /// Cumulative charge we consumed of the peer's records (receiver side).
+    /// Receiver side: cumulative charge we consumed of the peer's records.
     consumed: AtomicU64,
-    /// Cumulative charge received from the peer (receiver side; must stay ≤ consumed + window).
+    /// Receiver side: cumulative charge received (must stay ≤ the limit we granted).
     received: AtomicU64,
-    /// `consumed` value last sent in a credit record.
+    /// Receiver side: `consumed` at the time of the last grant.
     credit_sent: AtomicU64,
     /// Records sent on this epoch.
     sent_records: AtomicU64,
@@ -74,10 +81,13 @@ impl Connection {
             generation,
             window,
             pump,
-            credit: Semaphore::new(window as usize),
+            credit: Semaphore::new(0),
+            peer_window: AtomicU64::new(0),
+            peer_limit: AtomicU64::new(0),
+            sent_charge: AtomicU64::new(0),
+            granted: Notify::new(),
             next_seq: Mutex::new(0),
             closed: AtomicBool::new(false),
-            credited: AtomicU64::new(0),
             consumed: AtomicU64::new(0),
             received: AtomicU64::new(0),
             credit_sent: AtomicU64::new(0),
@@ -100,14 +110,29 @@ impl Connection {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Application charge bytes sent on this epoch and not yet consumed by the peer.
+    /// Application charge bytes sent on this epoch and not yet consumed by the peer (as far
+    /// as its grants tell).
     pub fn bytes_in_flight(&self) -> u64 {
-        (self.window as u64).saturating_sub(self.credit.available_permits() as u64)
+        let consumed_by_peer = self
+            .peer_limit
+            .load(Ordering::Acquire)
+            .saturating_sub(self.peer_window.load(Ordering::Acquire));
+        self.sent_charge
+            .load(Ordering::Acquire)
+            .saturating_sub(consumed_by_peer)
     }
 
-    /// The credit window.
+    /// This side's receive window (what it grants the peer).
     pub fn window(&self) -> u32 {
         self.window
+    }
+
+    /// The peer's receive window, once its first grant arrived.
+    pub fn peer_window(&self) -> Option<u32> {
+        match self.peer_window.load(Ordering::Acquire) {
+            0 => None,
+            w => Some(u32::try_from(w).unwrap_or(u32::MAX)),
+        }
     }
 
     /// Records sent on this epoch.
@@ -123,20 +148,27 @@ impl Connection {
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.credit.close();
+        self.granted.notify_waiters();
     }
 
-    /// Charge for a record of `bytes` bytes, capped at half the window.
+    /// The charge of a record of `bytes` bytes sent to a receiver whose window is `window`:
+    /// its size, capped at half that window.
     ///
     /// The receiver returns credit in steps of a quarter window ([`Self::credit_step`]), so up
     /// to a quarter window of consumed charge may sit unreturned while the peer is idle. With
     /// every charge ≤ half the window, a sender whose records were all consumed always has
-    /// room for its next record: no credit is ever needed "on idle", and none is sent per
-    /// record (a credit record per request would double the messages of request/reply).
-    pub(crate) fn charge_for(&self, bytes: usize) -> u32 {
+    /// room for its next record: no credit is needed "on idle", and none is sent per record (a
+    /// credit record per request would double the messages of request/reply).
+    fn charge(bytes: usize, window: u64) -> u32 {
         u32::try_from(bytes)
             .unwrap_or(u32::MAX)
-            .min(self.window / 2)
+            .min(u32::try_from(window / 2).unwrap_or(u32::MAX))
             .max(1)
+    }
+
+    /// Receiver side: the charge a record of `bytes` bytes must carry.
+    pub(crate) fn expected_charge(&self, bytes: usize) -> u32 {
+        Self::charge(bytes, u64::from(self.window))
     }
 
     /// Consumed charge worth a credit record: a quarter window.
@@ -144,17 +176,34 @@ impl Connection {
         u64::from(self.window / 4).max(1)
     }
 
-    /// Wait for `charge` bytes of credit. Cancel-safe: the permit returns if dropped unsent.
+    /// Sender side: wait for the peer's first grant (its window), then for credit for a record
+    /// of `bytes` bytes. Cancel-safe: the permit returns if dropped unsent.
     pub(crate) async fn acquire_credit(
         &self,
-        charge: u32,
+        bytes: usize,
     ) -> Result<SemaphorePermit<'_>, CallError> {
-        self.credit.acquire_many(charge).await.map_err(|_| {
+        let closed = || {
             CallError::new(
                 ErrorKind::Unavailable,
                 format!("connection to {} was replaced or closed", self.peer.rid),
             )
-        })
+        };
+        let window = loop {
+            let notified = self.granted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_closed() {
+                return Err(closed());
+            }
+            match self.peer_window.load(Ordering::Acquire) {
+                0 => notified.await,
+                w => break w,
+            }
+        };
+        self.credit
+            .acquire_many(Self::charge(bytes, window))
+            .await
+            .map_err(|_| closed())
     }
 
     fn stamp_and<F: FnOnce(Vec<Vec<u8>>)>(
@@ -195,8 +244,10 @@ impl Connection {
         frames: Vec<Vec<u8>>,
     ) {
         let charge = permit.num_permits() as u32;
-        // The credit comes back with the peer's credit record, not when the permit drops.
+        // The credit comes back with the peer's next grant, not when the permit drops.
         permit.forget();
+        self.sent_charge
+            .fetch_add(u64::from(charge), Ordering::AcqRel);
         self.stamp_and(leg, charge, frames, |f| slot.send(self.zmq_id.clone(), f));
     }
 
@@ -209,23 +260,42 @@ impl Connection {
         ok
     }
 
-    /// The peer consumed `consumed` charge in total: return the difference as credit.
-    pub(crate) fn on_credit(&self, consumed: u64) {
-        let prev = self.credited.fetch_max(consumed, Ordering::AcqRel);
-        if consumed > prev {
-            let delta = usize::try_from(consumed - prev).unwrap_or(usize::MAX);
-            // Never grow beyond the window, whatever a peer claims.
-            let room = (self.window as usize).saturating_sub(self.credit.available_permits());
+    /// Sender side: the peer granted a cumulative `limit` of charge on this epoch. The first
+    /// grant also tells its window (nothing was consumed yet, so the limit is the window).
+    pub(crate) fn on_credit(&self, limit: u64) {
+        let prev = self.peer_limit.fetch_max(limit, Ordering::AcqRel);
+        if prev == 0 && limit > 0 {
+            self.peer_window.store(limit, Ordering::Release);
+            self.granted.notify_waiters();
+        }
+        if limit > prev {
+            let delta = usize::try_from(limit - prev).unwrap_or(usize::MAX);
+            // The semaphore's own bound; a peer cannot make it overflow.
+            let room = Semaphore::MAX_PERMITS.saturating_sub(self.credit.available_permits());
             self.credit.add_permits(delta.min(room));
         }
     }
 
-    /// Receiver side: a record with `charge` arrived. Returns false when the peer exceeded the
-    /// window it was granted (a protocol violation).
+    /// Receiver side: grant the peer our window at the start of the epoch.
+    pub(crate) fn grant_initial_credit(&self) {
+        self.send_grant(0);
+    }
+
+    fn send_grant(&self, consumed: u64) {
+        let frame = Header::Credit {
+            generation: self.generation,
+            limit: consumed + u64::from(self.window),
+        }
+        .encode();
+        let _ = self.pump.send_control(self.zmq_id.clone(), vec![frame]);
+    }
+
+    /// Receiver side: a record with `charge` arrived. Returns false when the peer exceeded
+    /// what it was granted (a protocol violation).
     pub(crate) fn on_received(&self, charge: u32) -> bool {
         let received =
             self.received.fetch_add(u64::from(charge), Ordering::AcqRel) + u64::from(charge);
-        received <= self.consumed.load(Ordering::Acquire) + u64::from(self.window)
+        received <= self.credit_sent.load(Ordering::Acquire) + u64::from(self.window)
     }
 
     /// Receiver side: `charge` bytes were consumed (claimed by the dispatcher, or dropped).
@@ -235,7 +305,8 @@ impl Connection {
         }
     }
 
-    /// Receiver side: send a credit record if at least `min_delta` consumed bytes are unsent.
+    /// Receiver side: grant more if at least `min_delta` charge was consumed since the last
+    /// grant.
     pub(crate) fn flush_credit(&self, min_delta: u64) {
         if self.is_closed() {
             return;
@@ -249,12 +320,7 @@ impl Connection {
                 .compare_exchange(sent, consumed, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            let frame = Header::Credit {
-                generation: self.generation,
-                consumed,
-            }
-            .encode();
-            let _ = self.pump.send_control(self.zmq_id.clone(), vec![frame]);
+            self.send_grant(consumed);
         }
     }
 }

@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use zlink_protocol::envelope::TypedPayload;
@@ -172,13 +174,15 @@ impl Dispatcher {
     }
 }
 
-/// Drain the backlog in order: permit first, then claim (glossary §3).
+/// Drain the backlog in order: permit first, then claim (glossary §3). The next record is
+/// taken off the backlog channel before the permit is awaited (taking it off is not the claim),
+/// so an idle node holds no permit.
 async fn run_backlog(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<DispatchItem>) {
     loop {
-        let Ok(permit) = inner.jobs.acquire().await else {
+        let Some(item) = rx.recv().await else {
             break;
         };
-        let Some(item) = rx.recv().await else {
+        let Ok(permit) = inner.jobs.acquire().await else {
             break;
         };
         inner.dispatcher.claim(&inner, item, permit);
@@ -186,7 +190,8 @@ async fn run_backlog(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Dispatch
     }
 }
 
-/// When pressure returns to `Running`, give back the credit withheld while paused.
+/// When pressure returns to `Running`, give back the credit withheld while paused. (A
+/// `Running` moment this task misses is caught by the reactor's periodic flush.)
 async fn credit_on_resume(inner: Arc<Inner>) {
     let mut rx = inner.jobs.subscribe();
     while rx.changed().await.is_ok() {
@@ -239,33 +244,42 @@ async fn runner(
 }
 
 async fn run_job(inner: &Inner, handler: &Handler, job: Job) {
-    {
-        {
-            // The handler's first instruction: the job-queue permit goes back here.
-            job.permit.release();
-            inner.metrics.delivered.fetch_add(1, Ordering::Relaxed);
-            match (handler, job.request) {
-                (Handler::Send(f), None) => {
-                    if let Err(e) = f(job.ctx, job.payload).await {
-                        tracing::debug!(error = %e, "one-way handler failed");
-                    }
-                }
-                (Handler::Request(f), Some(req)) => {
-                    let source = job.ctx.source.clone();
-                    let expired = job.ctx.deadline.is_some_and(|d| d <= SystemTime::now());
-                    let result = if expired {
-                        Err(CallError::new(
-                            ErrorKind::DeadlineExceeded,
-                            "deadline passed before the handler ran",
-                        ))
-                    } else {
-                        f(job.ctx, job.payload).await
-                    };
-                    send_reply(inner, &source, &req, result);
-                }
-                (Handler::Send(_), Some(_)) | (Handler::Request(_), None) => {}
+    // The handler's first instruction: the job-queue permit goes back here.
+    job.permit.release();
+    inner.metrics.delivered.fetch_add(1, Ordering::Relaxed);
+    // A panicking handler must not take its runner (and every later record of its key) down,
+    // nor leave a request without its terminal reply: it ends as `HandlerFailed`.
+    let panicked = || {
+        inner.metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
+        CallError::new(ErrorKind::HandlerFailed, "the handler panicked")
+    };
+    match (handler, job.request) {
+        (Handler::Send(f), None) => {
+            let outcome = AssertUnwindSafe(f(job.ctx, job.payload))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(panicked()));
+            if let Err(e) = outcome {
+                tracing::debug!(error = %e, "one-way handler failed");
             }
         }
+        (Handler::Request(f), Some(req)) => {
+            let source = job.ctx.source.clone();
+            let expired = job.ctx.deadline.is_some_and(|d| d <= SystemTime::now());
+            let result = if expired {
+                Err(CallError::new(
+                    ErrorKind::DeadlineExceeded,
+                    "deadline passed before the handler ran",
+                ))
+            } else {
+                AssertUnwindSafe(f(job.ctx, job.payload))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| Err(panicked()))
+            };
+            send_reply(inner, &source, &req, result);
+        }
+        (Handler::Send(_), Some(_)) | (Handler::Request(_), None) => {}
     }
 }
 

@@ -86,6 +86,8 @@ pub struct MeshMetrics {
     pub delivered: AtomicU64,
     /// Application records for which no handler is registered.
     pub no_handler: AtomicU64,
+    /// Handlers that panicked (their record ended as `HandlerFailed`).
+    pub handler_panics: AtomicU64,
     /// Terminal replies sent to requesters.
     pub replies_sent: AtomicU64,
     /// Replies that could not be routed back to the requester.
@@ -146,6 +148,8 @@ pub(crate) struct Inner {
     pub peer_change: watch::Sender<u64>,
     pub placement_capacity: AtomicU64,
     pub faults: Faults,
+    /// Key of the OperationId salt (per lifecycle, from the CSPRNG).
+    pub op_key: ring::hmac::Key,
 }
 
 /// Fault injection for tests and chaos drills (see [`MeshNode::set_frozen`]).
@@ -174,6 +178,14 @@ impl Inner {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Unpredictable high-word salt for the OperationId with this low word.
+    pub fn operation_salt(&self, low: u64) -> u64 {
+        let tag = ring::hmac::sign(&self.op_key, &low.to_be_bytes());
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&tag.as_ref()[..8]);
+        u64::from_be_bytes(w)
     }
 
     /// Milliseconds of the node's monotonic clock.
@@ -226,8 +238,16 @@ impl Inner {
             .encode(WireContext::route_mesh(wire_leg))
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let bytes: usize = frames.iter().map(Vec::len).sum();
-        let charge = conn.charge_for(bytes);
-        let permit = conn.acquire_credit(charge).await?;
+        if bytes as u64 > self.config.flow.max_message_bytes {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "record of {bytes} bytes exceeds flow.max_message_bytes ({})",
+                    self.config.flow.max_message_bytes
+                ),
+            ));
+        }
+        let permit = conn.acquire_credit(bytes).await?;
         let slot = self
             .pump
             .reserve_data(bytes)
@@ -337,6 +357,8 @@ impl MeshNode {
         pump_cfg.recv_hwm = config.flow.zmq_hwm;
         pump_cfg.batch = config.flow.batch;
         pump_cfg.queue_cap_bytes = config.flow.pump_queue_bytes;
+        pump_cfg.max_message_bytes =
+            i64::try_from(config.flow.max_message_bytes).unwrap_or(i64::MAX);
         let (pump, pump_rx) = Pump::start(&ctx, pump_cfg)?;
         let port = pump
             .endpoint()
@@ -432,6 +454,10 @@ impl MeshNode {
             peer_change: watch::channel(0).0,
             placement_capacity: AtomicU64::new(0),
             faults: Faults::default(),
+            op_key: ring::hmac::Key::new(
+                ring::hmac::HMAC_SHA256,
+                &random_bytes::<32>().map_err(|_| MeshError::Random)?,
+            ),
         });
 
         let mut tasks = Vec::new();
@@ -674,7 +700,7 @@ impl MeshNode {
         let deadline_wall = SystemTime::now() + timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let conn = self.inner.ready_conn(rid)?;
-        let (operation_id, reply_route_id, correlation_id) = {
+        let (mut operation_id, reply_route_id, correlation_id) = {
             let mut ids = self
                 .inner
                 .ids
@@ -686,6 +712,10 @@ impl MeshNode {
                 ids.correlation.allocate()?,
             )
         };
+        // The counter keeps OperationIds unique (the low word never repeats); a keyed PRF in
+        // the high word makes them unguessable, so a peer that sees its own requests' IDs
+        // cannot forge replies to requests sent elsewhere.
+        operation_id.high ^= self.inner.operation_salt(operation_id.low);
         let key = PendingKey::new(&operation_id, reply_route_id);
         let (tx, rx) = oneshot::channel();
         let deadline_ms = self
@@ -803,17 +833,18 @@ impl MeshNode {
     }
 
     fn update_descriptor(&self, f: impl FnOnce(&mut NodeDescriptor)) {
-        let update = {
-            let mut d = self
-                .inner
-                .descriptor
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            f(&mut d);
-            d.descriptor_revision += 1;
-            update_of(&self.inner, &d)
-        };
-        let _ = self.inner.cmd_tx.send(Cmd::Broadcast(update));
+        let mut d = self
+            .inner
+            .descriptor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut d);
+        d.descriptor_revision += 1;
+        // Queued while the lock is held, so broadcasts leave in revision order.
+        let _ = self
+            .inner
+            .cmd_tx
+            .send(Cmd::Broadcast(update_of(&self.inner, &d)));
     }
 
     /// Fault injection: while frozen, the node's reactor processes nothing — no inbound

@@ -78,6 +78,8 @@ pub(crate) struct Intent {
 pub(crate) struct HelloState {
     pub dialer_nonce: [u8; 32],
     pub acceptor_nonce: [u8; 32],
+    /// Descriptor revision the `hello` carried.
+    pub revision: u64,
 }
 
 /// What the node keeps per peer.

@@ -42,6 +42,7 @@ pub(crate) enum Cmd {
     Discovered(Vec<DesiredPeer>),
     AdmissionChecked {
         zmq_id: Bytes,
+        attempt: u64,
         hello: Box<Hello>,
         acceptor_nonce: [u8; 32],
         verdict: Result<(), (RejectReason, String)>,
@@ -59,7 +60,10 @@ struct Reactor {
     /// Endpoint-only manual intents not yet matched to a RID.
     endpoint_intents: Vec<String>,
     /// Hellos whose store check is running.
-    checking: HashMap<Bytes, ()>,
+    /// Hellos whose store check is running: the attempt number of the newest per identity
+    /// (an older check's result is discarded).
+    checking: HashMap<Bytes, u64>,
+    next_attempt: u64,
 }
 
 fn rid_of(zmq_id: &Bytes) -> Option<String> {
@@ -98,6 +102,7 @@ pub(crate) async fn run(
         greeted_order: VecDeque::new(),
         endpoint_intents: Vec::new(),
         checking: HashMap::new(),
+        next_attempt: 0,
     };
     loop {
         while r.inner.faults.frozen.load(Ordering::Acquire) {
@@ -138,10 +143,15 @@ impl Reactor {
             Cmd::Discovered(list) => self.reconcile(list),
             Cmd::AdmissionChecked {
                 zmq_id,
+                attempt,
                 hello,
                 acceptor_nonce,
                 verdict,
             } => {
+                if self.checking.get(&zmq_id) != Some(&attempt) {
+                    // A newer hello (a newer physical connection) superseded this one.
+                    return;
+                }
                 self.checking.remove(&zmq_id);
                 match verdict {
                     Ok(()) => self.admit(&zmq_id, &hello, acceptor_nonce),
@@ -216,6 +226,8 @@ impl Reactor {
             self.remove_intent(&rid);
         }
         let mut restarted = Vec::new();
+        let now = self.now();
+        let close_grace = (self.inner.config.timings.probe_interval.as_millis() as u64).max(200);
         {
             let mut peers = self.inner.peers();
             for (rid, p) in wanted {
@@ -231,7 +243,18 @@ impl Reactor {
                         c.close();
                     }
                     e.liveness = None;
+                    e.hello = None;
                     e.state = PeerState::Connecting;
+                    // A restarted peer may listen elsewhere: drop the old dial, re-dial the
+                    // new endpoint once the old close is observed (or its grace passed).
+                    if let Some(ep) = e.dial_endpoint().map(str::to_owned)
+                        && ep != p.descriptor.endpoint
+                        && e.dialing
+                    {
+                        self.inner.pump.disconnect(ep);
+                        e.dialing = false;
+                        e.awaiting_close_until = Some(now + close_grace);
+                    }
                 }
                 let kind = match p.disposition {
                     Disposition::Dial => IntentKind::Dial {
@@ -448,10 +471,12 @@ impl Reactor {
         if frames.len() == 1 && frames[0].is_empty() {
             if let Some(rid) = rid_of(&from) {
                 let mut peers = self.inner.peers();
-                if let Some(e) = peers.get_mut(&rid)
-                    && e.conn.is_some()
-                {
-                    self.drop_connection(e, false, "pipe replaced");
+                if let Some(e) = peers.get_mut(&rid) {
+                    if e.conn.is_some() {
+                        self.drop_connection(e, false, "pipe replaced");
+                    }
+                    // A handshake of the replaced pipe cannot complete any more.
+                    e.hello = None;
                 }
                 drop(peers);
                 self.inner.notify_peers_changed();
@@ -475,12 +500,9 @@ impl Reactor {
                 rid,
                 endpoint,
             } => self.on_greeting(&from, nonce, rid, endpoint),
-            Header::Credit {
-                generation,
-                consumed,
-            } => {
+            Header::Credit { generation, limit } => {
                 if let Some(c) = self.conn_of(&from, generation) {
-                    c.on_credit(consumed);
+                    c.on_credit(limit);
                 }
             }
             Header::Reset { generation } => {
@@ -555,10 +577,18 @@ impl Reactor {
             // We are the accepting side of this pair; the greeting answers our own probe.
             return;
         }
+        if e.conn.is_some() || e.hello.is_some() {
+            // Sign a hello only for a connection that needs one: a greeting on a live or
+            // handshaking connection is not from a new pipe of ours (a new pipe is announced
+            // by the peer's probe first, which ends the old epoch).
+            self.inner.metrics.protocol_error("unexpected_greeting");
+            return;
+        }
         let Ok(dialer_nonce) = random_bytes::<32>() else {
             return;
         };
         let me = self.inner.descriptor();
+        let hello_revision = me.descriptor_revision;
         let proof = self
             .inner
             .secret
@@ -580,6 +610,7 @@ impl Reactor {
         e.hello = Some(HelloState {
             dialer_nonce,
             acceptor_nonce,
+            revision: hello_revision,
         });
         e.state = PeerState::Admitting;
         drop(peers);
@@ -693,7 +724,7 @@ impl Reactor {
                 CommandBody::NodeRequest(r) => Some(&r.source),
                 _ => None,
             };
-            if stamp.charge != conn.charge_for(bytes) {
+            if stamp.charge != conn.expected_charge(bytes) {
                 self.inner.metrics.protocol_error("charge_mismatch");
                 self.consumed(&conn, stamp.charge);
                 return;
@@ -943,9 +974,9 @@ impl Reactor {
         match self.inner.store.clone() {
             None => self.admit(zmq_id, &h, acceptor_nonce),
             Some(store) => {
-                if self.checking.insert(zmq_id.clone(), ()).is_some() {
-                    return;
-                }
+                self.next_attempt += 1;
+                let attempt = self.next_attempt;
+                self.checking.insert(zmq_id.clone(), attempt);
                 let tx = self.inner.cmd_tx.clone();
                 let mesh = self.inner.config.mesh_name.clone();
                 let zmq_id = zmq_id.clone();
@@ -953,6 +984,7 @@ impl Reactor {
                     let verdict = owner_check(store.as_ref(), &mesh, &h.descriptor).await;
                     let _ = tx.send(Cmd::AdmissionChecked {
                         zmq_id,
+                        attempt,
                         hello: Box::new(h),
                         acceptor_nonce,
                         verdict,
@@ -966,8 +998,25 @@ impl Reactor {
         let d = &h.descriptor;
         let generation = new_connection_generation();
         let me = self.inner.descriptor();
+        let admitted_revision = me.descriptor_revision;
         let now = self.now();
         let t = &self.inner.config.timings;
+        let proof =
+            self.inner
+                .secret
+                .admit_proof(&h.nonce, &acceptor_nonce, &me, CAPABILITY, generation);
+        let admit = Record::new(CommandBody::Admit(Admit {
+            descriptor: me,
+            connection_generation: generation,
+            receive_chunk_limit_bytes: RECEIVE_CHUNK_LIMIT,
+            max_message_bytes: 0,
+            nonce: acceptor_nonce,
+            proof,
+        }));
+        let Some(mut frames) = encode(&admit, WireLeg::Reply) else {
+            return;
+        };
+        frames.insert(0, Header::Reply(Stamp::UNADMITTED).encode());
         let conn = Arc::new(Connection::new(
             d.node.clone(),
             zmq_id.clone(),
@@ -990,6 +1039,11 @@ impl Reactor {
             {
                 restarted = Some(prev.node.clone());
             }
+            // Queue `admit` and the initial credit grant before the connection becomes visible
+            // to senders (they look it up under this lock): nothing stamped with the new
+            // generation may reach the dialer ahead of the `admit` that announces it.
+            let _ = self.inner.pump.send_control(zmq_id.clone(), frames);
+            conn.grant_initial_credit();
             e.conn = Some(Arc::clone(&conn));
             e.in_seq = 1;
             e.descriptor = Some(d.clone());
@@ -1007,23 +1061,8 @@ impl Reactor {
         if let Some(fence) = restarted {
             self.fail_pending(&fence);
         }
+        self.announce_if_newer(&conn, admitted_revision);
         self.inner.metrics.admitted.fetch_add(1, Ordering::Relaxed);
-        let proof =
-            self.inner
-                .secret
-                .admit_proof(&h.nonce, &acceptor_nonce, &me, CAPABILITY, generation);
-        let admit = Record::new(CommandBody::Admit(Admit {
-            descriptor: me,
-            connection_generation: generation,
-            receive_chunk_limit_bytes: RECEIVE_CHUNK_LIMIT,
-            max_message_bytes: 0,
-            nonce: acceptor_nonce,
-            proof,
-        }));
-        if let Some(mut frames) = encode(&admit, WireLeg::Reply) {
-            frames.insert(0, Header::Reply(Stamp::UNADMITTED).encode());
-            let _ = self.inner.pump.send_control(zmq_id.clone(), frames);
-        }
         self.inner.notify_peers_changed();
     }
 
@@ -1135,6 +1174,12 @@ impl Reactor {
         if let Err(reason) = verdict {
             self.inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             self.inner.metrics.protocol_error("admit_refused");
+            // Tell the acceptor, which already counts the connection as admitted.
+            let frame = Header::Reset {
+                generation: a.connection_generation,
+            }
+            .encode();
+            let _ = self.inner.pump.send_control(zmq_id.clone(), vec![frame]);
             e.state = PeerState::Rejected(reason);
             let backoff = t.reject_backoff.as_millis() as u64;
             self.redial(e, Some(backoff));
@@ -1157,7 +1202,9 @@ impl Reactor {
             self.inner.config.flow.window_bytes,
             self.inner.pump.clone(),
         ));
-        e.conn = Some(conn);
+        conn.grant_initial_credit();
+        let sent_revision = hs.revision;
+        e.conn = Some(Arc::clone(&conn));
         e.in_seq = 1;
         e.descriptor = Some(d.clone());
         e.last_update = None;
@@ -1174,8 +1221,21 @@ impl Reactor {
         if let Some(fence) = restarted {
             self.fail_pending(&fence);
         }
+        self.announce_if_newer(&conn, sent_revision);
         self.inner.metrics.admitted.fetch_add(1, Ordering::Relaxed);
         self.inner.notify_peers_changed();
+    }
+
+    /// An `update` broadcast while this connection was being admitted skipped it: send the
+    /// current descriptor state when it is newer than the one the handshake carried.
+    fn announce_if_newer(&self, conn: &Arc<Connection>, sent_revision: u64) {
+        let d = self.inner.descriptor();
+        if d.descriptor_revision > sent_revision {
+            let update = super::node::update_of(&self.inner, &d);
+            if let Some(frames) = encode(&Record::new(CommandBody::Update(update)), WireLeg::Send) {
+                conn.send_control(Leg::Send, frames);
+            }
+        }
     }
 
     fn on_reject(&mut self, zmq_id: &Bytes, r: Reject) {
@@ -1252,10 +1312,25 @@ impl Reactor {
             Some((rev, _)) => *rev,
             None => e.descriptor.as_ref().map_or(0, |d| d.descriptor_revision),
         };
+        let same_as_admitted = |d: &NodeDescriptor| {
+            d.state == u.state
+                && d.placement_weight == u.placement_weight
+                && d.maintenance_wave == u.maintenance_wave
+                && u.channel_weights.iter().all(|cw| {
+                    d.channels
+                        .iter()
+                        .any(|c| c.channel_name == cw.channel_name && c.weight == cw.weight)
+                })
+        };
         let verdict = match &e.last_update {
             _ if u.descriptor_revision > current => Ok(true),
             Some((rev, body)) if *rev == u.descriptor_revision && *body == u => Ok(false),
-            None if u.descriptor_revision == current => Ok(false),
+            // Same revision as the admitted descriptor: idempotent only with the same contents.
+            None if u.descriptor_revision == current
+                && e.descriptor.as_ref().is_some_and(same_as_admitted) =>
+            {
+                Ok(false)
+            }
             _ => Err(()),
         };
         match verdict {
@@ -1329,6 +1404,19 @@ impl Reactor {
                 self.fail_pending(fence);
             }
             self.inner.notify_peers_changed();
+        }
+        // Safety net for flow control: while running, no consumed charge stays ungranted for
+        // longer than a tick, whatever pressure transitions the dispatcher raced with.
+        if self.inner.jobs.pressure() == crate::jobs::PressureState::Running {
+            let conns: Vec<_> = self
+                .inner
+                .peers()
+                .values()
+                .filter_map(|e| e.conn.clone())
+                .collect();
+            for c in conns {
+                c.flush_credit(1);
+            }
         }
         self.dial_due();
     }

@@ -12,7 +12,7 @@
 //! byte 3     kind         1 send, 2 request, 3 reply, 4 credit, 5 greeting, 6 reset, 7 batch
 //! then, by kind (integers big-endian):
 //!   send / request / reply : u64 connection generation, u64 sequence, u32 charge
-//!   credit                 : u64 connection generation, u64 consumed charge (cumulative)
+//!   credit                 : u64 connection generation, u64 cumulative charge limit
 //!   greeting               : 32-byte nonce, u8-length RID, u8-length advertised endpoint
 //!   reset                  : u64 connection generation
 //!   batch                  : u8 message count n (2..=255), then n × u8 frame count (≥ 1)
@@ -53,13 +53,14 @@ pub enum Header {
     Request(Stamp),
     /// A service record on the reply leg of a request.
     Reply(Stamp),
-    /// Flow-control credit: the receiver has consumed `consumed` charge bytes in total on
-    /// connection `generation`.
+    /// Flow-control grant: on connection `generation` the sender may have sent up to `limit`
+    /// charge bytes in total (what the receiver consumed plus its window). The first grant of
+    /// an epoch is the receiver's window itself.
     Credit {
-        /// Connection generation the credit belongs to.
+        /// Connection generation the grant belongs to.
         generation: u64,
-        /// Cumulative consumed charge (monotonic, so a lost or repeated credit is harmless).
-        consumed: u64,
+        /// Cumulative charge limit (monotonic, so a lost or repeated grant is harmless).
+        limit: u64,
     },
     /// Sent by the accepting side when a dialer's connection completes, so the dialer learns
     /// the acceptor's routing identity and a fresh challenge nonce for `hello`.
@@ -173,13 +174,10 @@ impl Header {
                 out.extend_from_slice(&s.seq.to_be_bytes());
                 out.extend_from_slice(&s.charge.to_be_bytes());
             }
-            Self::Credit {
-                generation,
-                consumed,
-            } => {
+            Self::Credit { generation, limit } => {
                 out.push(KIND_CREDIT);
                 out.extend_from_slice(&generation.to_be_bytes());
-                out.extend_from_slice(&consumed.to_be_bytes());
+                out.extend_from_slice(&limit.to_be_bytes());
             }
             Self::Greeting {
                 nonce,
@@ -233,7 +231,7 @@ impl Header {
             }
             KIND_CREDIT => Self::Credit {
                 generation: r.u64()?,
-                consumed: r.u64()?,
+                limit: r.u64()?,
             },
             KIND_GREETING => {
                 let mut nonce = [0u8; NONCE_LEN];
@@ -330,7 +328,7 @@ mod tests {
             Header::Reply(Stamp::UNADMITTED),
             Header::Credit {
                 generation: 3,
-                consumed: u64::MAX,
+                limit: u64::MAX,
             },
             Header::Greeting {
                 nonce: [9; 32],

@@ -113,6 +113,10 @@ pub struct PumpConfig {
     pub inbound_batches: usize,
     /// ZeroMQ reconnect interval.
     pub reconnect_ivl: Duration,
+    /// Largest inbound ZeroMQ message accepted (`ZMQ_MAXMSGSIZE`): a resource guard, so a
+    /// peer — admitted or not — cannot make libzmq buffer an arbitrarily large message. A
+    /// larger message closes that connection.
+    pub max_message_bytes: i64,
 }
 
 impl PumpConfig {
@@ -127,6 +131,7 @@ impl PumpConfig {
             queue_cap_bytes: 8 * 1024 * 1024,
             inbound_batches: 64,
             reconnect_ivl: Duration::from_millis(100),
+            max_message_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -299,6 +304,9 @@ impl Pump {
         socket.set_sndhwm(config.send_hwm).map_err(zerr("sndhwm"))?;
         socket.set_rcvhwm(config.recv_hwm).map_err(zerr("rcvhwm"))?;
         socket.set_linger(0).map_err(zerr("linger"))?;
+        socket
+            .set_maxmsgsize(config.max_message_bytes)
+            .map_err(zerr("maxmsgsize"))?;
         let ivl = i32::try_from(config.reconnect_ivl.as_millis()).unwrap_or(i32::MAX);
         socket
             .set_reconnect_ivl(ivl)
@@ -551,6 +559,11 @@ struct PumpThread {
 /// Receive buffer chunk.
 const RX_CHUNK: usize = 64 * 1024;
 
+/// Messages parked for one peer whose pipe is full before the pump gives the peer up. Flow
+/// control keeps application data far below this; it bounds what control traffic to a peer
+/// that stopped reading can pile up.
+const MAX_PARKED_PER_PEER: usize = 10_000;
+
 enum SendOutcome {
     Sent,
     Full(Vec<Vec<u8>>),
@@ -685,6 +698,15 @@ impl PumpThread {
 
     fn send_or_park(&mut self, to: Bytes, frames: Vec<Vec<u8>>, events: &mut Vec<PumpEvent>) {
         if let Some(q) = self.parked.get_mut(&to) {
+            if q.len() >= MAX_PARKED_PER_PEER {
+                // The peer stopped reading long ago (its pipe has been full for this many
+                // messages): give its connection up instead of growing without bound. The
+                // mesh layer ends the epoch, so senders see it closed.
+                self.parked.remove(&to);
+                self.shared.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+                events.push(PumpEvent::Unroutable { to });
+                return;
+            }
             q.push_back(frames);
             return;
         }
