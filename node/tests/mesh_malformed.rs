@@ -896,3 +896,63 @@ async fn an_application_record_stamped_without_its_charge_never_reaches_the_hand
     assert!(!error_delta(&before, &node.metrics().protocol_errors()).is_empty());
     node.shutdown().await;
 }
+
+/// wire §4 DescriptorRevision ordering, from a raw peer: a higher revision applies; the same
+/// revision with the same body is idempotent; a lower revision, or the same revision with
+/// another body, is a protocol error that changes nothing — and the connection stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptor_updates_apply_only_in_revision_order() {
+    use zlink_protocol::generated::Update;
+    let (node, mut peer, mut rx) = node_with_admitted_raw_peer().await;
+    let sender = peer.fence();
+    let update = |revision: u64, weight: u16| {
+        Record::new(CommandBody::Update(Update {
+            sender: sender.clone(),
+            descriptor_revision: revision,
+            state: RuntimeState::Serving,
+            placement_weight: weight,
+            placement_capacity: 0,
+            maintenance_wave: String::new(),
+            channel_weights: vec![],
+        }))
+        .encode(WireContext::route_mesh(Leg::Send))
+        .unwrap()
+    };
+    let view = |node: &MeshNode| {
+        let d = node.peer(RAW_RID).unwrap().descriptor.unwrap();
+        (d.descriptor_revision, d.placement_weight)
+    };
+    let errors = |node: &MeshNode| {
+        node.metrics()
+            .protocol_errors()
+            .get("descriptor_revision_order")
+            .copied()
+            .unwrap_or(0)
+    };
+    // Higher applies.
+    peer.send_next(Header::Send, update(3, 50));
+    // Same revision, same body: no change, no error.
+    peer.send_next(Header::Send, update(3, 50));
+    // Lower revision: error, no change.
+    peer.send_next(Header::Send, update(2, 10));
+    // Same revision, other body: error, no change.
+    peer.send_next(Header::Send, update(3, 70));
+    // The connection still carries application records afterwards.
+    peer.send_next(Header::Send, peer.node_send(b"after"));
+    let (_, payload) = next_delivery(&mut rx).await;
+    assert_eq!(&payload[..], b"after");
+    assert_eq!(view(&node), (3, 50));
+    assert_eq!(errors(&node), 2);
+    assert_eq!(
+        node.metrics()
+            .updates_applied
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // A higher revision still applies after the refused ones.
+    peer.send_next(Header::Send, update(4, 60));
+    peer.send_next(Header::Send, peer.node_send(b"again"));
+    let _ = next_delivery(&mut rx).await;
+    assert_eq!(view(&node), (4, 60));
+    node.shutdown().await;
+}
