@@ -4,8 +4,8 @@
 //! stateful logical instances such as a room or a zone) and **Actors** (an entity with its own
 //! state and mailbox, such as a player), routes messages to them by global ID, keeps per-object
 //! message order, and moves live objects — state, queued work and timers — between nodes
-//! without losing a message. The `zlink-node` binary that hosts it in a pod arrives with the
-//! node host issue; today the crate holds its configuration defaults.
+//! without losing a message. The `zlink-node` binary runs one MeshNode (`zlink-node peer`); the
+//! full pod host (configuration file, gRPC HostAdmin, demo) arrives with the node host issue.
 //!
 //! ## Layout
 //!
@@ -14,16 +14,19 @@
 //! - [`config`] — the spec's default settings ([`config::defaults`]) and the pure rules that
 //!   relate settings, such as
 //!   [`validate_route_cache_vs_follow`](config::validate_route_cache_vs_follow).
+//! - [`transport`] — the ZeroMQ socket pump (one thread per ROUTER socket, bounded queues,
+//!   batching) and the transport header (leg, connection epoch, sequence, flow charge).
+//! - [`mesh`] — [`MeshNode`](mesh::MeshNode): discovery, admission, liveness, node direct,
+//!   credit-based backpressure, typed handlers (see `docs/architecture.md`, "Mesh transport").
+//! - [`call`] — request/reply correlation, deadlines, exactly-one terminal completion (pure).
+//! - [`jobs`] — the application job queue with pause/resume pressure.
+//! - [`select`] — smooth weighted round-robin selection (pure).
+//!
+//! The Location Store and Relocation Store live in the `zlink-store` crate.
 //!
 //! Planned, each as a pure core with a thin I/O shell (see `docs/architecture.md`):
 //!
-//! - `store` — the `LocationStore` and `RelocationStore` traits with their contracts, the
-//!   in-memory provider (embedded default, unit tests) and the Redis provider (one Lua script per
-//!   conditional write, store-issued generations, Redis `TIME`), sharing one conformance suite.
-//! - `transport` — ZeroMQ ROUTER mesh sockets and PUB/SUB classic fanout, each socket owned by
-//!   one pump thread with a bounded outbound queue; peer admission and liveness.
-//! - `mesh` — `MeshNode`, descriptors, discovery, node direct, channels (select-one, multicast).
-//! - `call` — request/reply correlation, deadlines, exactly-one terminal completion.
+//! - channels — select-one, ClientServer Channel and classic fanout on top of [`mesh`].
 //! - `object` — Spots, Actors, factories, serialized execution queues and timers kept as data
 //!   (so relocation can capture them), creation and cold activation.
 //! - `routing` — the resolver with its four closed results (`ReadyRoute`, `Missing`,
