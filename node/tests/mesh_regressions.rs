@@ -155,3 +155,49 @@ async fn a_node_with_one_job_permit_keeps_receiving() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// A peer whose connection ends without a liveness verdict (here: its process-side node is
+/// dropped, so the TCP connection closes) and does not come back within the liveness deadline
+/// counts as dead for its pending requests: they fail `Unavailable` then, not at their own
+/// (much later) deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_to_a_peer_that_disconnected_fail_after_the_liveness_deadline() {
+    let mut hb = Handlers::new();
+    hb.on_request(|_, e: Echo| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok::<_, CallError>(e)
+    });
+    let (a, b) = pair(Handlers::new(), hb).await;
+    let a = Arc::new(a);
+    let req = {
+        let a = Arc::clone(&a);
+        tokio::spawn(async move {
+            let t0 = std::time::Instant::now();
+            let r = a
+                .request::<Echo, Echo>(
+                    "node-b",
+                    &Echo {
+                        text: String::new(),
+                        n: 1,
+                    },
+                    Duration::from_secs(20),
+                )
+                .await;
+            (r, t0.elapsed())
+        })
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while a.pending_requests() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(b);
+    let (r, took) = tokio::time::timeout(WAIT, req).await.unwrap().unwrap();
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Unavailable);
+    let liveness = fast_timings().liveness_deadline;
+    assert!(
+        took <= liveness + Duration::from_millis(1_000),
+        "failed only after {took:?} (liveness deadline {liveness:?})"
+    );
+    assert_eq!(a.pending_requests(), 0);
+    Arc::try_unwrap(a).ok().unwrap().shutdown().await;
+}

@@ -99,6 +99,10 @@ pub(crate) struct PeerEntry {
     pub epochs: u64,
     /// Dialer: waiting for the old connection's observed close before dialing again.
     pub awaiting_close_until: Option<u64>,
+    /// When the last epoch ended other than by liveness: if the peer is not admitted again
+    /// within the liveness deadline, its pending requests fail as if liveness had declared it
+    /// dead (wire §5), instead of each waiting for its own deadline.
+    pub lost_at: Option<u64>,
     /// Dialer: do not dial before this time (after a reject).
     pub redial_at: Option<u64>,
     /// Whether the pump currently has a connect registered for the dial endpoint.
@@ -119,6 +123,7 @@ impl PeerEntry {
             hello: None,
             epochs: 0,
             awaiting_close_until: None,
+            lost_at: None,
             redial_at: None,
             dialing: false,
         }

@@ -352,6 +352,7 @@ impl Reactor {
     /// not re-dialed before its close is observed (wire §4 "Physical connection replacement").
     fn drop_connection(&self, e: &mut PeerEntry, tell_peer: bool, why: &str) {
         if let Some(c) = e.conn.take() {
+            e.lost_at.get_or_insert(self.now());
             tracing::debug!(peer = %e.rid, generation = c.generation(), why, "connection epoch ended");
             if tell_peer {
                 let frame = Header::Reset {
@@ -1057,6 +1058,7 @@ impl Reactor {
             ));
             e.state = PeerState::Ready;
             e.epochs += 1;
+            e.lost_at = None;
         }
         if let Some(fence) = restarted {
             self.fail_pending(&fence);
@@ -1216,6 +1218,7 @@ impl Reactor {
         ));
         e.state = PeerState::Ready;
         e.epochs += 1;
+        e.lost_at = None;
         e.redial_at = None;
         drop(peers);
         if let Some(fence) = restarted {
@@ -1376,6 +1379,8 @@ impl Reactor {
                         }
                     }
                     LivenessAction::Dead => {
+                        // Liveness fails the pending requests right away (below).
+                        e.lost_at = Some(u64::MAX);
                         self.inner
                             .metrics
                             .liveness_deaths
@@ -1404,6 +1409,28 @@ impl Reactor {
                 self.fail_pending(fence);
             }
             self.inner.notify_peers_changed();
+        }
+        // Epochs lost without a liveness verdict (disconnect, reset, sequence gap): after the
+        // liveness deadline without re-admission, the peer counts as dead for its requests.
+        let deadline = self.inner.config.timings.liveness_deadline.as_millis() as u64;
+        let mut expired = Vec::new();
+        {
+            let mut peers = self.inner.peers();
+            for e in peers.values_mut() {
+                if e.conn.is_none()
+                    && let Some(t) = e.lost_at
+                    && t != u64::MAX
+                    && now >= t.saturating_add(deadline)
+                {
+                    e.lost_at = None;
+                    if let Some(d) = &e.descriptor {
+                        expired.push(d.node.clone());
+                    }
+                }
+            }
+        }
+        for fence in &expired {
+            self.fail_pending(fence);
         }
         // Safety net for flow control: while running, no consumed charge stays ungranted for
         // longer than a tick, whatever pressure transitions the dispatcher raced with.
