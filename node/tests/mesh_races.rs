@@ -35,6 +35,33 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
+/// Spawn `n` echo requests from `a` to node-b, each asking the handler to wait a seeded
+/// random number of microseconds below `max_delay_us`; one end-to-end deadline of `WAIT`.
+fn spawn_echo_requests(
+    a: &Arc<MeshNode>,
+    n: usize,
+    mut seed: u64,
+    max_delay_us: u64,
+) -> Vec<tokio::task::JoinHandle<Result<Echo, zlink_node::call::error::CallError>>> {
+    (0..n)
+        .map(|_| {
+            let delay_us = xorshift(&mut seed) % max_delay_us;
+            let a = Arc::clone(a);
+            tokio::spawn(async move {
+                a.request::<Echo, Echo>(
+                    "node-b",
+                    &Echo {
+                        text: String::new(),
+                        n: delay_us,
+                    },
+                    WAIT,
+                )
+                .await
+            })
+        })
+        .collect()
+}
+
 /// Wait until `b` sent `expected_replies` replies and every one of them either completed its
 /// request (first terminal wins) or was counted as a late reply. Bounded by
 /// `WAIT`; the caller's assertions fail if that never happens.
@@ -174,23 +201,7 @@ async fn shutdown_racing_replies_ends_every_request_once_with_ok_or_shutting_dow
     let handled = Arc::new(AtomicU64::new(0));
     let (a, b) = pair(Handlers::new(), delayed_echo(Arc::clone(&handled))).await;
     let a = Arc::new(a);
-    let mut seed = 7u64;
-    let mut tasks = Vec::new();
-    for _ in 0..200 {
-        let delay_us = xorshift(&mut seed) % 20_000;
-        let a = Arc::clone(&a);
-        tasks.push(tokio::spawn(async move {
-            a.request::<Echo, Echo>(
-                "node-b",
-                &Echo {
-                    text: String::new(),
-                    n: delay_us,
-                },
-                WAIT,
-            )
-            .await
-        }));
-    }
+    let tasks = spawn_echo_requests(&a, 200, 7, 20_000);
     tokio::time::sleep(Duration::from_millis(8)).await;
     a.shutdown().await;
     for t in tasks {
@@ -216,23 +227,7 @@ async fn peer_death_racing_replies_ends_every_request_once() {
     )
     .await;
     let a = Arc::new(a);
-    let mut seed = 11u64;
-    let mut tasks = Vec::new();
-    for _ in 0..200 {
-        let delay_us = xorshift(&mut seed) % 30_000;
-        let a = Arc::clone(&a);
-        tasks.push(tokio::spawn(async move {
-            a.request::<Echo, Echo>(
-                "node-b",
-                &Echo {
-                    text: String::new(),
-                    n: delay_us,
-                },
-                WAIT,
-            )
-            .await
-        }));
-    }
+    let tasks = spawn_echo_requests(&a, 200, 11, 30_000);
     tokio::time::sleep(Duration::from_millis(10)).await;
     b.set_frozen(true);
     let (mut ok, mut unavailable) = (0, 0);

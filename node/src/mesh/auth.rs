@@ -106,16 +106,43 @@ impl MeshSecret {
         msg
     }
 
-    fn tag(&self, parts: &[&[u8]]) -> [u8; 32] {
-        let tag = hmac::sign(&self.key, &Self::message(parts));
+    fn tag(&self, msg: &[u8]) -> [u8; 32] {
+        let tag = hmac::sign(&self.key, msg);
         let mut out = [0u8; 32];
         out.copy_from_slice(tag.as_ref());
         out
     }
 
-    fn verify(&self, parts: &[&[u8]], proof: &[u8; 32]) -> bool {
+    fn verify(&self, msg: &[u8], proof: &[u8; 32]) -> bool {
         // ring compares in constant time.
-        hmac::verify(&self.key, &Self::message(parts), proof).is_ok()
+        hmac::verify(&self.key, msg, proof).is_ok()
+    }
+
+    fn hello_message(
+        acceptor_nonce: &[u8; 32],
+        dialer_nonce: &[u8; 32],
+        dialer: &NodeDescriptor,
+        capability: &str,
+    ) -> Vec<u8> {
+        let id = identity_bytes(dialer, capability);
+        Self::message(&[b"zlink-hello-v1", acceptor_nonce, dialer_nonce, &id])
+    }
+
+    fn admit_message(
+        dialer_nonce: &[u8; 32],
+        acceptor_nonce: &[u8; 32],
+        acceptor: &NodeDescriptor,
+        capability: &str,
+        connection_generation: u64,
+    ) -> Vec<u8> {
+        let id = identity_bytes(acceptor, capability);
+        Self::message(&[
+            b"zlink-admit-v1",
+            dialer_nonce,
+            acceptor_nonce,
+            &id,
+            &connection_generation.to_be_bytes(),
+        ])
     }
 
     /// The dialer's `hello` proof.
@@ -126,8 +153,12 @@ impl MeshSecret {
         dialer: &NodeDescriptor,
         capability: &str,
     ) -> [u8; 32] {
-        let id = identity_bytes(dialer, capability);
-        self.tag(&[b"zlink-hello-v1", acceptor_nonce, dialer_nonce, &id])
+        self.tag(&Self::hello_message(
+            acceptor_nonce,
+            dialer_nonce,
+            dialer,
+            capability,
+        ))
     }
 
     /// Check a `hello` proof.
@@ -139,9 +170,8 @@ impl MeshSecret {
         capability: &str,
         proof: &[u8; 32],
     ) -> bool {
-        let id = identity_bytes(dialer, capability);
         self.verify(
-            &[b"zlink-hello-v1", acceptor_nonce, dialer_nonce, &id],
+            &Self::hello_message(acceptor_nonce, dialer_nonce, dialer, capability),
             proof,
         )
     }
@@ -155,14 +185,13 @@ impl MeshSecret {
         capability: &str,
         connection_generation: u64,
     ) -> [u8; 32] {
-        let id = identity_bytes(acceptor, capability);
-        self.tag(&[
-            b"zlink-admit-v1",
+        self.tag(&Self::admit_message(
             dialer_nonce,
             acceptor_nonce,
-            &id,
-            &connection_generation.to_be_bytes(),
-        ])
+            acceptor,
+            capability,
+            connection_generation,
+        ))
     }
 
     /// Check an `admit` proof.
@@ -175,15 +204,14 @@ impl MeshSecret {
         connection_generation: u64,
         proof: &[u8; 32],
     ) -> bool {
-        let id = identity_bytes(acceptor, capability);
         self.verify(
-            &[
-                b"zlink-admit-v1",
+            &Self::admit_message(
                 dialer_nonce,
                 acceptor_nonce,
-                &id,
-                &connection_generation.to_be_bytes(),
-            ],
+                acceptor,
+                capability,
+                connection_generation,
+            ),
             proof,
         )
     }

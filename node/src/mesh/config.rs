@@ -51,8 +51,6 @@ pub struct MeshTimings {
     pub lease_renew: Duration,
     /// Wait before re-dialing a peer that rejected us (not for `NotRequired`, which is final).
     pub reject_backoff: Duration,
-    /// Default request timeout.
-    pub request_timeout: Duration,
 }
 
 impl Default for MeshTimings {
@@ -64,7 +62,6 @@ impl Default for MeshTimings {
             lease_ttl: Duration::from_secs(10),
             lease_renew: Duration::from_secs(3),
             reject_backoff: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -240,11 +237,8 @@ impl MeshNodeConfig {
                 "lease_renew must be positive and shorter than lease_ttl".into(),
             ));
         }
-        if t.discovery_poll.is_zero() || t.request_timeout.is_zero() {
-            return Err(bad(
-                "timings",
-                "discovery_poll and request_timeout must be positive".into(),
-            ));
+        if t.discovery_poll.is_zero() {
+            return Err(bad("timings", "discovery_poll must be positive".into()));
         }
         if self.flow.window_bytes < 1024 {
             return Err(bad("flow.window_bytes", "must be at least 1024".into()));

@@ -20,8 +20,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
-    ChannelRole, CommandBody, NodeDescriptor, NodeFence, NodeRequest, NodeSend, ObjectRole,
-    RequestHeader, RuntimeState, Update,
+    ChannelRole, CommandBody, NodeDescriptor, NodeFence, NodeRequest, NodeSend, RequestHeader,
+    RuntimeState, Update,
 };
 use zlink_protocol::ids;
 use zlink_protocol::metadata::Metadata;
@@ -983,10 +983,4 @@ fn bracket(host: &str) -> String {
     } else {
         host.to_owned()
     }
-}
-
-/// Whether this node is an Object Client without Channel Server membership.
-#[allow(dead_code)]
-pub(crate) fn is_plain_client(d: &NodeDescriptor) -> bool {
-    d.object_role == ObjectRole::Client && !d.channels.iter().any(|c| c.role == ChannelRole::Server)
 }

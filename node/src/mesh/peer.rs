@@ -1,7 +1,7 @@
 //! Peer state as the node and its monitoring see it (glossary §6 "Peer admission",
 //! "Admitted peer", "Ready target").
 
-use zlink_protocol::generated::{NodeDescriptor, RejectReason, RuntimeState};
+use zlink_protocol::generated::{NodeDescriptor, RejectReason};
 
 use super::connection::ConnRef;
 use super::liveness::Liveness;
@@ -146,11 +146,5 @@ impl PeerEntry {
             descriptor: self.descriptor.clone(),
             bytes_in_flight: self.conn.as_ref().map_or(0, |c| c.bytes_in_flight()),
         }
-    }
-
-    /// The runtime state the peer last announced.
-    #[allow(dead_code)]
-    pub fn runtime_state(&self) -> Option<RuntimeState> {
-        self.descriptor.as_ref().map(|d| d.state)
     }
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
-use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     Admit, CommandBody, Hello, LivenessAck, LivenessProbe, NodeDescriptor, NodeFence, Reject,
     RejectReason, Topology, Update,
@@ -64,6 +63,10 @@ struct Reactor {
     /// (an older check's result is discarded).
     checking: HashMap<Bytes, u64>,
     next_attempt: u64,
+}
+
+fn inc(counter: &std::sync::atomic::AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 fn rid_of(zmq_id: &Bytes) -> Option<String> {
@@ -640,51 +643,33 @@ impl Reactor {
                 CommandBody::Admit(a) if leg == Leg::Reply => self.on_admit(from, a),
                 CommandBody::Reject(r) if leg == Leg::Reply => self.on_reject(from, r),
                 _ => {
-                    self.inner
-                        .metrics
-                        .unadmitted
-                        .fetch_add(1, Ordering::Relaxed);
+                    inc(&self.inner.metrics.unadmitted);
                 }
             }
             return;
         }
         // Borrowed, not allocated: this runs for every record.
         let Ok(rid) = std::str::from_utf8(from) else {
-            self.inner
-                .metrics
-                .unadmitted
-                .fetch_add(1, Ordering::Relaxed);
+            inc(&self.inner.metrics.unadmitted);
             return;
         };
         // Fences: generation, then sequence, then credit.
         let conn = {
             let mut peers = self.inner.peers();
             let Some(e) = peers.get_mut(rid) else {
-                self.inner
-                    .metrics
-                    .unadmitted
-                    .fetch_add(1, Ordering::Relaxed);
+                inc(&self.inner.metrics.unadmitted);
                 return;
             };
             let Some(conn) = e.conn.clone() else {
-                self.inner
-                    .metrics
-                    .stale_generation
-                    .fetch_add(1, Ordering::Relaxed);
+                inc(&self.inner.metrics.stale_generation);
                 return;
             };
             if conn.generation() != stamp.generation {
-                self.inner
-                    .metrics
-                    .stale_generation
-                    .fetch_add(1, Ordering::Relaxed);
+                inc(&self.inner.metrics.stale_generation);
                 return;
             }
             if stamp.seq != e.in_seq {
-                self.inner
-                    .metrics
-                    .sequence_gaps
-                    .fetch_add(1, Ordering::Relaxed);
+                inc(&self.inner.metrics.sequence_gaps);
                 self.inner.metrics.protocol_error("sequence_gap");
                 self.drop_connection(e, true, "sequence gap");
                 self.redial(e, None);
@@ -761,7 +746,7 @@ impl Reactor {
                 }
             }
             CommandBody::Update(u) => self.on_update(rid, &conn, u),
-            CommandBody::Hello(h) if leg == Leg::Request => self.on_rehello(from, &conn, h),
+            CommandBody::Hello(h) if leg == Leg::Request => self.on_rehello(&conn, h),
             CommandBody::Admit(a) if leg == Leg::Reply => {
                 if a.connection_generation != conn.generation() {
                     self.inner
@@ -835,10 +820,7 @@ impl Reactor {
             _ => {
                 // Commands of later capabilities (channels, objects, relocation) are not
                 // served by this node version: counted, never dispatched.
-                self.inner
-                    .metrics
-                    .unserved_commands
-                    .fetch_add(1, Ordering::Relaxed);
+                inc(&self.inner.metrics.unserved_commands);
             }
         }
     }
@@ -853,7 +835,7 @@ impl Reactor {
     // ---- admission -------------------------------------------------------------------
 
     fn reject(&mut self, zmq_id: &Bytes, reason: RejectReason, detail: String) {
-        self.inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+        inc(&self.inner.metrics.rejected);
         tracing::info!(peer = %String::from_utf8_lossy(zmq_id), ?reason, %detail, "admission rejected");
         let rec = Record::new(CommandBody::Reject(Reject {
             reason,
@@ -1002,19 +984,7 @@ impl Reactor {
         let admitted_revision = me.descriptor_revision;
         let now = self.now();
         let t = &self.inner.config.timings;
-        let proof =
-            self.inner
-                .secret
-                .admit_proof(&h.nonce, &acceptor_nonce, &me, CAPABILITY, generation);
-        let admit = Record::new(CommandBody::Admit(Admit {
-            descriptor: me,
-            connection_generation: generation,
-            receive_chunk_limit_bytes: RECEIVE_CHUNK_LIMIT,
-            max_message_bytes: 0,
-            nonce: acceptor_nonce,
-            proof,
-        }));
-        let Some(mut frames) = encode(&admit, WireLeg::Reply) else {
+        let Some(mut frames) = self.admit_frames(me, &h.nonce, acceptor_nonce, generation) else {
             return;
         };
         frames.insert(0, Header::Reply(Stamp::UNADMITTED).encode());
@@ -1064,12 +1034,12 @@ impl Reactor {
             self.fail_pending(&fence);
         }
         self.announce_if_newer(&conn, admitted_revision);
-        self.inner.metrics.admitted.fetch_add(1, Ordering::Relaxed);
+        inc(&self.inner.metrics.admitted);
         self.inner.notify_peers_changed();
     }
 
     /// A repeated hello on a live admitted connection: idempotent, same generation (wire §5).
-    fn on_rehello(&mut self, zmq_id: &Bytes, conn: &Arc<Connection>, h: Hello) {
+    fn on_rehello(&mut self, conn: &Arc<Connection>, h: Hello) {
         let same = {
             let peers = self.inner.peers();
             peers
@@ -1097,33 +1067,40 @@ impl Reactor {
                 .protocol_error("rehello_identity_changed");
             return;
         }
-        self.inner
-            .metrics
-            .idempotent_admissions
-            .fetch_add(1, Ordering::Relaxed);
-        let me = self.inner.descriptor();
+        inc(&self.inner.metrics.idempotent_admissions);
         let Ok(acceptor_nonce) = random_bytes::<32>() else {
             return;
         };
+        let me = self.inner.descriptor();
+        if let Some(frames) = self.admit_frames(me, &h.nonce, acceptor_nonce, conn.generation()) {
+            conn.send_control(Leg::Reply, frames);
+        }
+    }
+
+    /// The encoded `admit` for a dialer's `hello` nonce, proven with our secret.
+    fn admit_frames(
+        &self,
+        me: NodeDescriptor,
+        dialer_nonce: &[u8; 32],
+        acceptor_nonce: [u8; 32],
+        generation: u64,
+    ) -> Option<Vec<Vec<u8>>> {
         let proof = self.inner.secret.admit_proof(
-            &h.nonce,
+            dialer_nonce,
             &acceptor_nonce,
             &me,
             CAPABILITY,
-            conn.generation(),
+            generation,
         );
         let admit = Record::new(CommandBody::Admit(Admit {
             descriptor: me,
-            connection_generation: conn.generation(),
+            connection_generation: generation,
             receive_chunk_limit_bytes: RECEIVE_CHUNK_LIMIT,
             max_message_bytes: 0,
             nonce: acceptor_nonce,
             proof,
         }));
-        if let Some(frames) = encode(&admit, WireLeg::Reply) {
-            conn.send_control(Leg::Reply, frames);
-        }
-        let _ = zmq_id;
+        encode(&admit, WireLeg::Reply)
     }
 
     fn on_admit(&mut self, zmq_id: &Bytes, a: Admit) {
@@ -1132,17 +1109,11 @@ impl Reactor {
         let t = self.inner.config.timings.clone();
         let mut peers = self.inner.peers();
         let Some(e) = peers.get_mut(&rid) else {
-            self.inner
-                .metrics
-                .unadmitted
-                .fetch_add(1, Ordering::Relaxed);
+            inc(&self.inner.metrics.unadmitted);
             return;
         };
         let Some(hs) = e.hello.take() else {
-            self.inner
-                .metrics
-                .unadmitted
-                .fetch_add(1, Ordering::Relaxed);
+            inc(&self.inner.metrics.unadmitted);
             return;
         };
         let d = &a.descriptor;
@@ -1174,7 +1145,7 @@ impl Reactor {
             }
         }
         if let Err(reason) = verdict {
-            self.inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            inc(&self.inner.metrics.rejected);
             self.inner.metrics.protocol_error("admit_refused");
             // Tell the acceptor, which already counts the connection as admitted.
             let frame = Header::Reset {
@@ -1225,7 +1196,7 @@ impl Reactor {
             self.fail_pending(&fence);
         }
         self.announce_if_newer(&conn, sent_revision);
-        self.inner.metrics.admitted.fetch_add(1, Ordering::Relaxed);
+        inc(&self.inner.metrics.admitted);
         self.inner.notify_peers_changed();
     }
 
@@ -1248,13 +1219,10 @@ impl Reactor {
         let mut peers = self.inner.peers();
         let Some(e) = peers.get_mut(&rid) else { return };
         if e.hello.take().is_none() {
-            self.inner
-                .metrics
-                .unadmitted
-                .fetch_add(1, Ordering::Relaxed);
+            inc(&self.inner.metrics.unadmitted);
             return;
         }
-        self.inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+        inc(&self.inner.metrics.rejected);
         tracing::info!(peer = %rid, reason = ?r.reason, detail = %r.detail, "peer rejected admission");
         let not_required = r.reason == RejectReason::RoleMismatch
             && me.object_role == zlink_protocol::generated::ObjectRole::Client;
@@ -1342,10 +1310,7 @@ impl Reactor {
                     apply_update(d, &u);
                 }
                 e.last_update = Some((u.descriptor_revision, u));
-                self.inner
-                    .metrics
-                    .updates_applied
-                    .fetch_add(1, Ordering::Relaxed);
+                inc(&self.inner.metrics.updates_applied);
                 drop(peers);
                 self.inner.notify_peers_changed();
             }
@@ -1381,10 +1346,7 @@ impl Reactor {
                     LivenessAction::Dead => {
                         // Liveness fails the pending requests right away (below).
                         e.lost_at = Some(u64::MAX);
-                        self.inner
-                            .metrics
-                            .liveness_deaths
-                            .fetch_add(1, Ordering::Relaxed);
+                        inc(&self.inner.metrics.liveness_deaths);
                         if let Some(c) = &e.conn {
                             dead.push(c.peer().clone());
                         }
@@ -1555,6 +1517,3 @@ pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
         }
     }
 }
-
-#[allow(dead_code)]
-fn _unused(_: TypedPayload) {}

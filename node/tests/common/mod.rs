@@ -24,7 +24,6 @@ pub fn fast_timings() -> MeshTimings {
         lease_ttl: Duration::from_millis(2_000),
         lease_renew: Duration::from_millis(300),
         reject_backoff: Duration::from_millis(200),
-        request_timeout: Duration::from_secs(5),
     }
 }
 
