@@ -54,7 +54,7 @@ fn patient_config(rid: &str) -> MeshNodeConfig {
 fn raw_sink(mut h: Handlers) -> (Handlers, mpsc::UnboundedReceiver<(NodeFence, Bytes)>) {
     let (tx, rx) = mpsc::unbounded_channel();
     h.on_send_raw(RAW_PACKET, move |ctx, payload| {
-        let _ = tx.send((ctx.source, payload));
+        let _ = tx.send(((*ctx.source).clone(), payload));
         std::future::ready(Ok::<(), CallError>(()))
     });
     (h, rx)
@@ -218,10 +218,12 @@ impl RawPeer {
                     continue;
                 }
                 // The node's pump may coalesce several messages into one batch.
-                let Ok(messages) = split_batch(frames.to_vec()) else {
+                let frames = frames.iter().map(|f| Bytes::copy_from_slice(f)).collect();
+                let Ok(messages) = split_batch(frames) else {
                     continue;
                 };
                 for m in messages {
+                    let m: Vec<Vec<u8>> = m.iter().map(|f| f.to_vec()).collect();
                     let [first, rest @ ..] = m.as_slice() else {
                         continue;
                     };
@@ -527,7 +529,19 @@ async fn each_malformed_record_is_counted_by_kind_never_handled_and_the_connecti
     let generation = peer.generation;
     let cases = malformed_cases(&peer);
     assert!(cases.len() >= 19);
-    for (i, c) in cases.into_iter().enumerate() {
+    // Every case runs twice: first before any valid `NodeSend` of this epoch was delivered,
+    // then after one was. A delivered tail-less `NodeSend` primes the receiver's fast path
+    // (a byte-identical frame 0 skips decoding it), which must reject exactly the same records.
+    let cases = cases.into_iter().flat_map(|c| {
+        let again = MalformedCase {
+            name: format!("{} (fast path primed)", c.name),
+            leg: c.leg,
+            record: c.record.clone(),
+            kind: c.kind,
+        };
+        [c, again]
+    });
+    for (i, c) in cases.enumerate() {
         let before = node.metrics().protocol_errors();
         peer.send_next(c.leg, c.record);
         // The reactor handles one peer's records in order: once the valid record behind the
@@ -874,6 +888,18 @@ async fn a_node_send_whose_source_is_not_the_admitted_peer_never_reaches_the_han
         "a record claiming another source reached the handler"
     );
     assert!(!error_delta(&before, &node.metrics().protocol_errors()).is_empty());
+    // Again with the receiver's fast path primed by the delivered "charged" record: the
+    // uncharged twin of a validated frame 0 is refused the same way.
+    let before = node.metrics().protocol_errors();
+    let stamp = peer.take_stamp(0);
+    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
+    peer.send_next(Header::Send, peer.node_send(b"charged again"));
+    let (_, payload) = next_delivery(&mut rx).await;
+    assert_eq!(&payload[..], b"charged again");
+    assert_eq!(
+        error_delta(&before, &node.metrics().protocol_errors()),
+        one("charge_mismatch")
+    );
     node.shutdown().await;
 }
 
@@ -894,6 +920,18 @@ async fn an_application_record_stamped_without_its_charge_never_reaches_the_hand
         "an uncharged application record reached the handler"
     );
     assert!(!error_delta(&before, &node.metrics().protocol_errors()).is_empty());
+    // Again with the receiver's fast path primed by the delivered "charged" record: the
+    // uncharged twin of a validated frame 0 is refused the same way.
+    let before = node.metrics().protocol_errors();
+    let stamp = peer.take_stamp(0);
+    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
+    peer.send_next(Header::Send, peer.node_send(b"charged again"));
+    let (_, payload) = next_delivery(&mut rx).await;
+    assert_eq!(&payload[..], b"charged again");
+    assert_eq!(
+        error_delta(&before, &node.metrics().protocol_errors()),
+        one("charge_mismatch")
+    );
     node.shutdown().await;
 }
 

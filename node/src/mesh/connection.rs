@@ -15,8 +15,8 @@
 //!   [`Connection::bytes_in_flight`] is the per-connection in-flight accounting.
 
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
@@ -40,7 +40,7 @@ pub enum Leg {
 /// One admitted connection epoch.
 #[derive(Debug)]
 pub struct Connection {
-    peer: NodeFence,
+    peer: Arc<NodeFence>,
     zmq_id: Bytes,
     generation: u64,
     window: u32,
@@ -65,6 +65,14 @@ pub struct Connection {
     credit_sent: AtomicU64,
     /// Records sent on this epoch.
     sent_records: AtomicU64,
+    /// Sender side: frame 0 of a tail-less `NodeSend` to this peer, encoded once by the
+    /// generated encoder. It depends only on the two fences, which are fixed for the epoch.
+    send_head: OnceLock<Bytes>,
+    /// Receiver side: frame 0 of the first tail-less `NodeSend` received on this epoch that
+    /// passed every check (source = the admitted peer, target = this node). A later record
+    /// with byte-identical frame 0 has the same body and passes the same checks, so it skips
+    /// decoding it.
+    recv_send_head: OnceLock<Bytes>,
 }
 
 impl Connection {
@@ -76,7 +84,7 @@ impl Connection {
         pump: PumpHandle,
     ) -> Self {
         Self {
-            peer,
+            peer: Arc::new(peer),
             zmq_id,
             generation,
             window,
@@ -92,7 +100,40 @@ impl Connection {
             received: AtomicU64::new(0),
             credit_sent: AtomicU64::new(0),
             sent_records: AtomicU64::new(0),
+            send_head: OnceLock::new(),
+            recv_send_head: OnceLock::new(),
         }
+    }
+
+    /// Frame 0 of a tail-less `NodeSend` to this peer, encoded by `encode` on first use.
+    ///
+    /// # Errors
+    /// What `encode` returns; nothing is cached then.
+    pub(crate) fn send_head<E>(
+        &self,
+        encode: impl FnOnce(&NodeFence) -> Result<Vec<u8>, E>,
+    ) -> Result<Bytes, E> {
+        if let Some(h) = self.send_head.get() {
+            return Ok(h.clone());
+        }
+        let head = Bytes::from(encode(&self.peer)?);
+        Ok(self.send_head.get_or_init(|| head).clone())
+    }
+
+    /// Whether `frame0` is byte-identical to a `NodeSend` frame 0 already validated on this
+    /// epoch (see [`Connection::remember_send_head`]).
+    pub(crate) fn is_validated_send_head(&self, frame0: &[u8]) -> bool {
+        self.recv_send_head.get().is_some_and(|h| h[..] == *frame0)
+    }
+
+    /// Remember a validated tail-less `NodeSend` frame 0 (the first one wins).
+    pub(crate) fn remember_send_head(&self, frame0: &Bytes) {
+        let _ = self.recv_send_head.set(frame0.clone());
+    }
+
+    /// The peer as a shared handle (what handlers see as the message source).
+    pub fn peer_shared(&self) -> &Arc<NodeFence> {
+        &self.peer
     }
 
     /// The peer (RID and lifecycle generation).

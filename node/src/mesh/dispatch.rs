@@ -30,14 +30,18 @@ use super::peer::PeerState;
 use crate::call::error::{CallError, ErrorKind};
 use crate::jobs::{JobPermit, PressureState};
 
-/// An admitted application record waiting to be claimed.
+/// An admitted application record waiting to be claimed. Its source is the connection's peer
+/// (the reactor checked that the record names it).
 pub(crate) struct DispatchItem {
     pub conn: ConnRef,
     pub charge: u32,
-    /// Boxed: a record is a large enum and crosses a channel.
-    pub record: Box<Record>,
+    /// The request header of a `NodeRequest`; `None` for a `NodeSend`.
+    pub request: Option<RequestHeader>,
+    pub metadata: Option<Metadata>,
+    pub payload: TypedPayload,
 }
 
+/// A claimed record on its way to the handler's runner, with the job-queue permit it holds.
 struct Job {
     ctx: MessageContext,
     payload: TypedPayload,
@@ -129,13 +133,20 @@ impl Dispatcher {
         if inner.jobs.pressure() == PressureState::Running {
             item.conn.flush_credit(item.conn.credit_step());
         }
-        let record = *item.record;
-        let (kind, source, request) = match record.body {
-            CommandBody::NodeSend(s) => (MessageKind::Send, s.source, None),
-            CommandBody::NodeRequest(r) => (MessageKind::Request, r.source, Some(r.request)),
-            _ => return,
+        let DispatchItem {
+            conn,
+            request,
+            metadata,
+            payload,
+            ..
+        } = item;
+        let kind = if request.is_some() {
+            MessageKind::Request
+        } else {
+            MessageKind::Send
         };
-        let payload = record.payload.unwrap_or_default();
+        let source = Arc::clone(conn.peer_shared());
+        drop(conn);
         let runner = self
             .runners
             .get(payload.packet_name.as_str())
@@ -159,7 +170,7 @@ impl Dispatcher {
         let ctx = MessageContext {
             source,
             correlation_id: request.as_ref().map(|r| r.correlation_id.clone()),
-            metadata: record.metadata.unwrap_or_else(Metadata::empty),
+            metadata: metadata.unwrap_or_else(Metadata::empty),
             deadline: request
                 .as_ref()
                 .map(|r| UNIX_EPOCH + Duration::from_millis(r.deadline_unix_ms)),

@@ -56,8 +56,8 @@ impl MessageKind {
 /// What a handler sees of the message besides its payload.
 #[derive(Debug, Clone)]
 pub struct MessageContext {
-    /// The node that sent it.
-    pub source: NodeFence,
+    /// The node that sent it (shared by every message of one connection epoch).
+    pub source: Arc<NodeFence>,
     /// Correlation ID of a request (`None` for one-way messages).
     pub correlation_id: Option<String>,
     /// Immutable metadata snapshot (never copied to the reply).

@@ -237,6 +237,16 @@ impl Inner {
         let frames = record
             .encode(WireContext::route_mesh(wire_leg))
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        self.send_frames(conn, leg, frames).await
+    }
+
+    /// Send the encoded frames of a flow-controlled application record on `conn`.
+    pub async fn send_frames(
+        &self,
+        conn: &ConnRef,
+        leg: Leg,
+        frames: Vec<Vec<u8>>,
+    ) -> Result<(), CallError> {
         let bytes: usize = frames.iter().map(Vec::len).sum();
         if bytes as u64 > self.config.flow.max_message_bytes {
             return Err(CallError::new(
@@ -657,6 +667,29 @@ impl MeshNode {
     ) -> Result<(), CallError> {
         self.check_open()?;
         let conn = self.inner.ready_conn(rid)?;
+        if metadata.is_none() {
+            // The common case: frame 0 depends only on the two fences, so it is encoded once
+            // per connection epoch and only the payload frame per message.
+            let ctx = WireContext::route_mesh(zlink_protocol::record::Leg::Send);
+            let head = conn
+                .send_head(|peer| {
+                    Record::new(CommandBody::NodeSend(NodeSend {
+                        source: self.inner.fence(),
+                        target: peer.clone(),
+                    }))
+                    .with_payload(TypedPayload::default())
+                    .encode(ctx)
+                    .map(|mut frames| frames.swap_remove(0))
+                })
+                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+            let payload = payload
+                .encode()
+                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+            let mut frames = Vec::with_capacity(3);
+            frames.push(head.to_vec());
+            frames.push(payload);
+            return self.inner.send_frames(&conn, Leg::Send, frames).await;
+        }
         let mut record = Record::new(CommandBody::NodeSend(NodeSend {
             source: self.inner.fence(),
             target: conn.peer().clone(),

@@ -15,13 +15,17 @@
 //!   credit                 : u64 connection generation, u64 cumulative charge limit
 //!   greeting               : 32-byte nonce, u8-length RID, u8-length advertised endpoint
 //!   reset                  : u64 connection generation
-//!   batch                  : u8 message count n (2..=255), then n × u8 frame count (≥ 1)
+//!   batch                  : u8 message count n (2..=255), then n × message:
+//!                              u8 frame count f (≥ 1), then f × (u32 length, bytes)
 //! ```
 //!
 //! A **batch** is the pump's coalescing of consecutive messages to the same peer into one
-//! ZeroMQ message: the batch header frame, then each message's frames (its own header first)
-//! back to back. The receiving pump splits it again, so the layers above never see one; it
-//! saves the per-message ZeroMQ cost on small records.
+//! ZeroMQ message of exactly **one frame**: the batch header, then each message's frames (its
+//! own transport header first), each with a length prefix. The receiving pump splits it again
+//! into slices of the received frame (no copy), so the layers above never see one. One frame
+//! per batch instead of one per record frame is what makes small records cheap: libzmq's cost
+//! (a message object, an encoder step, a decoder step and a receive call on each side) is paid
+//! per ZeroMQ frame.
 //!
 //! * **Connection generation** is the epoch issued by `admit` (wire §4); 0 before admission.
 //!   A record stamped with another generation than the receiver's current one belongs to a
@@ -35,6 +39,7 @@
 //!
 //! Decoding is pure and never panics; every failure is a [`HeaderError`].
 
+use bytes::Bytes;
 use thiserror::Error;
 
 /// Header magic.
@@ -77,10 +82,12 @@ pub enum Header {
         /// The dropped generation.
         generation: u64,
     },
-    /// Several messages in one ZeroMQ message: the frame count of each, in order.
+    /// Several messages packed into one single-frame ZeroMQ message ([`split_batch`] unpacks
+    /// it; [`BatchWriter`] builds it). Decoding the header reads only the message count; the
+    /// packed messages follow.
     Batch {
-        /// Frames of each message (each ≥ 1), 2..=255 messages.
-        frame_counts: Vec<u8>,
+        /// Messages in the batch, 2..=255.
+        messages: u8,
     },
 }
 
@@ -125,8 +132,8 @@ pub enum HeaderError {
     /// A greeting string is not UTF-8 or is empty.
     #[error("invalid greeting field")]
     InvalidGreeting,
-    /// A batch with fewer than two messages, an empty message, or frame counts that do not
-    /// add up to the frames that follow.
+    /// A batch with fewer than two messages, an empty message, a length that runs past the
+    /// frame, bytes after the last message, or more than one ZeroMQ frame.
     #[error("invalid batch")]
     InvalidBatch,
 }
@@ -193,10 +200,9 @@ impl Header {
                 out.push(KIND_RESET);
                 out.extend_from_slice(&generation.to_be_bytes());
             }
-            Self::Batch { frame_counts } => {
+            Self::Batch { messages } => {
                 out.push(KIND_BATCH);
-                out.push(u8::try_from(frame_counts.len()).unwrap_or(u8::MAX));
-                out.extend_from_slice(&frame_counts[..frame_counts.len().min(MAX_BATCH)]);
+                out.push(*messages);
             }
         }
         out
@@ -248,14 +254,12 @@ impl Header {
                 generation: r.u64()?,
             },
             KIND_BATCH => {
-                let n = usize::from(r.u8()?);
-                let counts = r.take(n)?;
-                if n < 2 || counts.contains(&0) {
+                let messages = r.u8()?;
+                if messages < 2 {
                     return Err(HeaderError::InvalidBatch);
                 }
-                Self::Batch {
-                    frame_counts: counts.to_vec(),
-                }
+                // The packed messages follow; `split_batch` reads and checks them.
+                return Ok(Self::Batch { messages });
             }
             other => return Err(HeaderError::UnknownKind(other)),
         };
@@ -336,9 +340,7 @@ mod tests {
                 endpoint: "tcp://127.0.0.1:5555".into(),
             },
             Header::Reset { generation: 5 },
-            Header::Batch {
-                frame_counts: vec![3, 4, 1],
-            },
+            Header::Batch { messages: 3 },
         ]
     }
 
@@ -389,28 +391,105 @@ mod tests {
     }
 }
 
-/// Split the frames of a received message into its messages: a batch becomes its parts, any
-/// other message is returned whole.
+/// Length of a batch header ([`Header::Batch`]).
+pub const BATCH_HEADER_LEN: usize = 5;
+
+/// Bytes a message of `frames` takes inside a batch: its frame count and length prefixes.
+pub fn packed_len<F: AsRef<[u8]>>(frames: &[F]) -> usize {
+    1 + frames.iter().map(|f| 4 + f.as_ref().len()).sum::<usize>()
+}
+
+/// Builds a batch frame ([`Header::Batch`]) message by message.
+#[derive(Debug)]
+pub struct BatchWriter {
+    buf: Vec<u8>,
+    messages: u8,
+}
+
+impl BatchWriter {
+    /// An empty batch with room for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(capacity.max(BATCH_HEADER_LEN));
+        buf.extend_from_slice(&MAGIC);
+        buf.push(VERSION);
+        buf.push(KIND_BATCH);
+        buf.push(0);
+        Self { buf, messages: 0 }
+    }
+
+    /// Messages added so far.
+    pub fn messages(&self) -> usize {
+        usize::from(self.messages)
+    }
+
+    /// Append one message. Returns false (and appends nothing) when the batch already holds
+    /// [`MAX_BATCH`] messages, or the message has no frames, more than 255 frames, or a frame
+    /// longer than `u32::MAX`.
+    pub fn push<F: AsRef<[u8]>>(&mut self, frames: &[F]) -> bool {
+        let fits = usize::from(self.messages) < MAX_BATCH
+            && !frames.is_empty()
+            && frames.len() <= usize::from(u8::MAX)
+            && frames
+                .iter()
+                .all(|f| u32::try_from(f.as_ref().len()).is_ok());
+        if !fits {
+            return false;
+        }
+        self.buf.reserve(packed_len(frames));
+        self.buf.push(frames.len() as u8);
+        for f in frames {
+            let f = f.as_ref();
+            self.buf.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            self.buf.extend_from_slice(f);
+        }
+        self.messages += 1;
+        true
+    }
+
+    /// The batch frame. Only meaningful with at least two messages: a receiver refuses a batch
+    /// of fewer (a single message is sent as it is).
+    pub fn finish(mut self) -> Vec<u8> {
+        self.buf[BATCH_HEADER_LEN - 1] = self.messages;
+        self.buf
+    }
+}
+
+/// Split a received message (its frames after the routing identity) into its messages: a
+/// batch becomes its parts, as slices of the batch frame; any other message is returned whole.
 ///
 /// # Errors
-/// [`HeaderError::InvalidBatch`] when the frame counts do not match the frames.
-pub fn split_batch<T>(mut frames: Vec<T>) -> Result<Vec<Vec<T>>, HeaderError>
-where
-    T: AsRef<[u8]>,
-{
-    let counts = match frames.first().map(|f| Header::decode(f.as_ref())) {
-        Some(Ok(Header::Batch { frame_counts })) => frame_counts,
+/// [`HeaderError::InvalidBatch`] for a malformed batch (see [`HeaderError::InvalidBatch`]).
+pub fn split_batch(frames: Vec<Bytes>) -> Result<Vec<Vec<Bytes>>, HeaderError> {
+    let messages = match frames.first().map(|f| Header::decode(f)) {
+        Some(Ok(Header::Batch { messages })) => usize::from(messages),
         _ => return Ok(vec![frames]),
     };
-    let total: usize = counts.iter().map(|&c| usize::from(c)).sum();
-    if total != frames.len() - 1 {
+    let [frame] = frames.as_slice() else {
+        return Err(HeaderError::InvalidBatch);
+    };
+    let mut r = Cursor {
+        buf: frame,
+        pos: BATCH_HEADER_LEN,
+    };
+    let mut out = Vec::with_capacity(messages);
+    for _ in 0..messages {
+        let count = usize::from(r.u8().map_err(|_| HeaderError::InvalidBatch)?);
+        if count == 0 {
+            return Err(HeaderError::InvalidBatch);
+        }
+        let mut message = Vec::with_capacity(count);
+        for _ in 0..count {
+            let len = r.u32().map_err(|_| HeaderError::InvalidBatch)? as usize;
+            let start = r.pos;
+            r.take(len).map_err(|_| HeaderError::InvalidBatch)?;
+            message.push(frame.slice(start..r.pos));
+        }
+        out.push(message);
+    }
+    if r.pos != frame.len() {
         return Err(HeaderError::InvalidBatch);
     }
-    let mut rest = frames.drain(1..);
-    Ok(counts
-        .iter()
-        .map(|&c| rest.by_ref().take(usize::from(c)).collect())
-        .collect())
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -418,38 +497,91 @@ where
 mod batch_tests {
     use super::*;
 
+    fn bytes(frames: &[&[u8]]) -> Vec<Bytes> {
+        frames.iter().map(|f| Bytes::copy_from_slice(f)).collect()
+    }
+
     #[test]
     fn a_batch_splits_into_its_messages_in_order() {
-        let hdr = Header::Batch {
-            frame_counts: vec![2, 1],
-        }
-        .encode();
-        let frames = vec![hdr, b"a1".to_vec(), b"a2".to_vec(), b"b1".to_vec()];
-        let parts = split_batch(frames).unwrap();
+        let mut w = BatchWriter::with_capacity(64);
+        assert!(w.push(&[b"a1".as_slice(), b"a2"]));
+        assert!(w.push(&[b"".as_slice()]));
+        assert!(w.push(&[b"c1".as_slice()]));
+        assert_eq!(w.messages(), 3);
+        let frame = w.finish();
+        assert_eq!(
+            frame.len(),
+            BATCH_HEADER_LEN
+                + packed_len(&[b"a1".as_slice(), b"a2"])
+                + packed_len(&[b"".as_slice()])
+                + packed_len(&[b"c1".as_slice()])
+        );
+        assert_eq!(Header::decode(&frame), Ok(Header::Batch { messages: 3 }));
+        let parts = split_batch(vec![Bytes::from(frame)]).unwrap();
         assert_eq!(
             parts,
-            vec![vec![b"a1".to_vec(), b"a2".to_vec()], vec![b"b1".to_vec()]]
+            vec![bytes(&[b"a1", b"a2"]), bytes(&[b""]), bytes(&[b"c1"])]
         );
     }
 
     #[test]
-    fn a_plain_message_is_returned_whole_and_bad_counts_are_refused() {
-        let plain = vec![Header::Reset { generation: 1 }.encode(), b"x".to_vec()];
-        assert_eq!(split_batch(plain.clone()).unwrap(), vec![plain]);
-        let hdr = Header::Batch {
-            frame_counts: vec![2, 2],
+    fn the_writer_refuses_what_a_batch_cannot_hold() {
+        let mut w = BatchWriter::with_capacity(0);
+        let none: [&[u8]; 0] = [];
+        assert!(!w.push(&none));
+        let many = vec![b"x".as_slice(); 256];
+        assert!(!w.push(&many));
+        for _ in 0..MAX_BATCH {
+            assert!(w.push(&[b"x".as_slice()]));
         }
-        .encode();
+        assert!(!w.push(&[b"x".as_slice()]));
+        assert_eq!(w.messages(), MAX_BATCH);
+    }
+
+    #[test]
+    fn a_plain_message_is_returned_whole_and_malformed_batches_are_refused() {
+        let plain = vec![
+            Bytes::from(Header::Reset { generation: 1 }.encode()),
+            Bytes::from_static(b"x"),
+        ];
+        assert_eq!(split_batch(plain.clone()).unwrap(), vec![plain]);
+        let mut w = BatchWriter::with_capacity(64);
+        w.push(&[b"ab".as_slice()]);
+        w.push(&[b"cd".as_slice()]);
+        let good = w.finish();
+        // Every truncation, a trailing byte, an extra frame, a zero frame count, a count
+        // that claims more messages, and a batch of one are all refused, never a panic.
+        for n in BATCH_HEADER_LEN..good.len() {
+            assert_eq!(
+                split_batch(vec![Bytes::copy_from_slice(&good[..n])]),
+                Err(HeaderError::InvalidBatch),
+                "cut at {n}"
+            );
+        }
+        let mut long = good.clone();
+        long.push(0);
         assert_eq!(
-            split_batch(vec![hdr, b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]),
+            split_batch(vec![Bytes::from(long)]),
             Err(HeaderError::InvalidBatch)
         );
-        let mut one = Header::Batch {
-            frame_counts: vec![1, 1],
-        }
-        .encode();
-        one[4] = 1;
-        one.truncate(6);
+        assert_eq!(
+            split_batch(vec![Bytes::from(good.clone()), Bytes::from_static(b"x")]),
+            Err(HeaderError::InvalidBatch)
+        );
+        let mut zero = good.clone();
+        zero[BATCH_HEADER_LEN] = 0;
+        assert_eq!(
+            split_batch(vec![Bytes::from(zero)]),
+            Err(HeaderError::InvalidBatch)
+        );
+        let mut more = good.clone();
+        more[BATCH_HEADER_LEN - 1] = 3;
+        assert_eq!(
+            split_batch(vec![Bytes::from(more)]),
+            Err(HeaderError::InvalidBatch)
+        );
+        let mut one = good;
+        one[BATCH_HEADER_LEN - 1] = 1;
         assert_eq!(Header::decode(&one), Err(HeaderError::InvalidBatch));
     }
 }

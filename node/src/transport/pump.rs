@@ -33,33 +33,50 @@ use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::sync::{Notify, mpsc};
 
-use super::header::{Header, MAX_BATCH, split_batch};
+use super::header::{BATCH_HEADER_LEN, BatchWriter, Header, MAX_BATCH, packed_len, split_batch};
 
 /// Largest batch the pump builds, in bytes (a larger message is sent on its own).
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
-/// Consecutive messages to one peer, coalesced into one ZeroMQ message.
+/// Consecutive messages to one peer, coalesced into one single-frame ZeroMQ message.
 #[derive(Default)]
 struct Batch {
     to: Option<Bytes>,
-    messages: Vec<Vec<Vec<u8>>>,
+    /// The first message, kept as it is until a second one joins (a lone message is sent
+    /// unbatched).
+    first: Option<Vec<Vec<u8>>>,
+    packed: Option<BatchWriter>,
+    count: usize,
+    /// The batch frame's size so far.
     bytes: usize,
 }
 
 impl Batch {
     /// Add a message. Returns, in order, what must be sent now: the batch this message could
     /// not join, and the message itself when it cannot be batched at all (too large, or too
-    /// many frames for a batch header).
+    /// many frames for a batch).
     fn add(&mut self, to: Bytes, frames: Vec<Vec<u8>>) -> [Option<(Bytes, Vec<Vec<u8>>)>; 2] {
-        let size: usize = frames.iter().map(Vec::len).sum();
-        let batchable =
-            !frames.is_empty() && frames.len() <= usize::from(u8::MAX) && size <= MAX_BATCH_BYTES;
+        let size = packed_len(&frames);
+        let batchable = !frames.is_empty()
+            && frames.len() <= usize::from(u8::MAX)
+            && BATCH_HEADER_LEN + size <= MAX_BATCH_BYTES;
         let joins = batchable
             && self.to.as_ref() == Some(&to)
-            && self.messages.len() < MAX_BATCH
+            && self.count < MAX_BATCH
             && self.bytes + size <= MAX_BATCH_BYTES;
         if joins {
-            self.messages.push(frames);
+            let packed = match &mut self.packed {
+                Some(p) => p,
+                None => {
+                    let mut p = BatchWriter::with_capacity(self.bytes + size.max(4096));
+                    if let Some(first) = self.first.take() {
+                        p.push(&first);
+                    }
+                    self.packed.insert(p)
+                }
+            };
+            packed.push(&frames);
+            self.count += 1;
             self.bytes += size;
             return [None, None];
         }
@@ -68,29 +85,21 @@ impl Batch {
             return [done, Some((to, frames))];
         }
         self.to = Some(to);
-        self.messages.push(frames);
-        self.bytes = size;
+        self.first = Some(frames);
+        self.count = 1;
+        self.bytes = BATCH_HEADER_LEN + size;
         [done, None]
     }
 
-    /// The batch as one message (a single message is sent as it is).
+    /// What to send: the batch frame, or a lone message as it is.
     fn take(&mut self) -> Option<(Bytes, Vec<Vec<u8>>)> {
         let to = self.to.take()?;
-        let mut messages = std::mem::take(&mut self.messages);
+        self.count = 0;
         self.bytes = 0;
-        if messages.len() == 1 {
-            return messages.pop().map(|m| (to, m));
+        match self.packed.take() {
+            Some(p) => Some((to, vec![p.finish()])),
+            None => self.first.take().map(|m| (to, m)),
         }
-        let frame_counts = messages
-            .iter()
-            .map(|m| u8::try_from(m.len()).unwrap_or(u8::MAX))
-            .collect();
-        let mut frames = Vec::with_capacity(1 + messages.iter().map(Vec::len).sum::<usize>());
-        frames.push(Header::Batch { frame_counts }.encode());
-        for m in messages {
-            frames.extend(m);
-        }
-        Some((to, frames))
     }
 }
 
@@ -827,6 +836,7 @@ impl PumpThread {
                 events.push(PumpEvent::Message { from, frames });
                 continue;
             }
+            // `Bytes` clones share the buffer: keeping the frames for the error case is cheap.
             match split_batch(frames.clone()) {
                 Ok(messages) => {
                     for frames in messages {
