@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc::Receiver;
+use zlink_node::transport::header::Packed;
 use zlink_node::transport::pump::{Pump, PumpConfig, PumpEvent};
 
 async fn next_message(rx: &mut Receiver<Vec<PumpEvent>>, buf: &mut Vec<PumpEvent>) -> PumpEvent {
@@ -93,7 +94,10 @@ async fn a_full_peer_pipe_parks_messages_without_loss_or_reordering() {
         let slot = a.handle().reserve_data(SIZE).await.unwrap();
         let mut body = vec![0u8; SIZE];
         body[..4].copy_from_slice(&i.to_be_bytes());
-        slot.send(Bytes::from_static(b"b"), vec![body]);
+        slot.send(
+            Bytes::from_static(b"b"),
+            Packed::from_frames(&[body]).unwrap(),
+        );
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut buf = Vec::new();
@@ -147,7 +151,7 @@ async fn small_messages_to_one_peer_travel_in_batches_and_arrive_in_order() {
         let slot = a.handle().reserve_data(8).await.unwrap();
         slot.send(
             Bytes::from_static(b"b"),
-            vec![b"hdr".to_vec(), i.to_be_bytes().to_vec()],
+            Packed::from_frames(&[b"hdr".to_vec(), i.to_be_bytes().to_vec()]).unwrap(),
         );
     }
     let mut buf = Vec::new();

@@ -23,7 +23,7 @@ use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use zlink_protocol::generated::NodeFence;
 
 use crate::call::error::{CallError, ErrorKind};
-use crate::transport::header::{Header, Stamp};
+use crate::transport::header::{Header, Packed, Stamp};
 use crate::transport::pump::{DataSlot, PumpHandle};
 
 /// Leg of a service record, chosen by the sender.
@@ -247,13 +247,9 @@ impl Connection {
             .map_err(|_| closed())
     }
 
-    fn stamp_and<F: FnOnce(Vec<Vec<u8>>)>(
-        &self,
-        leg: Leg,
-        charge: u32,
-        mut frames: Vec<Vec<u8>>,
-        enqueue: F,
-    ) {
+    /// Stamp `msg` (a [`Packed::stamped`] message) with the next sequence number and hand it
+    /// to `enqueue` under the sequence lock, so sequence order is queue order.
+    fn stamp_and<F: FnOnce(Packed)>(&self, leg: Leg, charge: u32, mut msg: Packed, enqueue: F) {
         let mut seq = self
             .next_seq
             .lock()
@@ -269,9 +265,12 @@ impl Connection {
             Leg::Request => Header::Request(stamp),
             Leg::Reply => Header::Reply(stamp),
         };
-        frames.insert(0, header.encode());
-        // Enqueue while holding the sequence lock: sequence order is queue order.
-        enqueue(frames);
+        if let Some(bytes) = header.encode_stamp() {
+            // Every caller builds `msg` with `Packed::stamped`, so the slot is there.
+            let stamped = msg.stamp(&bytes);
+            debug_assert!(stamped, "record message without a transport-header slot");
+        }
+        enqueue(msg);
         drop(seq);
         self.sent_records.fetch_add(1, Ordering::Relaxed);
     }
@@ -282,21 +281,27 @@ impl Connection {
         leg: Leg,
         permit: SemaphorePermit<'_>,
         slot: DataSlot,
-        frames: Vec<Vec<u8>>,
+        msg: Packed,
     ) {
         let charge = permit.num_permits() as u32;
         // The credit comes back with the peer's next grant, not when the permit drops.
         permit.forget();
         self.sent_charge
             .fetch_add(u64::from(charge), Ordering::AcqRel);
-        self.stamp_and(leg, charge, frames, |f| slot.send(self.zmq_id.clone(), f));
+        self.stamp_and(leg, charge, msg, |m| slot.send(self.zmq_id.clone(), m));
     }
 
     /// Send a record that bypasses flow control (admission, liveness, replies, update).
     pub(crate) fn send_control(&self, leg: Leg, frames: Vec<Vec<u8>>) -> bool {
+        let Some(msg) = Packed::stamped_from_frames(&frames) else {
+            return false;
+        };
         let mut ok = true;
-        self.stamp_and(leg, 0, frames, |f| {
-            ok = self.pump.send_control(self.zmq_id.clone(), f).is_ok();
+        self.stamp_and(leg, 0, msg, |m| {
+            ok = self
+                .pump
+                .send_control_packed(self.zmq_id.clone(), m)
+                .is_ok();
         });
         ok
     }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use zlink_protocol::codec::Writer;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     ChannelRole, CommandBody, NodeDescriptor, NodeFence, NodeRequest, NodeSend, RequestHeader,
@@ -41,6 +42,7 @@ use crate::call::error::{CallError, ErrorKind};
 use crate::call::ids::{CorrelationIdAllocator, OperationIdAllocator, ReplyRouteIdAllocator};
 use crate::call::pending::{PeerRef, PendingKey, PendingTable};
 use crate::jobs::JobQueue;
+use crate::transport::header::Packed;
 use crate::transport::pump::{Pump, PumpConfig, PumpHandle};
 
 /// Start-up failure of a MeshNode.
@@ -247,7 +249,20 @@ impl Inner {
         leg: Leg,
         frames: Vec<Vec<u8>>,
     ) -> Result<(), CallError> {
-        let bytes: usize = frames.iter().map(Vec::len).sum();
+        let msg = Packed::stamped_from_frames(&frames).ok_or_else(|| {
+            CallError::new(ErrorKind::InvalidOperation, "record frame over 4 GiB")
+        })?;
+        self.send_packed(conn, leg, msg).await
+    }
+
+    /// Send a flow-controlled application record, already in a [`Packed::stamped`] message.
+    pub async fn send_packed(
+        &self,
+        conn: &ConnRef,
+        leg: Leg,
+        msg: Packed,
+    ) -> Result<(), CallError> {
+        let bytes = msg.record_bytes();
         if bytes as u64 > self.config.flow.max_message_bytes {
             return Err(CallError::new(
                 ErrorKind::InvalidOperation,
@@ -269,7 +284,7 @@ impl Inner {
                 format!("connection to {} was replaced", conn.peer().rid),
             ));
         }
-        conn.send_data(leg, permit, slot, frames);
+        conn.send_data(leg, permit, slot, msg);
         Ok(())
     }
 }
@@ -682,13 +697,16 @@ impl MeshNode {
                     .map(|mut frames| frames.swap_remove(0))
                 })
                 .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-            let payload = payload
-                .encode()
-                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-            let mut frames = Vec::with_capacity(3);
-            frames.push(head.to_vec());
-            frames.push(payload);
-            return self.inner.send_frames(&conn, Leg::Send, frames).await;
+            let mut msg = Packed::stamped(4 + head.len() + 4 + payload.encoded_len());
+            msg.push(&head);
+            msg.push_with(|buf| {
+                let mut w = Writer::from_vec(std::mem::take(buf));
+                let r = payload.encode_into(&mut w);
+                *buf = w.into_vec();
+                r
+            })
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+            return self.inner.send_packed(&conn, Leg::Send, msg).await;
         }
         let mut record = Record::new(CommandBody::NodeSend(NodeSend {
             source: self.inner.fence(),

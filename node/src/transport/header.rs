@@ -15,7 +15,7 @@
 //!   credit                 : u64 connection generation, u64 cumulative charge limit
 //!   greeting               : 32-byte nonce, u8-length RID, u8-length advertised endpoint
 //!   reset                  : u64 connection generation
-//!   batch                  : u8 message count n (2..=255), then n × message:
+//!   batch                  : u8 message count n (1..=255), then n × message:
 //!                              u8 frame count f (≥ 1), then f × (u32 length, bytes)
 //! ```
 //!
@@ -83,10 +83,10 @@ pub enum Header {
         generation: u64,
     },
     /// Several messages packed into one single-frame ZeroMQ message ([`split_batch`] unpacks
-    /// it; [`BatchWriter`] builds it). Decoding the header reads only the message count; the
+    /// it; the pump builds it from [`Packed`] messages). Decoding the header reads only the message count; the
     /// packed messages follow.
     Batch {
-        /// Messages in the batch, 2..=255.
+        /// Messages in the batch, 1..=255.
         messages: u8,
     },
 }
@@ -132,7 +132,7 @@ pub enum HeaderError {
     /// A greeting string is not UTF-8 or is empty.
     #[error("invalid greeting field")]
     InvalidGreeting,
-    /// A batch with fewer than two messages, an empty message, a length that runs past the
+    /// A batch of no messages, an empty message, a length that runs past the
     /// frame, bytes after the last message, or more than one ZeroMQ frame.
     #[error("invalid batch")]
     InvalidBatch,
@@ -165,6 +165,25 @@ const KIND_BATCH: u8 = 7;
 pub const MAX_BATCH: usize = 255;
 
 impl Header {
+    /// The fixed-size encoding of a send, request or reply header (`None` for other kinds),
+    /// for [`Packed::stamp`].
+    pub fn encode_stamp(&self) -> Option<[u8; STAMP_HEADER_LEN]> {
+        let (kind, s) = match self {
+            Self::Send(s) => (KIND_SEND, s),
+            Self::Request(s) => (KIND_REQUEST, s),
+            Self::Reply(s) => (KIND_REPLY, s),
+            _ => return None,
+        };
+        let mut out = [0u8; STAMP_HEADER_LEN];
+        out[..2].copy_from_slice(&MAGIC);
+        out[2] = VERSION;
+        out[3] = kind;
+        out[4..12].copy_from_slice(&s.generation.to_be_bytes());
+        out[12..20].copy_from_slice(&s.seq.to_be_bytes());
+        out[20..24].copy_from_slice(&s.charge.to_be_bytes());
+        Some(out)
+    }
+
     /// Encode to a new frame.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(24);
@@ -255,7 +274,7 @@ impl Header {
             },
             KIND_BATCH => {
                 let messages = r.u8()?;
-                if messages < 2 {
+                if messages == 0 {
                     return Err(HeaderError::InvalidBatch);
                 }
                 // The packed messages follow; `split_batch` reads and checks them.
@@ -348,6 +367,9 @@ mod tests {
     fn every_kind_round_trips() {
         for h in all() {
             assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+            if let Some(fixed) = h.encode_stamp() {
+                assert_eq!(fixed.to_vec(), h.encode());
+            }
         }
     }
 
@@ -394,63 +416,159 @@ mod tests {
 /// Length of a batch header ([`Header::Batch`]).
 pub const BATCH_HEADER_LEN: usize = 5;
 
-/// Bytes a message of `frames` takes inside a batch: its frame count and length prefixes.
-pub fn packed_len<F: AsRef<[u8]>>(frames: &[F]) -> usize {
-    1 + frames.iter().map(|f| 4 + f.as_ref().len()).sum::<usize>()
-}
+/// Length of the transport header of a send, request or reply record.
+pub const STAMP_HEADER_LEN: usize = 24;
 
-/// Builds a batch frame ([`Header::Batch`]) message by message.
-#[derive(Debug)]
-pub struct BatchWriter {
+/// One outbound message in the batch layout: room for the batch header, then the message
+/// part (its frame count and its length-prefixed frames). The pump sends it as a batch of one,
+/// or appends its message part to a batch of consecutive messages to the same peer, so every
+/// message leaves as a single ZeroMQ frame and is copied at most once on the way.
+#[derive(Debug, Clone)]
+pub struct Packed {
     buf: Vec<u8>,
-    messages: u8,
+    frames: u8,
 }
 
-impl BatchWriter {
-    /// An empty batch with room for `capacity` bytes.
+impl Packed {
+    /// An empty message with room for `capacity` bytes of frames.
     pub fn with_capacity(capacity: usize) -> Self {
-        let mut buf = Vec::with_capacity(capacity.max(BATCH_HEADER_LEN));
-        buf.extend_from_slice(&MAGIC);
-        buf.push(VERSION);
-        buf.push(KIND_BATCH);
-        buf.push(0);
-        Self { buf, messages: 0 }
+        let mut buf = Vec::with_capacity(BATCH_HEADER_LEN + 1 + capacity);
+        buf.extend_from_slice(&[0; BATCH_HEADER_LEN + 1]);
+        Self { buf, frames: 0 }
     }
 
-    /// Messages added so far.
-    pub fn messages(&self) -> usize {
-        usize::from(self.messages)
+    /// A message whose first frame is a zeroed transport-header slot of
+    /// [`STAMP_HEADER_LEN`] bytes, filled in by [`Packed::stamp`] when the record is sent.
+    pub fn stamped(capacity: usize) -> Self {
+        let mut p = Self::with_capacity(4 + STAMP_HEADER_LEN + capacity);
+        p.push(&[0; STAMP_HEADER_LEN]);
+        p
     }
 
-    /// Append one message. Returns false (and appends nothing) when the batch already holds
-    /// [`MAX_BATCH`] messages, or the message has no frames, more than 255 frames, or a frame
-    /// longer than `u32::MAX`.
-    pub fn push<F: AsRef<[u8]>>(&mut self, frames: &[F]) -> bool {
-        let fits = usize::from(self.messages) < MAX_BATCH
-            && !frames.is_empty()
-            && frames.len() <= usize::from(u8::MAX)
-            && frames
-                .iter()
-                .all(|f| u32::try_from(f.as_ref().len()).is_ok());
-        if !fits {
+    /// A message of these frames; `None` for more than 255 frames or a frame over `u32::MAX`.
+    pub fn from_frames<F: AsRef<[u8]>>(frames: &[F]) -> Option<Self> {
+        let mut p = Self::with_capacity(frames.iter().map(|f| 4 + f.as_ref().len()).sum());
+        frames.iter().all(|f| p.push(f.as_ref())).then_some(p)
+    }
+
+    /// [`Packed::stamped`], followed by these record frames.
+    pub fn stamped_from_frames<F: AsRef<[u8]>>(frames: &[F]) -> Option<Self> {
+        let mut p = Self::stamped(frames.iter().map(|f| 4 + f.as_ref().len()).sum());
+        frames.iter().all(|f| p.push(f.as_ref())).then_some(p)
+    }
+
+    /// Append a frame. False (nothing appended) at 255 frames or for a frame over `u32::MAX`.
+    pub fn push(&mut self, frame: &[u8]) -> bool {
+        let Ok(len) = u32::try_from(frame.len()) else {
+            return false;
+        };
+        if self.frames == u8::MAX {
             return false;
         }
-        self.buf.reserve(packed_len(frames));
-        self.buf.push(frames.len() as u8);
-        for f in frames {
-            let f = f.as_ref();
-            self.buf.extend_from_slice(&(f.len() as u32).to_be_bytes());
-            self.buf.extend_from_slice(f);
-        }
-        self.messages += 1;
+        self.buf.extend_from_slice(&len.to_be_bytes());
+        self.buf.extend_from_slice(frame);
+        self.frames += 1;
+        self.buf[BATCH_HEADER_LEN] = self.frames;
         true
     }
 
-    /// The batch frame. Only meaningful with at least two messages: a receiver refuses a batch
-    /// of fewer (a single message is sent as it is).
-    pub fn finish(mut self) -> Vec<u8> {
-        self.buf[BATCH_HEADER_LEN - 1] = self.messages;
+    /// Append a frame written by `write` straight into the buffer. `Ok(false)` (and `write`
+    /// not called) at 255 frames; a frame that `write` makes longer than `u32::MAX`, or an
+    /// error from `write`, appends nothing.
+    ///
+    /// # Errors
+    /// What `write` returns.
+    pub fn push_with<E>(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        if self.frames == u8::MAX {
+            return Ok(false);
+        }
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0; 4]);
+        if let Err(e) = write(&mut self.buf) {
+            self.buf.truncate(at);
+            return Err(e);
+        }
+        let Ok(len) = u32::try_from(self.buf.len() - at - 4) else {
+            self.buf.truncate(at);
+            return Ok(false);
+        };
+        self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        self.frames += 1;
+        self.buf[BATCH_HEADER_LEN] = self.frames;
+        Ok(true)
+    }
+
+    /// Fill the transport-header slot of a [`Packed::stamped`] message. False when the first
+    /// frame is not a slot of [`STAMP_HEADER_LEN`] bytes.
+    pub fn stamp(&mut self, header: &[u8; STAMP_HEADER_LEN]) -> bool {
+        let at = BATCH_HEADER_LEN + 1;
+        let is_slot = self.frames >= 1
+            && self.buf.get(at..at + 4) == Some(&(STAMP_HEADER_LEN as u32).to_be_bytes()[..]);
+        if is_slot {
+            self.buf[at + 4..at + 4 + STAMP_HEADER_LEN].copy_from_slice(header);
+        }
+        is_slot
+    }
+
+    /// Frames in the message.
+    pub fn frame_count(&self) -> usize {
+        usize::from(self.frames)
+    }
+
+    /// The frames, in order.
+    pub fn frames(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut at = BATCH_HEADER_LEN + 1;
+        (0..self.frames).map(move |_| {
+            let mut len = [0u8; 4];
+            len.copy_from_slice(&self.buf[at..at + 4]);
+            let len = u32::from_be_bytes(len) as usize;
+            let frame = &self.buf[at + 4..at + 4 + len];
+            at += 4 + len;
+            frame
+        })
+    }
+
+    /// Bytes of the record frames of a [`Packed::stamped`] message: every frame after the
+    /// transport-header slot, without length prefixes (what flow control charges).
+    pub fn record_bytes(&self) -> usize {
+        let overhead = 1 + 4 * usize::from(self.frames);
+        (self.packed_len() - overhead).saturating_sub(STAMP_HEADER_LEN)
+    }
+
+    /// Bytes the message adds to a batch (its message part).
+    pub fn packed_len(&self) -> usize {
+        self.buf.len() - BATCH_HEADER_LEN
+    }
+
+    /// The message part: what a batch holds for this message.
+    pub fn message_part(&self) -> &[u8] {
+        &self.buf[BATCH_HEADER_LEN..]
+    }
+
+    /// The buffer with the batch-header slot still unfilled, for the pump to extend into a
+    /// batch; fill it with [`write_batch_header`].
+    pub fn into_buffer(self) -> Vec<u8> {
         self.buf
+    }
+
+    /// The message as a batch of one: a complete ZeroMQ frame.
+    pub fn into_frame(self) -> Vec<u8> {
+        let mut buf = self.buf;
+        write_batch_header(&mut buf, 1);
+        buf
+    }
+}
+
+/// Fill the batch-header slot at the start of `buf` for `messages` messages (1..=255).
+pub fn write_batch_header(buf: &mut [u8], messages: u8) {
+    if let Some(h) = buf.get_mut(..BATCH_HEADER_LEN) {
+        h[..2].copy_from_slice(&MAGIC);
+        h[2] = VERSION;
+        h[3] = KIND_BATCH;
+        h[4] = messages;
     }
 }
 
@@ -501,20 +619,32 @@ mod batch_tests {
         frames.iter().map(|f| Bytes::copy_from_slice(f)).collect()
     }
 
+    /// What the pump does: the first message's buffer, extended by the others' message parts.
+    fn batch_of(messages: &[Packed]) -> Vec<u8> {
+        let mut buf = messages[0].clone().into_buffer();
+        for m in &messages[1..] {
+            buf.extend_from_slice(m.message_part());
+        }
+        write_batch_header(&mut buf, messages.len() as u8);
+        buf
+    }
+
     #[test]
     fn a_batch_splits_into_its_messages_in_order() {
-        let mut w = BatchWriter::with_capacity(64);
-        assert!(w.push(&[b"a1".as_slice(), b"a2"]));
-        assert!(w.push(&[b"".as_slice()]));
-        assert!(w.push(&[b"c1".as_slice()]));
-        assert_eq!(w.messages(), 3);
-        let frame = w.finish();
+        let a = Packed::from_frames(&[b"a1".as_slice(), b"a2"]).unwrap();
+        let b = Packed::from_frames(&[b"".as_slice()]).unwrap();
+        let mut c = Packed::with_capacity(0);
+        assert_eq!(
+            c.push_with(|buf| {
+                buf.extend_from_slice(b"c1");
+                Ok::<_, ()>(())
+            }),
+            Ok(true)
+        );
+        let frame = batch_of(&[a.clone(), b.clone(), c.clone()]);
         assert_eq!(
             frame.len(),
-            BATCH_HEADER_LEN
-                + packed_len(&[b"a1".as_slice(), b"a2"])
-                + packed_len(&[b"".as_slice()])
-                + packed_len(&[b"c1".as_slice()])
+            BATCH_HEADER_LEN + a.packed_len() + b.packed_len() + c.packed_len()
         );
         assert_eq!(Header::decode(&frame), Ok(Header::Batch { messages: 3 }));
         let parts = split_batch(vec![Bytes::from(frame)]).unwrap();
@@ -522,20 +652,49 @@ mod batch_tests {
             parts,
             vec![bytes(&[b"a1", b"a2"]), bytes(&[b""]), bytes(&[b"c1"])]
         );
+        // A lone message is a batch of one.
+        let one = split_batch(vec![Bytes::from(a.into_frame())]).unwrap();
+        assert_eq!(one, vec![bytes(&[b"a1", b"a2"])]);
     }
 
     #[test]
-    fn the_writer_refuses_what_a_batch_cannot_hold() {
-        let mut w = BatchWriter::with_capacity(0);
-        let none: [&[u8]; 0] = [];
-        assert!(!w.push(&none));
-        let many = vec![b"x".as_slice(); 256];
-        assert!(!w.push(&many));
-        for _ in 0..MAX_BATCH {
-            assert!(w.push(&[b"x".as_slice()]));
+    fn a_stamped_message_carries_its_header_first() {
+        let mut p = Packed::stamped_from_frames(&[b"record".as_slice()]).unwrap();
+        let hdr = Header::Send(Stamp {
+            generation: 1,
+            seq: 2,
+            charge: 3,
+        });
+        let bytes = hdr.encode_stamp().unwrap();
+        assert!(p.stamp(&bytes));
+        let frames: Vec<&[u8]> = p.frames().collect();
+        assert_eq!(frames, vec![&bytes[..], b"record"]);
+        assert_eq!(Header::decode(frames[0]), Ok(hdr));
+        // Without a slot there is nothing to stamp.
+        let mut plain = Packed::from_frames(&[b"x".as_slice()]).unwrap();
+        assert!(!plain.stamp(&bytes));
+    }
+
+    #[test]
+    fn a_packed_message_refuses_what_it_cannot_hold() {
+        let mut p = Packed::with_capacity(0);
+        for _ in 0..u8::MAX {
+            assert!(p.push(b"x"));
         }
-        assert!(!w.push(&[b"x".as_slice()]));
-        assert_eq!(w.messages(), MAX_BATCH);
+        assert!(!p.push(b"x"));
+        assert_eq!(p.push_with(|_| Ok::<_, ()>(())), Ok(false));
+        assert_eq!(p.frame_count(), 255);
+        let mut q = Packed::with_capacity(0);
+        let before = q.packed_len();
+        assert_eq!(
+            q.push_with(|b| {
+                b.push(1);
+                Err("no")
+            }),
+            Err("no")
+        );
+        assert_eq!(q.packed_len(), before, "a failed write appends nothing");
+        assert!(Packed::from_frames(&vec![b"x".as_slice(); 256]).is_none());
     }
 
     #[test]
@@ -545,12 +704,12 @@ mod batch_tests {
             Bytes::from_static(b"x"),
         ];
         assert_eq!(split_batch(plain.clone()).unwrap(), vec![plain]);
-        let mut w = BatchWriter::with_capacity(64);
-        w.push(&[b"ab".as_slice()]);
-        w.push(&[b"cd".as_slice()]);
-        let good = w.finish();
+        let good = batch_of(&[
+            Packed::from_frames(&[b"ab".as_slice()]).unwrap(),
+            Packed::from_frames(&[b"cd".as_slice()]).unwrap(),
+        ]);
         // Every truncation, a trailing byte, an extra frame, a zero frame count, a count
-        // that claims more messages, and a batch of one are all refused, never a panic.
+        // that claims more messages, and a batch of none are all refused, never a panic.
         for n in BATCH_HEADER_LEN..good.len() {
             assert_eq!(
                 split_batch(vec![Bytes::copy_from_slice(&good[..n])]),
@@ -580,8 +739,8 @@ mod batch_tests {
             split_batch(vec![Bytes::from(more)]),
             Err(HeaderError::InvalidBatch)
         );
-        let mut one = good;
-        one[BATCH_HEADER_LEN - 1] = 1;
-        assert_eq!(Header::decode(&one), Err(HeaderError::InvalidBatch));
+        let mut none = good;
+        none[BATCH_HEADER_LEN - 1] = 0;
+        assert_eq!(Header::decode(&none), Err(HeaderError::InvalidBatch));
     }
 }

@@ -33,73 +33,46 @@ use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::sync::{Notify, mpsc};
 
-use super::header::{BATCH_HEADER_LEN, BatchWriter, Header, MAX_BATCH, packed_len, split_batch};
+use super::header::{Header, MAX_BATCH, Packed, split_batch, write_batch_header};
 
 /// Largest batch the pump builds, in bytes (a larger message is sent on its own).
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
-/// Consecutive messages to one peer, coalesced into one single-frame ZeroMQ message.
+/// Consecutive messages to one peer, coalesced into one single-frame ZeroMQ message: the
+/// first message's buffer, extended by the message parts of the ones that join it.
 #[derive(Default)]
 struct Batch {
     to: Option<Bytes>,
-    /// The first message, kept as it is until a second one joins (a lone message is sent
-    /// unbatched).
-    first: Option<Vec<Vec<u8>>>,
-    packed: Option<BatchWriter>,
+    buf: Vec<u8>,
     count: usize,
-    /// The batch frame's size so far.
-    bytes: usize,
 }
 
 impl Batch {
-    /// Add a message. Returns, in order, what must be sent now: the batch this message could
-    /// not join, and the message itself when it cannot be batched at all (too large, or too
-    /// many frames for a batch).
-    fn add(&mut self, to: Bytes, frames: Vec<Vec<u8>>) -> [Option<(Bytes, Vec<Vec<u8>>)>; 2] {
-        let size = packed_len(&frames);
-        let batchable = !frames.is_empty()
-            && frames.len() <= usize::from(u8::MAX)
-            && BATCH_HEADER_LEN + size <= MAX_BATCH_BYTES;
-        let joins = batchable
-            && self.to.as_ref() == Some(&to)
+    /// Add a message. Returns the finished batch that must be sent first when this message
+    /// could not join it (another peer, or the batch is full).
+    fn add(&mut self, to: Bytes, msg: Packed) -> Option<(Bytes, Vec<u8>)> {
+        let joins = self.to.as_ref() == Some(&to)
             && self.count < MAX_BATCH
-            && self.bytes + size <= MAX_BATCH_BYTES;
+            && self.buf.len() + msg.packed_len() <= MAX_BATCH_BYTES;
         if joins {
-            let packed = match &mut self.packed {
-                Some(p) => p,
-                None => {
-                    let mut p = BatchWriter::with_capacity(self.bytes + size.max(4096));
-                    if let Some(first) = self.first.take() {
-                        p.push(&first);
-                    }
-                    self.packed.insert(p)
-                }
-            };
-            packed.push(&frames);
+            self.buf.extend_from_slice(msg.message_part());
             self.count += 1;
-            self.bytes += size;
-            return [None, None];
+            return None;
         }
         let done = self.take();
-        if !batchable {
-            return [done, Some((to, frames))];
-        }
         self.to = Some(to);
-        self.first = Some(frames);
+        self.buf = msg.into_buffer();
         self.count = 1;
-        self.bytes = BATCH_HEADER_LEN + size;
-        [done, None]
+        done
     }
 
-    /// What to send: the batch frame, or a lone message as it is.
-    fn take(&mut self) -> Option<(Bytes, Vec<Vec<u8>>)> {
+    /// The batch as one ZeroMQ frame.
+    fn take(&mut self) -> Option<(Bytes, Vec<u8>)> {
         let to = self.to.take()?;
+        let mut buf = std::mem::take(&mut self.buf);
+        write_batch_header(&mut buf, u8::try_from(self.count).unwrap_or(u8::MAX));
         self.count = 0;
-        self.bytes = 0;
-        match self.packed.take() {
-            Some(p) => Some((to, vec![p.finish()])),
-            None => self.first.take().map(|m| (to, m)),
-        }
+        Some((to, buf))
     }
 }
 
@@ -163,6 +136,10 @@ pub enum PumpError {
     /// The bound endpoint could not be read back.
     #[error("bound endpoint unreadable")]
     Endpoint,
+    /// A message of more than 255 frames or a frame over `u32::MAX` bytes (the batch layout
+    /// cannot carry it).
+    #[error("message not sendable: more than 255 frames or a frame over 4 GiB")]
+    Unsendable,
     /// The pump has stopped.
     #[error("pump stopped")]
     Stopped,
@@ -216,7 +193,7 @@ pub enum PumpEvent {
 enum Command {
     Send {
         to: Bytes,
-        frames: Vec<Vec<u8>>,
+        msg: Packed,
     },
     /// Data-queue bytes of the preceding send, released once it reached the socket.
     Release(usize),
@@ -455,10 +432,19 @@ impl PumpHandle {
     /// # Errors
     /// [`PumpError::Stopped`] after the pump stopped.
     pub fn send_control(&self, to: Bytes, frames: Vec<Vec<u8>>) -> Result<(), PumpError> {
+        let msg = Packed::from_frames(&frames).ok_or(PumpError::Unsendable)?;
+        self.send_control_packed(to, msg)
+    }
+
+    /// [`PumpHandle::send_control`] of a message already in the batch layout.
+    ///
+    /// # Errors
+    /// [`PumpError::Stopped`] after the pump stopped.
+    pub fn send_control_packed(&self, to: Bytes, msg: Packed) -> Result<(), PumpError> {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(PumpError::Stopped);
         }
-        self.push(Command::Send { to, frames }, 0);
+        self.push(Command::Send { to, msg }, 0);
         Ok(())
     }
 
@@ -527,11 +513,11 @@ pub struct DataSlot {
 impl DataSlot {
     /// Queue the message in the reserved room. Ordering between messages is the order of the
     /// `send` calls.
-    pub fn send(mut self, to: Bytes, frames: Vec<Vec<u8>>) {
+    pub fn send(mut self, to: Bytes, msg: Packed) {
         self.used = true;
         {
             let mut q = lock(&self.handle.shared.queue);
-            q.commands.push_back(Command::Send { to, frames });
+            q.commands.push_back(Command::Send { to, msg });
             // The reservation already counted the bytes; remember them on the message side so
             // the pump can release exactly this amount.
             q.commands.push_back(Command::Release(self.bytes));
@@ -559,7 +545,7 @@ struct PumpThread {
     tx: mpsc::Sender<Vec<PumpEvent>>,
     batch: usize,
     /// Messages for peers whose pipe was full, per routing identity, in order.
-    parked: HashMap<Bytes, VecDeque<Vec<Vec<u8>>>>,
+    parked: HashMap<Bytes, VecDeque<Vec<u8>>>,
     parked_order: VecDeque<Bytes>,
     rx_msg: zmq::Message,
     rx_buf: BytesMut,
@@ -575,7 +561,7 @@ const MAX_PARKED_PER_PEER: usize = 10_000;
 
 enum SendOutcome {
     Sent,
-    Full(Vec<Vec<u8>>),
+    Full(Vec<u8>),
     Unroutable,
 }
 
@@ -670,9 +656,9 @@ impl PumpThread {
             let mut batch = Batch::default();
             for cmd in cmds {
                 match cmd {
-                    Command::Send { to, frames } => {
-                        for (to, frames) in batch.add(to, frames).into_iter().flatten() {
-                            self.send_or_park(to, frames, events);
+                    Command::Send { to, msg } => {
+                        if let Some((to, frame)) = batch.add(to, msg) {
+                            self.send_or_park(to, frame, events);
                         }
                     }
                     Command::Release(n) => released += n,
@@ -700,12 +686,12 @@ impl PumpThread {
     }
 
     fn flush_batch(&mut self, batch: &mut Batch, events: &mut Vec<PumpEvent>) {
-        if let Some((to, frames)) = batch.take() {
-            self.send_or_park(to, frames, events);
+        if let Some((to, frame)) = batch.take() {
+            self.send_or_park(to, frame, events);
         }
     }
 
-    fn send_or_park(&mut self, to: Bytes, frames: Vec<Vec<u8>>, events: &mut Vec<PumpEvent>) {
+    fn send_or_park(&mut self, to: Bytes, frame: Vec<u8>, events: &mut Vec<PumpEvent>) {
         if let Some(q) = self.parked.get_mut(&to) {
             if q.len() >= MAX_PARKED_PER_PEER {
                 // The peer stopped reading long ago (its pipe has been full for this many
@@ -716,38 +702,33 @@ impl PumpThread {
                 events.push(PumpEvent::Unroutable { to });
                 return;
             }
-            q.push_back(frames);
+            q.push_back(frame);
             return;
         }
-        match self.try_send(&to, frames) {
+        match self.try_send(&to, frame) {
             SendOutcome::Sent => {}
-            SendOutcome::Full(frames) => {
+            SendOutcome::Full(frame) => {
                 self.shared.stats.hwm_stalls.fetch_add(1, Ordering::Relaxed);
-                self.parked.entry(to.clone()).or_default().push_back(frames);
+                self.parked.entry(to.clone()).or_default().push_back(frame);
                 self.parked_order.push_back(to);
             }
             SendOutcome::Unroutable => events.push(PumpEvent::Unroutable { to }),
         }
     }
 
-    fn try_send(&self, to: &Bytes, frames: Vec<Vec<u8>>) -> SendOutcome {
+    fn try_send(&self, to: &Bytes, frame: Vec<u8>) -> SendOutcome {
         match self.socket.send(&to[..], zmq::SNDMORE | zmq::DONTWAIT) {
             Ok(()) => {}
-            Err(zmq::Error::EAGAIN) => return SendOutcome::Full(frames),
+            Err(zmq::Error::EAGAIN) => return SendOutcome::Full(frame),
             Err(_) => {
                 self.shared.stats.unroutable.fetch_add(1, Ordering::Relaxed);
                 return SendOutcome::Unroutable;
             }
         }
-        let last = frames.len().saturating_sub(1);
-        for (i, f) in frames.into_iter().enumerate() {
-            let flags = if i == last { 0 } else { zmq::SNDMORE };
-            // After the routing frame was accepted the rest of the message cannot fail for
-            // lack of room (libzmq checks the pipe for the whole message up front).
-            if self.socket.send(zmq::Message::from(f), flags).is_err() {
-                break;
-            }
-        }
+        // After the routing frame was accepted the rest of the message cannot fail for lack
+        // of room (libzmq checks the pipe for the whole message up front). The buffer is
+        // handed to libzmq without a copy.
+        let _ = self.socket.send(zmq::Message::from(frame), 0);
         self.shared.stats.sent.fetch_add(1, Ordering::Relaxed);
         SendOutcome::Sent
     }
@@ -761,11 +742,11 @@ impl PumpThread {
                 continue;
             };
             let mut unroutable = false;
-            while let Some(frames) = q.pop_front() {
-                match self.try_send(&to, frames) {
+            while let Some(frame) = q.pop_front() {
+                match self.try_send(&to, frame) {
                     SendOutcome::Sent => progressed = true,
-                    SendOutcome::Full(frames) => {
-                        q.push_front(frames);
+                    SendOutcome::Full(frame) => {
+                        q.push_front(frame);
                         break;
                     }
                     SendOutcome::Unroutable => {
