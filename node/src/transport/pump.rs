@@ -1,21 +1,33 @@
-//! The socket pump: one OS thread that owns one ZeroMQ ROUTER socket (plus its monitor socket)
-//! and moves records between it and tokio in batches.
+//! The socket pump: one OS thread per ZeroMQ ROUTER socket (plus its monitor socket) that
+//! moves records between it and tokio in batches.
 //!
-//! A ZeroMQ socket is not thread-safe, so nothing but the pump thread touches it. The thread
-//! sleeps in `zmq::poll` on three things — the ROUTER socket, the socket monitor, and the read
-//! end of a wake-up pipe — and does no busy-spin:
+//! A ZeroMQ socket is not thread-safe: it may move between threads only across a full memory
+//! barrier. The socket therefore lives in a mutex (`Wire`, with the per-peer parked messages),
+//! and is used only by whoever holds it. The pump thread holds it while it works and releases
+//! it while it sleeps in `zmq::poll` on three things — the socket's `ZMQ_FD`, the socket
+//! monitor, and the read end of a wake-up pipe — and does no busy-spin:
 //!
 //! * **Outbound**: producers push commands onto a mutex-guarded queue and write one byte to the
 //!   wake-up pipe only if the pump has not been woken since it last drained (so the pipe never
-//!   fills). The pump drains the whole queue per wake-up and sends each message with
-//!   `DONTWAIT` on a `ROUTER_MANDATORY` socket: an unknown routing identity is reported as
-//!   [`PumpEvent::Unroutable`] (never a silent drop), and a full peer pipe (`EAGAIN`, the
-//!   ZeroMQ high-water mark) parks that peer's messages in a per-peer FIFO that is retried on a
-//!   short timer, so one slow peer never blocks the others and per-peer order is kept.
+//!   fills). The pump drains the whole queue per wake-up, coalesces consecutive messages to one
+//!   peer into one batch frame, and sends with `DONTWAIT` on a `ROUTER_MANDATORY` socket: an
+//!   unknown routing identity is reported as [`PumpEvent::Unroutable`] (never a silent drop),
+//!   and a full peer pipe (`EAGAIN`, the ZeroMQ high-water mark) parks that peer's messages in
+//!   a per-peer FIFO that is retried on a short timer, so one slow peer never blocks the others
+//!   and per-peer order is kept.
+//! * **Direct sends**: when the queue is empty, nothing is parked for the peer and the socket
+//!   lock is free (the pump is asleep), a producer writes its message to the socket itself
+//!   instead of waking the pump — nothing can be overtaken, and a request saves one thread
+//!   hand-off each way. One message per pump sleep may do so: the next ones wake the pump,
+//!   which batches them, so a stream of small messages keeps its batching. A producer only
+//!   *tries* the lock and sends with `DONTWAIT`; anything that does not go out at once is
+//!   queued for the pump as above. Because the socket's `ZMQ_FD` only
+//!   signals *changes*, whoever used the socket last checks `ZMQ_EVENTS` and wakes the pump
+//!   when a message is waiting.
 //! * **Inbound**: up to `batch` messages are read per wake-up and handed to tokio as one
-//!   `Vec<PumpEvent>` on a bounded channel. When tokio falls behind, the pump blocks on that
-//!   channel; the socket then stops being read and ZeroMQ's receive high-water mark and TCP
-//!   push back on the senders.
+//!   `Vec<PumpEvent>` on a bounded channel (after the socket lock is released). When tokio
+//!   falls behind, the pump blocks on that channel; the socket then stops being read and
+//!   ZeroMQ's receive high-water mark and TCP push back on the senders.
 //!
 //! Memory is bounded by: the outbound queue byte cap ([`PumpConfig::queue_cap_bytes`], data
 //! sends wait for room, control sends may exceed it by their own bounded count), ZeroMQ's
@@ -55,6 +67,13 @@ impl Batch {
             && self.count < MAX_BATCH
             && self.buf.len() + msg.packed_len() <= MAX_BATCH_BYTES;
         if joins {
+            if self.count == 1 {
+                // The first message's buffer is sized for itself: give the batch room for the
+                // rest at once instead of growing it step by step.
+                let mut buf = Vec::with_capacity(MAX_BATCH_BYTES);
+                buf.extend_from_slice(&self.buf);
+                self.buf = buf;
+            }
             self.buf.extend_from_slice(msg.message_part());
             self.count += 1;
             return None;
@@ -195,6 +214,11 @@ enum Command {
         to: Bytes,
         msg: Packed,
     },
+    /// A complete frame (a batch of one) handed back by a direct send that could not go out.
+    SendFrame {
+        to: Bytes,
+        frame: Vec<u8>,
+    },
     /// Data-queue bytes of the preceding send, released once it reached the socket.
     Release(usize),
     Connect(String),
@@ -209,6 +233,13 @@ struct Queue {
 
 struct Shared {
     queue: Mutex<Queue>,
+    /// Set by the pump thread when it goes to sleep; a direct send consumes it. So at most
+    /// one message per pump sleep bypasses the queue, and a stream of messages still reaches
+    /// the pump (which batches it) after the first.
+    direct_ok: AtomicBool,
+    /// The socket and its parked messages. Lock order: `wire` before `queue`; a producer that
+    /// holds `queue` only ever `try_lock`s `wire`.
+    wire: Mutex<Wire>,
     woken: AtomicBool,
     wake_tx: Mutex<std::io::PipeWriter>,
     room: Notify,
@@ -232,6 +263,8 @@ pub struct PumpStats {
     pub queue_waits: AtomicU64,
     /// Wake-ups of the pump thread.
     pub wakeups: AtomicU64,
+    /// Messages a producer wrote to the socket itself (no pump hand-off).
+    pub direct_sends: AtomicU64,
 }
 
 /// The tokio-side handle of a running pump. Cheap to clone.
@@ -334,6 +367,12 @@ impl Pump {
                 commands: VecDeque::new(),
                 data_bytes: 0,
             }),
+            wire: Mutex::new(Wire {
+                socket: Some(socket),
+                parked: HashMap::new(),
+                parked_order: VecDeque::new(),
+            }),
+            direct_ok: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
             room: Notify::new(),
@@ -341,20 +380,20 @@ impl Pump {
             stats: PumpStats::default(),
             cap: config.queue_cap_bytes.max(1),
         });
+        let socket_fd = wire_fd(&shared)?;
         let thread_shared = Arc::clone(&shared);
         let batch = config.batch.max(1);
         let thread = std::thread::Builder::new()
             .name("zlink-pump".into())
             .spawn(move || {
                 let mut pump = PumpThread {
-                    socket,
                     monitor,
                     wake_rx,
                     shared: thread_shared,
                     tx,
                     batch,
-                    parked: HashMap::new(),
-                    parked_order: VecDeque::new(),
+                    spare: VecDeque::new(),
+                    socket_fd,
                     rx_msg: zmq::Message::new(),
                     rx_buf: BytesMut::with_capacity(RX_CHUNK),
                 };
@@ -444,8 +483,63 @@ impl PumpHandle {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(PumpError::Stopped);
         }
-        self.push(Command::Send { to, msg }, 0);
+        self.submit(to, msg, 0);
         Ok(())
+    }
+
+    /// Write `msg` to the socket from the calling thread when that cannot reorder anything —
+    /// no command is queued, nothing is parked for `to`, and the pump thread is not working the
+    /// socket (its lock is free) — else queue it for the pump. `data_bytes` is the data-queue
+    /// reservation the message holds (0 for control messages).
+    ///
+    /// The direct write saves the hand-off to the pump thread (a thread wake-up each way of a
+    /// request). It never blocks: the socket lock is only tried, and the send is `DONTWAIT`; a
+    /// full or unroutable peer goes to the pump, which parks or reports it as usual.
+    fn submit(&self, to: Bytes, msg: Packed, data_bytes: usize) {
+        let stats = &self.shared.stats;
+        let mut q = lock(&self.shared.queue);
+        let mut msg = Some(msg);
+        let mut frame = None;
+        if q.commands.is_empty()
+            && self.shared.direct_ok.swap(false, Ordering::AcqRel)
+            && let Ok(wire) = self.shared.wire.try_lock()
+            && wire.socket.is_some()
+            && !wire.parked.contains_key(&to)
+            && let Some(m) = msg.take()
+        {
+            let outcome = wire.try_send(&to, m.into_frame(), stats);
+            // This thread touched the socket last, so it re-arms the pump's wake-up if a
+            // message is waiting (see `Wire::readable`).
+            let readable = wire.readable();
+            drop(wire);
+            match outcome {
+                SendOutcome::Sent => {
+                    stats.direct_sends.fetch_add(1, Ordering::Relaxed);
+                    q.data_bytes = q.data_bytes.saturating_sub(data_bytes);
+                    drop(q);
+                    if data_bytes > 0 {
+                        self.shared.room.notify_waiters();
+                    }
+                    if readable {
+                        self.wake();
+                    }
+                    return;
+                }
+                SendOutcome::Full(f) | SendOutcome::Unroutable(f) => frame = Some(f),
+            }
+        }
+        match (msg, frame) {
+            (Some(msg), _) => q.commands.push_back(Command::Send { to, msg }),
+            (None, Some(frame)) => q.commands.push_back(Command::SendFrame { to, frame }),
+            (None, None) => {}
+        }
+        if data_bytes > 0 {
+            // The reservation already counted the bytes; the pump releases exactly this
+            // amount once the message reached the socket.
+            q.commands.push_back(Command::Release(data_bytes));
+        }
+        drop(q);
+        self.wake();
     }
 
     /// Bytes of data sends queued and not yet written to the socket.
@@ -515,14 +609,7 @@ impl DataSlot {
     /// `send` calls.
     pub fn send(mut self, to: Bytes, msg: Packed) {
         self.used = true;
-        {
-            let mut q = lock(&self.handle.shared.queue);
-            q.commands.push_back(Command::Send { to, msg });
-            // The reservation already counted the bytes; remember them on the message side so
-            // the pump can release exactly this amount.
-            q.commands.push_back(Command::Release(self.bytes));
-        }
-        self.handle.wake();
+        self.handle.submit(to, msg, self.bytes);
     }
 }
 
@@ -538,17 +625,42 @@ impl Drop for DataSlot {
 }
 
 struct PumpThread {
-    socket: zmq::Socket,
     monitor: zmq::Socket,
     wake_rx: std::io::PipeReader,
     shared: Arc<Shared>,
     tx: mpsc::Sender<Vec<PumpEvent>>,
     batch: usize,
+    /// The command deque of the previous drain, kept for its capacity.
+    spare: VecDeque<Command>,
+    /// The socket's `ZMQ_FD`: readable when its events may have changed (edge-style, so the
+    /// pump re-checks `ZMQ_EVENTS` before it sleeps).
+    socket_fd: std::os::fd::RawFd,
+    rx_msg: zmq::Message,
+    rx_buf: BytesMut,
+}
+
+/// The ROUTER socket and the messages parked for peers whose pipe is full.
+struct Wire {
+    /// `None` once the pump has stopped and closed it.
+    socket: Option<zmq::Socket>,
     /// Messages for peers whose pipe was full, per routing identity, in order.
     parked: HashMap<Bytes, VecDeque<Vec<u8>>>,
     parked_order: VecDeque<Bytes>,
-    rx_msg: zmq::Message,
-    rx_buf: BytesMut,
+}
+
+fn lock_wire(shared: &Shared) -> MutexGuard<'_, Wire> {
+    // Every update of `Wire` is a single push, pop or socket call: a panic cannot leave it
+    // half-updated.
+    shared
+        .wire
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn wire_fd(shared: &Shared) -> Result<std::os::fd::RawFd, PumpError> {
+    let wire = lock_wire(shared);
+    let socket = wire.socket.as_ref().ok_or(PumpError::Stopped)?;
+    socket.get_fd().map_err(zerr("socket fd"))
 }
 
 /// Receive buffer chunk.
@@ -562,179 +674,64 @@ const MAX_PARKED_PER_PEER: usize = 10_000;
 enum SendOutcome {
     Sent,
     Full(Vec<u8>),
-    Unroutable,
+    /// Unknown routing identity; the frame is handed back unsent.
+    Unroutable(Vec<u8>),
 }
 
-impl PumpThread {
-    /// Stop monitoring before the socket closes. libzmq sends monitor events with a blocking
-    /// send from its I/O and reaper threads; events of the closing socket sent to a monitor
-    /// pipe whose reader is already gone would block those threads for good (and with them
-    /// every socket of the context). Re-targeting the monitor at a fresh endpoint with no
-    /// events stops the old one and sends nothing more.
-    fn close(&mut self) {
-        static OFF_SEQ: AtomicU64 = AtomicU64::new(0);
-        let off = format!(
-            "inproc://zlink-monitor-off-{}-{}",
-            std::process::id(),
-            OFF_SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let _ = self.socket.monitor(&off, 0);
-        // Drain what the old monitor had queued; the reader closes after the socket.
-        while self.monitor.recv_multipart(zmq::DONTWAIT).is_ok() {}
-    }
-
-    fn run(&mut self) {
-        let mut backoff_ms: i64 = 1;
-        loop {
-            let timeout = if self.parked.is_empty() {
-                -1
-            } else {
-                backoff_ms
-            };
-            let (sock_in, mon_in, wake_in) = {
-                let mut items = [
-                    self.socket.as_poll_item(zmq::POLLIN),
-                    self.monitor.as_poll_item(zmq::POLLIN),
-                    zmq::PollItem::from_fd(self.wake_rx.as_raw_fd(), zmq::POLLIN),
-                ];
-                if zmq::poll(&mut items, timeout).is_err() {
-                    // EINTR: poll again.
-                    continue;
-                }
-                (
-                    items[0].is_readable(),
-                    items[1].is_readable(),
-                    items[2].is_readable(),
-                )
-            };
-            self.shared.stats.wakeups.fetch_add(1, Ordering::Relaxed);
-            let mut events = Vec::new();
-            if wake_in {
-                let mut buf = [0u8; 64];
-                let _ = self.wake_rx.read(&mut buf);
-            }
-            // Clear before draining so a producer that pushes after the drain wakes us again.
-            self.shared.woken.store(false, Ordering::Release);
-            if !self.parked.is_empty() {
-                if self.retry_parked(&mut events) {
-                    backoff_ms = 1;
-                } else {
-                    backoff_ms = (backoff_ms * 2).min(10);
-                }
-            }
-            if self.drain_commands(&mut events) {
-                self.shared.stopped.store(true, Ordering::Release);
-                self.shared.room.notify_waiters();
-                return;
-            }
-            if mon_in {
-                self.read_monitor(&mut events);
-            }
-            if sock_in {
-                self.read_socket(&mut events);
-            }
-            if !events.is_empty() && self.tx.blocking_send(events).is_err() {
-                // Receiver gone: the node is shutting down.
-                self.shared.stopped.store(true, Ordering::Release);
-                self.shared.room.notify_waiters();
-                return;
-            }
+impl Wire {
+    fn try_send(&self, to: &Bytes, frame: Vec<u8>, stats: &PumpStats) -> SendOutcome {
+        let Some(socket) = &self.socket else {
+            return SendOutcome::Unroutable(frame);
+        };
+        match socket.send(&to[..], zmq::SNDMORE | zmq::DONTWAIT) {
+            Ok(()) => {}
+            Err(zmq::Error::EAGAIN) => return SendOutcome::Full(frame),
+            Err(_) => return SendOutcome::Unroutable(frame),
         }
+        // After the routing frame was accepted the rest of the message cannot fail for lack
+        // of room (libzmq checks the pipe for the whole message up front). The buffer is
+        // handed to libzmq without a copy.
+        let _ = socket.send(zmq::Message::from(frame), 0);
+        stats.sent.fetch_add(1, Ordering::Relaxed);
+        SendOutcome::Sent
     }
 
-    /// Returns true on Stop.
-    fn drain_commands(&mut self, events: &mut Vec<PumpEvent>) -> bool {
-        loop {
-            let cmds: VecDeque<Command> = {
-                let mut q = lock(&self.shared.queue);
-                std::mem::take(&mut q.commands)
-            };
-            if cmds.is_empty() {
-                return false;
-            }
-            let mut released = 0usize;
-            let mut batch = Batch::default();
-            for cmd in cmds {
-                match cmd {
-                    Command::Send { to, msg } => {
-                        if let Some((to, frame)) = batch.add(to, msg) {
-                            self.send_or_park(to, frame, events);
-                        }
-                    }
-                    Command::Release(n) => released += n,
-                    Command::Connect(ep) => {
-                        self.flush_batch(&mut batch, events);
-                        if let Err(e) = self.socket.connect(&ep) {
-                            tracing::warn!(endpoint = %ep, error = %e, "connect refused");
-                        }
-                    }
-                    Command::Disconnect(ep) => {
-                        self.flush_batch(&mut batch, events);
-                        let _ = self.socket.disconnect(&ep);
-                    }
-                    Command::Stop => return true,
-                }
-            }
-            self.flush_batch(&mut batch, events);
-            if released > 0 {
-                let mut q = lock(&self.shared.queue);
-                q.data_bytes = q.data_bytes.saturating_sub(released);
-                drop(q);
-                self.shared.room.notify_waiters();
-            }
-        }
-    }
-
-    fn flush_batch(&mut self, batch: &mut Batch, events: &mut Vec<PumpEvent>) {
-        if let Some((to, frame)) = batch.take() {
-            self.send_or_park(to, frame, events);
-        }
-    }
-
-    fn send_or_park(&mut self, to: Bytes, frame: Vec<u8>, events: &mut Vec<PumpEvent>) {
+    fn send_or_park(
+        &mut self,
+        to: Bytes,
+        frame: Vec<u8>,
+        stats: &PumpStats,
+        events: &mut Vec<PumpEvent>,
+    ) {
         if let Some(q) = self.parked.get_mut(&to) {
             if q.len() >= MAX_PARKED_PER_PEER {
                 // The peer stopped reading long ago (its pipe has been full for this many
                 // messages): give its connection up instead of growing without bound. The
                 // mesh layer ends the epoch, so senders see it closed.
                 self.parked.remove(&to);
-                self.shared.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+                stats.unroutable.fetch_add(1, Ordering::Relaxed);
                 events.push(PumpEvent::Unroutable { to });
                 return;
             }
             q.push_back(frame);
             return;
         }
-        match self.try_send(&to, frame) {
+        match self.try_send(&to, frame, stats) {
             SendOutcome::Sent => {}
             SendOutcome::Full(frame) => {
-                self.shared.stats.hwm_stalls.fetch_add(1, Ordering::Relaxed);
+                stats.hwm_stalls.fetch_add(1, Ordering::Relaxed);
                 self.parked.entry(to.clone()).or_default().push_back(frame);
                 self.parked_order.push_back(to);
             }
-            SendOutcome::Unroutable => events.push(PumpEvent::Unroutable { to }),
-        }
-    }
-
-    fn try_send(&self, to: &Bytes, frame: Vec<u8>) -> SendOutcome {
-        match self.socket.send(&to[..], zmq::SNDMORE | zmq::DONTWAIT) {
-            Ok(()) => {}
-            Err(zmq::Error::EAGAIN) => return SendOutcome::Full(frame),
-            Err(_) => {
-                self.shared.stats.unroutable.fetch_add(1, Ordering::Relaxed);
-                return SendOutcome::Unroutable;
+            SendOutcome::Unroutable(_) => {
+                stats.unroutable.fetch_add(1, Ordering::Relaxed);
+                events.push(PumpEvent::Unroutable { to });
             }
         }
-        // After the routing frame was accepted the rest of the message cannot fail for lack
-        // of room (libzmq checks the pipe for the whole message up front). The buffer is
-        // handed to libzmq without a copy.
-        let _ = self.socket.send(zmq::Message::from(frame), 0);
-        self.shared.stats.sent.fetch_add(1, Ordering::Relaxed);
-        SendOutcome::Sent
     }
 
     /// Returns true when anything moved.
-    fn retry_parked(&mut self, events: &mut Vec<PumpEvent>) -> bool {
+    fn retry_parked(&mut self, stats: &PumpStats, events: &mut Vec<PumpEvent>) -> bool {
         let mut progressed = false;
         let peers: Vec<Bytes> = self.parked_order.drain(..).collect();
         for to in peers {
@@ -743,13 +740,14 @@ impl PumpThread {
             };
             let mut unroutable = false;
             while let Some(frame) = q.pop_front() {
-                match self.try_send(&to, frame) {
+                match self.try_send(&to, frame, stats) {
                     SendOutcome::Sent => progressed = true,
                     SendOutcome::Full(frame) => {
                         q.push_front(frame);
                         break;
                     }
-                    SendOutcome::Unroutable => {
+                    SendOutcome::Unroutable(_) => {
+                        stats.unroutable.fetch_add(1, Ordering::Relaxed);
                         unroutable = true;
                         break;
                     }
@@ -765,15 +763,185 @@ impl PumpThread {
         progressed
     }
 
+    /// Whether a message is waiting to be read. Also re-arms the socket's `ZMQ_FD`: after any
+    /// operation on the socket its signal may have been consumed, so whoever touched the socket
+    /// last must look.
+    fn readable(&self) -> bool {
+        self.socket
+            .as_ref()
+            .and_then(|s| s.get_events().ok())
+            .is_some_and(|e| e.contains(zmq::POLLIN))
+    }
+}
+
+impl PumpThread {
+    /// Stop monitoring before the socket closes, then close it. libzmq sends monitor events
+    /// with a blocking send from its I/O and reaper threads; events of the closing socket sent
+    /// to a monitor pipe whose reader is already gone would block those threads for good (and
+    /// with them every socket of the context). Re-targeting the monitor at a fresh endpoint
+    /// with no events stops the old one and sends nothing more.
+    fn close(&mut self) {
+        static OFF_SEQ: AtomicU64 = AtomicU64::new(0);
+        let off = format!(
+            "inproc://zlink-monitor-off-{}-{}",
+            std::process::id(),
+            OFF_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let socket = lock_wire(&self.shared).socket.take();
+        if let Some(socket) = &socket {
+            let _ = socket.monitor(&off, 0);
+        }
+        // Drain what the old monitor had queued; the reader closes after the socket.
+        while self.monitor.recv_multipart(zmq::DONTWAIT).is_ok() {}
+        drop(socket);
+    }
+
+    fn stop(&self) {
+        self.shared.stopped.store(true, Ordering::Release);
+        self.shared.room.notify_waiters();
+    }
+
+    fn run(&mut self) {
+        let mut backoff_ms: i64 = 1;
+        // Whether the socket had a message waiting when the pump last looked: then it polls
+        // without sleeping.
+        let mut pending_in = true;
+        let mut any_parked = false;
+        loop {
+            let timeout = if pending_in {
+                0
+            } else if any_parked {
+                backoff_ms
+            } else {
+                -1
+            };
+            // About to sleep (or to look at the socket once more): the next message may go
+            // straight to the socket.
+            self.shared.direct_ok.store(!pending_in, Ordering::Release);
+            let (mon_in, wake_in) = {
+                let mut items = [
+                    zmq::PollItem::from_fd(self.socket_fd, zmq::POLLIN),
+                    self.monitor.as_poll_item(zmq::POLLIN),
+                    zmq::PollItem::from_fd(self.wake_rx.as_raw_fd(), zmq::POLLIN),
+                ];
+                if zmq::poll(&mut items, timeout).is_err() {
+                    // EINTR: poll again.
+                    continue;
+                }
+                (items[1].is_readable(), items[2].is_readable())
+            };
+            self.shared.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+            let mut events = Vec::new();
+            if wake_in {
+                let mut buf = [0u8; 64];
+                let _ = self.wake_rx.read(&mut buf);
+            }
+            // Clear before draining so a producer that pushes after the drain wakes us again.
+            self.shared.woken.store(false, Ordering::Release);
+            {
+                let shared = Arc::clone(&self.shared);
+                let mut wire = lock_wire(&shared);
+                if !wire.parked.is_empty() {
+                    if wire.retry_parked(&shared.stats, &mut events) {
+                        backoff_ms = 1;
+                    } else {
+                        backoff_ms = (backoff_ms * 2).min(10);
+                    }
+                }
+                if self.drain_commands(&mut wire, &mut events) {
+                    drop(wire);
+                    self.stop();
+                    return;
+                }
+                // Always look: the socket's fd is edge-style, and a producer's direct send may
+                // have consumed its signal (it then wakes us through the pipe).
+                self.read_socket(&wire, &mut events);
+                pending_in = wire.readable();
+                any_parked = !wire.parked.is_empty();
+            }
+            if mon_in {
+                self.read_monitor(&mut events);
+            }
+            // Never while holding the wire: a full inbound channel must not block producers'
+            // direct sends.
+            if !events.is_empty() && self.tx.blocking_send(events).is_err() {
+                // Receiver gone: the node is shutting down.
+                self.stop();
+                return;
+            }
+        }
+    }
+
+    /// Returns true on Stop.
+    fn drain_commands(&mut self, wire: &mut Wire, events: &mut Vec<PumpEvent>) -> bool {
+        let stats = &self.shared.stats;
+        loop {
+            // Swap in the (empty) deque of the last round, so neither side reallocates.
+            let mut cmds = std::mem::take(&mut self.spare);
+            std::mem::swap(&mut lock(&self.shared.queue).commands, &mut cmds);
+            if cmds.is_empty() {
+                self.spare = cmds;
+                return false;
+            }
+            let mut released = 0usize;
+            let mut batch = Batch::default();
+            for cmd in cmds.drain(..) {
+                match cmd {
+                    Command::Send { to, msg } => {
+                        if let Some((to, frame)) = batch.add(to, msg) {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                    }
+                    Command::SendFrame { to, frame } => {
+                        if let Some((to, frame)) = batch.take() {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                        wire.send_or_park(to, frame, stats, events);
+                    }
+                    Command::Release(n) => released += n,
+                    Command::Connect(ep) => {
+                        if let Some((to, frame)) = batch.take() {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                        if let Some(socket) = &wire.socket
+                            && let Err(e) = socket.connect(&ep)
+                        {
+                            tracing::warn!(endpoint = %ep, error = %e, "connect refused");
+                        }
+                    }
+                    Command::Disconnect(ep) => {
+                        if let Some((to, frame)) = batch.take() {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                        if let Some(socket) = &wire.socket {
+                            let _ = socket.disconnect(&ep);
+                        }
+                    }
+                    Command::Stop => return true,
+                }
+            }
+            if let Some((to, frame)) = batch.take() {
+                wire.send_or_park(to, frame, stats, events);
+            }
+            self.spare = cmds;
+            if released > 0 {
+                let mut q = lock(&self.shared.queue);
+                q.data_bytes = q.data_bytes.saturating_sub(released);
+                drop(q);
+                self.shared.room.notify_waiters();
+            }
+        }
+    }
+
     /// Receive one multipart message into the shared receive buffer: one copy per frame and
     /// one allocation per 64 KiB of traffic (frames are slices of the frozen buffer), instead
     /// of an allocation per frame. `None` when nothing is waiting.
-    fn recv_message(&mut self) -> Option<Vec<Bytes>> {
+    fn recv_message(&mut self, socket: &zmq::Socket) -> Option<Vec<Bytes>> {
         let mut bounds = Vec::with_capacity(4);
         let start = self.rx_buf.len();
         loop {
             let flags = if bounds.is_empty() { zmq::DONTWAIT } else { 0 };
-            if self.socket.recv(&mut self.rx_msg, flags).is_err() {
+            if socket.recv(&mut self.rx_msg, flags).is_err() {
                 if bounds.is_empty() {
                     return None;
                 }
@@ -799,10 +967,11 @@ impl PumpThread {
         Some(frames)
     }
 
-    fn read_socket(&mut self, events: &mut Vec<PumpEvent>) {
+    fn read_socket(&mut self, wire: &Wire, events: &mut Vec<PumpEvent>) {
+        let Some(socket) = &wire.socket else { return };
         // Bounded by records handed up, not ZeroMQ messages: a batch holds up to 255 records.
         while events.len() < self.batch {
-            let Some(mut frames) = self.recv_message() else {
+            let Some(mut frames) = self.recv_message(socket) else {
                 break;
             };
             if frames.is_empty() {
