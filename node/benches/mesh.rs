@@ -31,7 +31,7 @@
 //! Environment: `ZLINK_BENCH_ROUNDS` (5), `ZLINK_BENCH_SCALE` (1.0, multiplies every message
 //! count), `ZLINK_BENCH_IN_FLIGHT` (32), `ZLINK_BENCH_WORKERS` (2), `ZLINK_BENCH_LIMIT_SECS`
 //! (60), `ZLINK_BENCH_ONLY` (`one-way`, `serial` or `in-flight`: run one workload, for
-//! profiling).
+//! profiling), `ZLINK_BENCH_SIZE` (`64` or `1024`: run one payload size).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // benchmark binary
 
@@ -79,11 +79,12 @@ impl Workload {
         }
     }
 
-    /// Messages per measurement at scale 1: about a second of zlink work each on 2 cores.
+    /// Messages per measurement at scale 1: about a second of zlink work each on 2 cores (and
+    /// at least a third of a second of raw ZeroMQ work, so the baseline is not a blip).
     fn count(self, size: usize) -> usize {
         match (self, size) {
-            (Self::OneWay, 64) => 200_000,
-            (Self::OneWay, _) => 100_000,
+            (Self::OneWay, 64) => 600_000,
+            (Self::OneWay, _) => 200_000,
             (Self::Serial, _) => 20_000,
             (Self::InFlight, _) => 50_000,
         }
@@ -509,6 +510,12 @@ fn main() {
         .filter(|w| only.as_deref().is_none_or(|o| o == w.name()))
         .collect();
     assert!(!workloads.is_empty(), "ZLINK_BENCH_ONLY names no workload");
+    let size_only = std::env::var("ZLINK_BENCH_SIZE").ok();
+    let sizes: Vec<usize> = SIZES
+        .into_iter()
+        .filter(|s| size_only.as_deref().is_none_or(|o| o == s.to_string()))
+        .collect();
+    assert!(!sizes.is_empty(), "ZLINK_BENCH_SIZE names no payload size");
     let count = |w: Workload, size: usize| ((w.count(size) as f64 * scale) as usize).max(in_flight);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -530,7 +537,7 @@ fn main() {
          in-flight {in_flight}, {} cores",
         std::thread::available_parallelism().map_or(0, usize::from)
     );
-    for &size in &SIZES {
+    for &size in &sizes {
         for &w in &workloads {
             println!(
                 "  {:>9} {size:>4} B: {} messages per measurement",
@@ -541,7 +548,7 @@ fn main() {
     }
 
     // Warm-up: a tenth of each measurement, not recorded.
-    for &size in &SIZES {
+    for &size in &sizes {
         for &w in &workloads {
             for system in ["raw", "zlink"] {
                 bench.measure(system, w, size, count(w, size) / 10);
@@ -550,10 +557,10 @@ fn main() {
     }
 
     // samples[size][workload] = (raw, zlink) per round, raw and zlink back to back.
-    let mut samples = vec![vec![Vec::<(Sample, Sample)>::new(); workloads.len()]; SIZES.len()];
+    let mut samples = vec![vec![Vec::<(Sample, Sample)>::new(); workloads.len()]; sizes.len()];
     let started = Instant::now();
     for round in 0..rounds {
-        for (si, &size) in SIZES.iter().enumerate() {
+        for (si, &size) in sizes.iter().enumerate() {
             for (wi, &w) in workloads.iter().enumerate() {
                 let n = count(w, size);
                 let r = bench.measure("raw", w, size, n);
@@ -576,7 +583,7 @@ fn main() {
         "| payload | workload | system | msg/s median (min–max) | p50 µs median (min–max) | p99 µs median (min–max) | msg/s zlink ÷ raw | p50 zlink ÷ raw |"
     );
     println!("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |");
-    for (si, &size) in SIZES.iter().enumerate() {
+    for (si, &size) in sizes.iter().enumerate() {
         for (wi, &w) in workloads.iter().enumerate() {
             let rows = &samples[si][wi];
             let tput_ratio = spread(
