@@ -219,7 +219,8 @@ enum Command {
         to: Bytes,
         frame: Vec<u8>,
     },
-    /// Data-queue bytes of the preceding send, released once it reached the socket.
+    /// Data-queue bytes of the preceding send, released once the pump took it over (written to
+    /// the socket, or in the batch being built, which is at most 64 KiB).
     Release(usize),
     Connect(String),
     Disconnect(String),
@@ -875,16 +876,20 @@ impl PumpThread {
     /// Returns true on Stop.
     fn drain_commands(&mut self, wire: &mut Wire, events: &mut Vec<PumpEvent>) -> bool {
         let stats = &self.shared.stats;
+        // Kept across rounds: messages queued while a round was being sent join the batch.
+        let mut batch = Batch::default();
         loop {
             // Swap in the (empty) deque of the last round, so neither side reallocates.
             let mut cmds = std::mem::take(&mut self.spare);
             std::mem::swap(&mut lock(&self.shared.queue).commands, &mut cmds);
             if cmds.is_empty() {
                 self.spare = cmds;
+                if let Some((to, frame)) = batch.take() {
+                    wire.send_or_park(to, frame, stats, events);
+                }
                 return false;
             }
             let mut released = 0usize;
-            let mut batch = Batch::default();
             for cmd in cmds.drain(..) {
                 match cmd {
                     Command::Send { to, msg } => {
@@ -919,9 +924,6 @@ impl PumpThread {
                     }
                     Command::Stop => return true,
                 }
-            }
-            if let Some((to, frame)) = batch.take() {
-                wire.send_or_park(to, frame, stats, events);
             }
             self.spare = cmds;
             if released > 0 {
