@@ -7,6 +7,7 @@
 use bytes::Bytes;
 
 use crate::error::{ProtocolError, Result};
+use crate::shared_str::SharedStr;
 
 /// Width of a length or count prefix declared by the schema (`lengthType` / `countType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +211,20 @@ impl<'a> Reader<'a> {
         let bytes = self.length_delimited(ty, min, max, field)?;
         let s = std::str::from_utf8(bytes).map_err(|_| ProtocolError::InvalidUtf8 { field })?;
         Ok(s.to_owned())
+    }
+
+    /// Read a length-prefixed UTF-8 string with byte-length bounds as a [`SharedStr`]: a
+    /// zero-copy slice of the owner when the reader is [`Reader::shared`], else a copy.
+    pub fn shared_str(
+        &mut self,
+        ty: LenType,
+        min: u64,
+        max: u64,
+        field: &'static str,
+    ) -> Result<SharedStr> {
+        let bytes = self.length_delimited(ty, min, max, field)?;
+        // Checked on the shared slice itself, once.
+        SharedStr::from_utf8(self.share(bytes)).map_err(|_| ProtocolError::InvalidUtf8 { field })
     }
 
     /// Read a length-prefixed printable-ASCII string (`0x21..=0x7E`).

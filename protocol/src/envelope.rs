@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{LenType, Reader, Writer, check_bounds};
 use crate::error::{ProtocolError, Result};
+use crate::shared_str::SharedStr;
 
 /// The schema's absolute application payload limit in bytes: `u32::MAX − 521`
 /// (see the module documentation).
@@ -48,11 +49,12 @@ const FIXED_OVERHEAD: usize = 1 + 1 + 4;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TypedPayload {
-    /// Packet name, 0..=255 UTF-8 bytes; empty means none (e.g. replies).
-    pub packet_name: String,
+    /// Packet name, 0..=255 UTF-8 bytes; empty means none (e.g. replies). A [`SharedStr`]: a
+    /// constant on the sending side, a slice of the received frame on the receiving side.
+    pub packet_name: SharedStr,
     /// Content type, 0..=255 UTF-8 bytes (e.g. the framework-json-v1 profile's type, or the
     /// multipart profile's `application/x-zlink-multipart`).
-    pub content_type: String,
+    pub content_type: SharedStr,
     /// Opaque payload bytes, at most [`APPLICATION_PAYLOAD_ABSOLUTE_BYTES`].
     /// `Bytes` so a decoded payload can share the received frame instead of copying it.
     #[serde(with = "crate::codec::hex")]
@@ -62,8 +64,8 @@ pub struct TypedPayload {
 impl TypedPayload {
     /// A typed payload from its three parts (not validated until encoded).
     pub fn new(
-        packet_name: impl Into<String>,
-        content_type: impl Into<String>,
+        packet_name: impl Into<SharedStr>,
+        content_type: impl Into<SharedStr>,
         payload: impl Into<Bytes>,
     ) -> Self {
         Self {
@@ -164,8 +166,8 @@ impl TypedPayload {
     /// Decode from a reader positioned at the start of the envelope frame (shared or not).
     pub(crate) fn decode_reader(mut r: Reader<'_>) -> Result<Self> {
         let max = MAX_NAME_BYTES as u64;
-        let packet_name = r.string(LenType::U8, 0, max, NAME_FIELD)?;
-        let content_type = r.string(LenType::U8, 0, max, CONTENT_TYPE_FIELD)?;
+        let packet_name = r.shared_str(LenType::U8, 0, max, NAME_FIELD)?;
+        let content_type = r.shared_str(LenType::U8, 0, max, CONTENT_TYPE_FIELD)?;
         let payload = r.bytes(
             LenType::U32,
             0,

@@ -17,6 +17,7 @@ pub mod keys;
 pub mod metadata;
 pub mod multipart;
 pub mod record;
+pub mod shared_str;
 pub mod stream;
 
 pub use error::{ProtocolError, Result};

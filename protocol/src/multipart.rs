@@ -206,13 +206,13 @@ mod tests {
     #[test]
     fn parts_of_another_profile_are_a_constraint_violation() {
         let mut p = TypedPayload::multipart(&[b"x"]).unwrap();
-        p.content_type = "application/json".to_owned();
+        p.content_type = "application/json".into();
         assert_eq!(
             p.multipart_parts().unwrap_err().kind(),
             "ConstraintViolated"
         );
         let mut p = TypedPayload::multipart(&[b"x"]).unwrap();
-        p.packet_name = "Chat".to_owned();
+        p.packet_name = "Chat".into();
         assert!(!p.is_multipart());
         assert_eq!(
             p.multipart_parts().unwrap_err().kind(),

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::NodeFence;
 use zlink_protocol::metadata::Metadata;
+use zlink_protocol::shared_str::SharedStr;
 
 use super::config::MeshConfigError;
 use crate::call::error::{CallError, ErrorKind};
@@ -65,7 +66,7 @@ pub struct MessageContext {
     /// End-to-end deadline of a request.
     pub deadline: Option<SystemTime>,
     /// The packet name.
-    pub packet_name: String,
+    pub packet_name: SharedStr,
 }
 
 /// Boxed future returned by handlers.
