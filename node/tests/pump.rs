@@ -7,18 +7,38 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc::Receiver;
-use zlink_node::transport::header::Packed;
+use zlink_node::transport::header::{Packed, for_each_message};
 use zlink_node::transport::pump::{Pump, PumpConfig, PumpEvent};
 
+/// The next event, with each batch expanded into one `Message` per message it holds.
 async fn next_message(rx: &mut Receiver<Vec<PumpEvent>>, buf: &mut Vec<PumpEvent>) -> PumpEvent {
     loop {
         if !buf.is_empty() {
             return buf.remove(0);
         }
-        *buf = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        let events = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .expect("pump event within 10 s")
             .expect("pump running");
+        for ev in events {
+            match ev {
+                PumpEvent::Batch {
+                    from,
+                    frame,
+                    messages,
+                } => {
+                    let before = buf.len();
+                    for_each_message(&frame, |frames| {
+                        buf.push(PumpEvent::Message {
+                            from: from.clone(),
+                            frames: frames.to_vec(),
+                        });
+                    });
+                    assert_eq!(buf.len() - before, messages, "batch message count");
+                }
+                other => buf.push(other),
+            }
+        }
     }
 }
 
@@ -67,7 +87,7 @@ async fn an_unroutable_send_is_reported_not_dropped_silently() {
                 assert_eq!(&to[..], b"nobody");
                 break;
             }
-            PumpEvent::Message { .. } | PumpEvent::Monitor { .. } => {}
+            PumpEvent::Message { .. } | PumpEvent::Batch { .. } | PumpEvent::Monitor { .. } => {}
         }
     }
     assert_eq!(

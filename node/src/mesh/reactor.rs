@@ -26,7 +26,7 @@ use super::node::{Inner, new_connection_generation};
 use super::peer::{HelloState, Intent, IntentKind, PeerEntry, PeerState};
 use crate::call::error::CallError;
 use crate::call::pending::{Delivered, PeerRef, ReplyFields};
-use crate::transport::header::{Header, Stamp};
+use crate::transport::header::{Header, Stamp, for_each_message};
 use crate::transport::pump::{MonitorKind, PumpEvent};
 
 /// Receive chunk limit announced in `admit` (glossary §5 RelocationPayloadChunkLimit).
@@ -406,7 +406,10 @@ impl Reactor {
 
     fn on_event(&mut self, ev: PumpEvent) {
         match ev {
-            PumpEvent::Message { from, frames } => self.on_message(from, frames),
+            PumpEvent::Message { from, frames } => self.on_message(&from, &frames),
+            PumpEvent::Batch { from, frame, .. } => {
+                for_each_message(&frame, |frames| self.on_message(&from, frames));
+            }
             PumpEvent::Unroutable { to } => {
                 // The peer's pipe is gone (bind side of a dropped connection).
                 if let Some(rid) = rid_of(&to) {
@@ -470,10 +473,10 @@ impl Reactor {
         let _ = self.inner.pump.send_control(zmq_id.clone(), vec![frame]);
     }
 
-    fn on_message(&mut self, from: Bytes, frames: Vec<Bytes>) {
+    fn on_message(&mut self, from: &Bytes, frames: &[Bytes]) {
         // PROBE_ROUTER: an empty message announces a new pipe from this identity.
         if frames.len() == 1 && frames[0].is_empty() {
-            if let Some(rid) = rid_of(&from) {
+            if let Some(rid) = rid_of(from) {
                 let mut peers = self.inner.peers();
                 if let Some(e) = peers.get_mut(&rid) {
                     if e.conn.is_some() {
@@ -485,7 +488,7 @@ impl Reactor {
                 drop(peers);
                 self.inner.notify_peers_changed();
             }
-            self.greet(&from);
+            self.greet(from);
             return;
         }
         let Some(first) = frames.first() else {
@@ -503,14 +506,14 @@ impl Reactor {
                 nonce,
                 rid,
                 endpoint,
-            } => self.on_greeting(&from, nonce, rid, endpoint),
+            } => self.on_greeting(from, nonce, rid, endpoint),
             Header::Credit { generation, limit } => {
-                if let Some(c) = self.conn_of(&from, generation) {
+                if let Some(c) = self.conn_of(from, generation) {
                     c.on_credit(limit);
                 }
             }
             Header::Reset { generation } => {
-                let Some(rid) = rid_of(&from) else { return };
+                let Some(rid) = rid_of(from) else { return };
                 let mut peers = self.inner.peers();
                 if let Some(e) = peers.get_mut(&rid)
                     && e.conn
@@ -530,7 +533,7 @@ impl Reactor {
             }
             Header::Send(_) | Header::Request(_) | Header::Reply(_) => {
                 if let Some((stamp, wire_leg, leg)) = leg_of(&header) {
-                    self.on_record(&from, stamp, wire_leg, leg, &frames[1..]);
+                    self.on_record(from, stamp, wire_leg, leg, &frames[1..]);
                 }
             }
         }

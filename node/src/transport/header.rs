@@ -572,41 +572,80 @@ pub fn write_batch_header(buf: &mut [u8], messages: u8) {
     }
 }
 
-/// Split a received message (its frames after the routing identity) into its messages: a
-/// batch becomes its parts, as slices of the batch frame; any other message is returned whole.
+/// Check a batch frame ([`Header::Batch`]) without allocating: every message has at least one
+/// frame, every length stays inside the frame, and nothing follows the last message. Returns
+/// the number of messages.
 ///
 /// # Errors
-/// [`HeaderError::InvalidBatch`] for a malformed batch (see [`HeaderError::InvalidBatch`]).
-pub fn split_batch(frames: Vec<Bytes>) -> Result<Vec<Vec<Bytes>>, HeaderError> {
-    let messages = match frames.first().map(|f| Header::decode(f)) {
-        Some(Ok(Header::Batch { messages })) => usize::from(messages),
-        _ => return Ok(vec![frames]),
-    };
-    let [frame] = frames.as_slice() else {
+/// [`HeaderError::InvalidBatch`] for a malformed batch (see [`HeaderError::InvalidBatch`]);
+/// another [`HeaderError`] when the frame is not a batch header at all.
+pub fn check_batch(frame: &[u8]) -> Result<usize, HeaderError> {
+    let Header::Batch { messages } = Header::decode(frame)? else {
         return Err(HeaderError::InvalidBatch);
     };
     let mut r = Cursor {
         buf: frame,
         pos: BATCH_HEADER_LEN,
     };
-    let mut out = Vec::with_capacity(messages);
     for _ in 0..messages {
-        let count = usize::from(r.u8().map_err(|_| HeaderError::InvalidBatch)?);
+        let count = r.u8().map_err(|_| HeaderError::InvalidBatch)?;
         if count == 0 {
             return Err(HeaderError::InvalidBatch);
         }
-        let mut message = Vec::with_capacity(count);
         for _ in 0..count {
             let len = r.u32().map_err(|_| HeaderError::InvalidBatch)? as usize;
-            let start = r.pos;
             r.take(len).map_err(|_| HeaderError::InvalidBatch)?;
-            message.push(frame.slice(start..r.pos));
         }
-        out.push(message);
     }
     if r.pos != frame.len() {
         return Err(HeaderError::InvalidBatch);
     }
+    Ok(usize::from(messages))
+}
+
+/// Call `each` with the frames of every message of a batch frame that passed [`check_batch`],
+/// in order, as slices of `frame`. One frame vector is reused for all messages, so a batch
+/// costs one allocation however many messages it holds. Stops at the first inconsistency
+/// (which a checked batch does not have).
+pub fn for_each_message(frame: &Bytes, mut each: impl FnMut(&[Bytes])) {
+    let mut r = Cursor {
+        buf: frame,
+        pos: BATCH_HEADER_LEN,
+    };
+    let messages = frame.get(BATCH_HEADER_LEN - 1).copied().unwrap_or(0);
+    let mut frames = Vec::with_capacity(4);
+    for _ in 0..messages {
+        let Ok(count) = r.u8() else { return };
+        frames.clear();
+        for _ in 0..count {
+            let Ok(len) = r.u32() else { return };
+            let start = r.pos;
+            if r.take(len as usize).is_err() {
+                return;
+            }
+            frames.push(frame.slice(start..r.pos));
+        }
+        each(&frames);
+    }
+}
+
+/// Split a received message (its frames after the routing identity) into its messages: a
+/// batch becomes its parts, as slices of the batch frame; any other message is returned whole.
+///
+/// # Errors
+/// [`HeaderError::InvalidBatch`] for a malformed batch (see [`HeaderError::InvalidBatch`]).
+pub fn split_batch(frames: Vec<Bytes>) -> Result<Vec<Vec<Bytes>>, HeaderError> {
+    if !matches!(
+        frames.first().map(|f| Header::decode(f)),
+        Some(Ok(Header::Batch { .. }))
+    ) {
+        return Ok(vec![frames]);
+    }
+    let [frame] = frames.as_slice() else {
+        return Err(HeaderError::InvalidBatch);
+    };
+    let mut out = Vec::with_capacity(check_batch(frame)?);
+    for_each_message(frame, |m| out.push(m.to_vec()));
     Ok(out)
 }
 

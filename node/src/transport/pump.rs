@@ -45,7 +45,7 @@ use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 use tokio::sync::{Notify, mpsc};
 
-use super::header::{Header, MAX_BATCH, Packed, split_batch, write_batch_header};
+use super::header::{MAX_BATCH, Packed, check_batch, write_batch_header};
 
 /// Largest batch the pump builds, in bytes (a larger message is sent on its own).
 const MAX_BATCH_BYTES: usize = 64 * 1024;
@@ -194,6 +194,18 @@ pub enum PumpEvent {
         from: Bytes,
         /// The message frames after the routing identity.
         frames: Vec<Bytes>,
+    },
+    /// A well-formed batch ([`check_batch`](super::header::check_batch) passed) from the peer
+    /// with this routing identity: its messages, in order, are
+    /// [`for_each_message`](super::header::for_each_message) of `frame`. Handed up whole so the
+    /// receiver iterates it without an allocation per message.
+    Batch {
+        /// The peer's routing identity.
+        from: Bytes,
+        /// The batch frame.
+        frame: Bytes,
+        /// Messages in it.
+        messages: usize,
     },
     /// A message could not be routed: no peer with that identity is connected.
     Unroutable {
@@ -972,7 +984,8 @@ impl PumpThread {
     fn read_socket(&mut self, wire: &Wire, events: &mut Vec<PumpEvent>) {
         let Some(socket) = &wire.socket else { return };
         // Bounded by records handed up, not ZeroMQ messages: a batch holds up to 255 records.
-        while events.len() < self.batch {
+        let mut records = 0;
+        while records < self.batch {
             let Some(mut frames) = self.recv_message(socket) else {
                 break;
             };
@@ -981,26 +994,22 @@ impl PumpThread {
             }
             let from = frames.remove(0);
             self.shared.stats.received.fetch_add(1, Ordering::Relaxed);
-            let is_batch = frames
-                .first()
-                .is_some_and(|f| matches!(Header::decode(f), Ok(Header::Batch { .. })));
-            if !is_batch {
-                events.push(PumpEvent::Message { from, frames });
+            if let [frame] = frames.as_slice()
+                && let Ok(messages) = check_batch(frame)
+            {
+                records += messages;
+                let frame = frame.clone();
+                events.push(PumpEvent::Batch {
+                    from,
+                    frame,
+                    messages,
+                });
                 continue;
             }
-            // `Bytes` clones share the buffer: keeping the frames for the error case is cheap.
-            match split_batch(frames.clone()) {
-                Ok(messages) => {
-                    for frames in messages {
-                        events.push(PumpEvent::Message {
-                            from: from.clone(),
-                            frames,
-                        });
-                    }
-                }
-                // Handed up whole: the reactor counts the malformed batch header.
-                Err(_) => events.push(PumpEvent::Message { from, frames }),
-            }
+            // Anything else — a plain message, or a malformed batch, which the reactor counts
+            // — is handed up whole.
+            records += 1;
+            events.push(PumpEvent::Message { from, frames });
         }
     }
 
