@@ -229,6 +229,15 @@ impl Connection {
                 format!("connection to {} was replaced or closed", self.peer.rid),
             )
         };
+        // Fast path: the window is known and the credit is there; no wait registration.
+        if !self.is_closed() {
+            let window = self.peer_window.load(Ordering::Acquire);
+            if window != 0
+                && let Ok(permit) = self.credit.try_acquire_many(Self::charge(bytes, window))
+            {
+                return Ok(permit);
+            }
+        }
         let window = loop {
             let notified = self.granted.notified();
             tokio::pin!(notified);

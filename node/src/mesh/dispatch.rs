@@ -59,7 +59,7 @@ struct Job {
 pub(crate) struct Dispatcher {
     /// Runners by packet name, then message kind: looked up with the received `&str`, no
     /// allocation per record. The namespace is this node's MeshName for every key.
-    runners: HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]>,
+    runners: foldhash::HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]>,
     backlog: AtomicUsize,
     backlog_tx: mpsc::UnboundedSender<DispatchItem>,
 }
@@ -72,7 +72,8 @@ pub(crate) struct DispatchTasks {
 
 impl Dispatcher {
     pub(crate) fn new(handlers: HashMap<HandlerKey, (Handler, usize)>) -> (Self, DispatchTasks) {
-        let mut runners: HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]> = HashMap::new();
+        let mut runners: foldhash::HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]> =
+            foldhash::HashMap::default();
         let mut runner_rx = Vec::new();
         for (key, (handler, concurrency)) in handlers {
             let (tx, rx) = mpsc::unbounded_channel();

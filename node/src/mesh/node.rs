@@ -10,7 +10,7 @@
 //!   record and hands it to its handler's runner ([`super::dispatch`]);
 //! * with a store, the **discovery** task: lease renewal, descriptor publication, polling.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -136,7 +136,8 @@ pub(crate) struct Inner {
     pub descriptor: Mutex<NodeDescriptor>,
     pub pump: PumpHandle,
     pub secret: MeshSecret,
-    pub peers: Mutex<HashMap<String, PeerEntry>>,
+    /// Looked up on every record (foldhash: seeded, fast for short keys).
+    pub peers: Mutex<foldhash::HashMap<String, PeerEntry>>,
     pub pending: Mutex<PendingTable<Waker, TypedPayload>>,
     pub ids: Mutex<Ids>,
     pub jobs: JobQueue,
@@ -163,7 +164,7 @@ pub(crate) struct Faults {
 }
 
 impl Inner {
-    pub fn peers(&self) -> MutexGuard<'_, HashMap<String, PeerEntry>> {
+    pub fn peers(&self) -> MutexGuard<'_, foldhash::HashMap<String, PeerEntry>> {
         self.peers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -461,7 +462,7 @@ impl MeshNode {
             owner_id,
             descriptor: Mutex::new(descriptor),
             pump: pump.handle(),
-            peers: Mutex::new(HashMap::new()),
+            peers: Mutex::new(foldhash::HashMap::default()),
             pending: Mutex::new(PendingTable::new(1 << 20)),
             ids: Mutex::new(Ids {
                 operation: OperationIdAllocator::new(),

@@ -567,6 +567,10 @@ impl PumpHandle {
     /// # Errors
     /// [`PumpError::Stopped`] after the pump stopped.
     pub async fn reserve_data(&self, bytes: usize) -> Result<DataSlot, PumpError> {
+        // Fast path: room now, no wait registration.
+        if let Some(slot) = self.try_reserve_data(bytes)? {
+            return Ok(slot);
+        }
         loop {
             let notified = self.shared.room.notified();
             tokio::pin!(notified);
@@ -591,6 +595,23 @@ impl PumpHandle {
                 .fetch_add(1, Ordering::Relaxed);
             notified.await;
         }
+    }
+
+    /// [`PumpHandle::reserve_data`] without waiting: `None` when the queue has no room.
+    fn try_reserve_data(&self, bytes: usize) -> Result<Option<DataSlot>, PumpError> {
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Err(PumpError::Stopped);
+        }
+        let mut q = lock(&self.shared.queue);
+        if q.data_bytes == 0 || q.data_bytes + bytes <= self.shared.cap {
+            q.data_bytes += bytes;
+            return Ok(Some(DataSlot {
+                handle: self.clone(),
+                bytes,
+                used: false,
+            }));
+        }
+        Ok(None)
     }
 
     /// Ask the socket to dial `endpoint`.
