@@ -698,7 +698,10 @@ impl MeshNode {
                     .map(|mut frames| frames.swap_remove(0))
                 })
                 .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-            let mut msg = Packed::stamped(4 + head.len() + 4 + payload.encoded_len());
+            let mut msg = Packed::stamped_in(
+                self.inner.pump.buffer(),
+                4 + head.len() + 4 + payload.encoded_len(),
+            );
             msg.push(&head);
             msg.push_with(|buf| {
                 let mut w = Writer::from_vec(std::mem::take(buf));

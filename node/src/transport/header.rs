@@ -440,7 +440,16 @@ impl Packed {
     /// A message whose first frame is a zeroed transport-header slot of
     /// [`STAMP_HEADER_LEN`] bytes, filled in by [`Packed::stamp`] when the record is sent.
     pub fn stamped(capacity: usize) -> Self {
-        let mut p = Self::with_capacity(4 + STAMP_HEADER_LEN + capacity);
+        Self::stamped_in(Vec::new(), capacity)
+    }
+
+    /// [`Packed::stamped`] in a reused buffer (its contents are discarded; it grows if it is
+    /// smaller than needed).
+    pub fn stamped_in(mut buf: Vec<u8>, capacity: usize) -> Self {
+        buf.clear();
+        buf.reserve(BATCH_HEADER_LEN + 1 + 4 + STAMP_HEADER_LEN + capacity);
+        buf.extend_from_slice(&[0; BATCH_HEADER_LEN + 1]);
+        let mut p = Self { buf, frames: 0 };
         p.push(&[0; STAMP_HEADER_LEN]);
         p
     }

@@ -62,7 +62,14 @@ struct Batch {
 impl Batch {
     /// Add a message. Returns the finished batch that must be sent first when this message
     /// could not join it (another peer, or the batch is full).
-    fn add(&mut self, to: Bytes, msg: Packed) -> Option<(Bytes, Vec<u8>)> {
+    ///
+    /// The buffers of messages copied into the batch go to `recycle`.
+    fn add(
+        &mut self,
+        to: Bytes,
+        msg: Packed,
+        recycle: &mut Vec<Vec<u8>>,
+    ) -> Option<(Bytes, Vec<u8>)> {
         let joins = self.to.as_ref() == Some(&to)
             && self.count < MAX_BATCH
             && self.buf.len() + msg.packed_len() <= MAX_BATCH_BYTES;
@@ -72,9 +79,10 @@ impl Batch {
                 // rest at once instead of growing it step by step.
                 let mut buf = Vec::with_capacity(MAX_BATCH_BYTES);
                 buf.extend_from_slice(&self.buf);
-                self.buf = buf;
+                recycle.push(std::mem::replace(&mut self.buf, buf));
             }
             self.buf.extend_from_slice(msg.message_part());
+            recycle.push(msg.into_buffer());
             self.count += 1;
             return None;
         }
@@ -246,6 +254,10 @@ struct Queue {
 
 struct Shared {
     queue: Mutex<Queue>,
+    /// Message buffers the pump copied into batches, for producers to reuse
+    /// ([`PumpHandle::buffer`]): they circulate instead of being allocated on one thread and
+    /// freed on another for every message.
+    pool: Mutex<Vec<Vec<u8>>>,
     /// Set by the pump thread when it goes to sleep; a direct send consumes it. So at most
     /// one message per pump sleep bypasses the queue, and a stream of messages still reaches
     /// the pump (which batches it) after the first.
@@ -385,6 +397,7 @@ impl Pump {
                 parked: HashMap::new(),
                 parked_order: VecDeque::new(),
             }),
+            pool: Mutex::new(Vec::new()),
             direct_ok: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
@@ -406,6 +419,7 @@ impl Pump {
                     tx,
                     batch,
                     spare: VecDeque::new(),
+                    recycle: Vec::new(),
                     socket_fd,
                     rx_msg: zmq::Message::new(),
                     rx_buf: BytesMut::with_capacity(RX_CHUNK),
@@ -555,6 +569,16 @@ impl PumpHandle {
         self.wake();
     }
 
+    /// A message buffer from the pool (empty if the pool is), for [`Packed::stamped_in`].
+    pub fn buffer(&self) -> Vec<u8> {
+        self.shared
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
     /// Bytes of data sends queued and not yet written to the socket.
     pub fn queued_data_bytes(&self) -> usize {
         lock(&self.shared.queue).data_bytes
@@ -666,6 +690,8 @@ struct PumpThread {
     batch: usize,
     /// The command deque of the previous drain, kept for its capacity.
     spare: VecDeque<Command>,
+    /// Buffers of messages copied into a batch, on their way back to the pool.
+    recycle: Vec<Vec<u8>>,
     /// The socket's `ZMQ_FD`: readable when its events may have changed (edge-style, so the
     /// pump re-checks `ZMQ_EVENTS` before it sleeps).
     socket_fd: std::os::fd::RawFd,
@@ -696,6 +722,10 @@ fn wire_fd(shared: &Shared) -> Result<std::os::fd::RawFd, PumpError> {
     let socket = wire.socket.as_ref().ok_or(PumpError::Stopped)?;
     socket.get_fd().map_err(zerr("socket fd"))
 }
+
+/// Most buffers the pool keeps, and the largest it keeps (at most 8 MiB in all).
+const POOL_MAX_BUFFERS: usize = 1024;
+const POOL_MAX_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Receive buffer chunk.
 const RX_CHUNK: usize = 64 * 1024;
@@ -906,9 +936,30 @@ impl PumpThread {
         }
     }
 
+    /// Return recycled buffers to the pool, bounded in count and size.
+    fn give_back_buffers(&mut self) {
+        if self.recycle.is_empty() {
+            return;
+        }
+        let mut pool = self
+            .shared
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let room = POOL_MAX_BUFFERS.saturating_sub(pool.len());
+        pool.extend(
+            self.recycle
+                .drain(..)
+                .filter(|b| b.capacity() <= POOL_MAX_BUFFER_BYTES)
+                .take(room),
+        );
+        self.recycle.clear();
+    }
+
     /// Returns true on Stop.
     fn drain_commands(&mut self, wire: &mut Wire, events: &mut Vec<PumpEvent>) -> bool {
-        let stats = &self.shared.stats;
+        let shared = Arc::clone(&self.shared);
+        let stats = &shared.stats;
         // Kept across rounds: messages queued while a round was being sent join the batch.
         let mut batch = Batch::default();
         loop {
@@ -926,7 +977,7 @@ impl PumpThread {
             for cmd in cmds.drain(..) {
                 match cmd {
                     Command::Send { to, msg } => {
-                        if let Some((to, frame)) = batch.add(to, msg) {
+                        if let Some((to, frame)) = batch.add(to, msg, &mut self.recycle) {
                             wire.send_or_park(to, frame, stats, events);
                         }
                     }
@@ -959,6 +1010,7 @@ impl PumpThread {
                 }
             }
             self.spare = cmds;
+            self.give_back_buffers();
             if released > 0 {
                 let mut q = lock(&self.shared.queue);
                 q.data_bytes = q.data_bytes.saturating_sub(released);
