@@ -727,6 +727,18 @@ fn wire_fd(shared: &Shared) -> Result<std::os::fd::RawFd, PumpError> {
 const POOL_MAX_BUFFERS: usize = 1024;
 const POOL_MAX_BUFFER_BYTES: usize = 8 * 1024;
 
+/// A received frame at least this large is kept as its ZeroMQ message instead of copied.
+const OWNED_FRAME_BYTES: usize = 2048;
+
+/// A received ZeroMQ message as the owner of [`Bytes`].
+struct ZmqFrame(zmq::Message);
+
+impl AsRef<[u8]> for ZmqFrame {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// Receive buffer chunk.
 const RX_CHUNK: usize = 64 * 1024;
 
@@ -1020,36 +1032,35 @@ impl PumpThread {
         }
     }
 
-    /// Receive one multipart message into the shared receive buffer: one copy per frame and
-    /// one allocation per 64 KiB of traffic (frames are slices of the frozen buffer), instead
-    /// of an allocation per frame. `None` when nothing is waiting.
+    /// Receive one multipart message. Small frames (routing identities, single records) are
+    /// copied into the shared receive buffer — one allocation per 64 KiB of traffic, frames
+    /// are slices of it; a large frame (a batch) becomes `Bytes` that own the ZeroMQ message
+    /// itself, so it is never copied. `None` when nothing is waiting.
     fn recv_message(&mut self, socket: &zmq::Socket) -> Option<Vec<Bytes>> {
-        let mut bounds = Vec::with_capacity(4);
-        let start = self.rx_buf.len();
+        let mut frames = Vec::with_capacity(2);
         loop {
-            let flags = if bounds.is_empty() { zmq::DONTWAIT } else { 0 };
+            let flags = if frames.is_empty() { zmq::DONTWAIT } else { 0 };
             if socket.recv(&mut self.rx_msg, flags).is_err() {
-                if bounds.is_empty() {
+                if frames.is_empty() {
                     return None;
                 }
                 // A multipart message arrives whole; an error mid-way ends it here.
                 break;
             }
-            self.rx_buf.extend_from_slice(&self.rx_msg);
-            bounds.push(self.rx_buf.len() - start);
-            if !self.rx_msg.get_more() {
+            let more = self.rx_msg.get_more();
+            if self.rx_msg.len() >= OWNED_FRAME_BYTES {
+                let msg = std::mem::replace(&mut self.rx_msg, zmq::Message::new());
+                frames.push(Bytes::from_owner(ZmqFrame(msg)));
+            } else {
+                self.rx_buf.extend_from_slice(&self.rx_msg);
+                frames.push(self.rx_buf.split().freeze());
+                if self.rx_buf.capacity() < RX_CHUNK / 4 {
+                    self.rx_buf.reserve(RX_CHUNK);
+                }
+            }
+            if !more {
                 break;
             }
-        }
-        let all = self.rx_buf.split_to(self.rx_buf.len()).freeze();
-        if self.rx_buf.capacity() < RX_CHUNK / 4 {
-            self.rx_buf.reserve(RX_CHUNK);
-        }
-        let mut frames = Vec::with_capacity(bounds.len());
-        let mut from = 0;
-        for end in bounds {
-            frames.push(all.slice(from..end));
-            from = end;
         }
         Some(frames)
     }
