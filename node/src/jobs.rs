@@ -49,11 +49,13 @@
 //! ## Accounting
 //!
 //! `in_use` counts [`JobPermit`]s alive. It is raised after the semaphore grants a permit and
-//! lowered before the semaphore gets it back, so it never exceeds the permit count. Both updates
-//! and the pressure decision run under the watch channel's lock
-//! ([`watch::Sender::send_if_modified`]), so concurrent acquires and releases publish
-//! transitions in the order they happen. The lock is held for a few instructions and never
-//! across an `.await`.
+//! lowered before the semaphore gets it back, so it never exceeds the permit count. A move that
+//! crosses a threshold (up onto `pause_at`, down onto `resume_at`) runs, with the pressure
+//! decision, under the watch channel's lock ([`watch::Sender::send_if_modified`]); every other
+//! move is a compare-and-swap that cannot change the state. So every transition is decided
+//! under the lock on the exact count that caused it, and concurrent acquires and releases
+//! publish transitions in the order they happen. The lock is held for a few instructions and
+//! never across an `.await`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -258,7 +260,35 @@ struct Shared {
 
 impl Shared {
     /// Moves `in_use` by one and publishes a pressure transition if it causes one.
+    ///
+    /// The state can change only when the count crosses a threshold: up onto `pause_at`, or
+    /// down onto `resume_at`. A move that crosses neither is a plain compare-and-swap (the
+    /// common case, also when the queue sits full); a move that may cross takes the watch
+    /// lock and updates the count inside it. So every crossing is judged under the lock, on
+    /// the exact count it produced, in the order the crossings happened.
     fn record(&self, acquired: bool) {
+        let mut cur = self.in_use.load(Ordering::Relaxed);
+        while let Some(new) = if acquired {
+            cur.checked_add(1)
+        } else {
+            cur.checked_sub(1)
+        } {
+            let crosses = if acquired {
+                cur < self.thresholds.pause_at && new >= self.thresholds.pause_at
+            } else {
+                cur > self.thresholds.resume_at && new <= self.thresholds.resume_at
+            };
+            if crosses {
+                break;
+            }
+            match self
+                .in_use
+                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
         self.pressure.send_if_modified(|state| {
             let in_use = if acquired {
                 self.in_use.fetch_add(1, Ordering::Relaxed) + 1
@@ -779,5 +809,68 @@ mod tests {
         assert_eq!(queue.counters().acquired_total, 32 * 200);
         assert!(queue.counters().pause_transitions >= 1);
         let _all = take(&queue, 4);
+    }
+
+    /// Threads racing acquires and releases across both thresholds: at every quiescent point
+    /// the state is what the hysteresis rule gives for the path the total count took, whether
+    /// the moves went through the compare-and-swap fast path or the locked crossing path.
+    /// 100 permits: pause at 80, resume at 60. Each round: 4 threads move to `per_thread`
+    /// held permits each while churning (acquire one, release one) in between, then all stop.
+    #[test]
+    fn racing_moves_across_the_thresholds_leave_the_hysteresis_state() {
+        use std::sync::Barrier;
+        const THREADS: usize = 4;
+        let queue = queue(100);
+        // (held per thread, expected state after reaching it from the previous step)
+        let path = [
+            (20, PressureState::Paused),  // 80: pause
+            (16, PressureState::Paused),  // 64: hysteresis keeps it
+            (15, PressureState::Running), // 60: resume
+            (19, PressureState::Running), // 76: hysteresis keeps it
+            (25, PressureState::Paused),  // 100: pause
+            (0, PressureState::Running),  // 0: resume
+        ];
+        let barrier = Arc::new(Barrier::new(THREADS + 1));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let queue = queue.clone();
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    let mut held: Vec<JobPermit> = Vec::new();
+                    for round in 0..200 {
+                        for &(target, _) in &path {
+                            while held.len() != target {
+                                if held.len() < target {
+                                    held.push(queue.try_acquire().unwrap());
+                                } else {
+                                    held.pop();
+                                }
+                                // Churn: a release and an acquire that cancel out.
+                                if (round + t + held.len()).is_multiple_of(3)
+                                    && let Some(p) = held.pop()
+                                {
+                                    drop(p);
+                                    held.push(queue.try_acquire().unwrap());
+                                }
+                            }
+                            barrier.wait();
+                            barrier.wait();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..200 {
+            for &(target, expected) in &path {
+                barrier.wait();
+                assert_eq!(queue.in_use(), target * THREADS);
+                assert_eq!(queue.pressure(), expected, "at {} in use", target * THREADS);
+                barrier.wait();
+            }
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(queue.in_use(), 0);
     }
 }
