@@ -54,6 +54,15 @@ impl SharedStr {
         Self(Repr::Shared(Bytes::copy_from_slice(s.as_bytes())))
     }
 
+    /// The text's bytes (no UTF-8 check: cheaper than [`SharedStr::as_str`] for lookups and
+    /// comparisons).
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Static(s) => s.as_bytes(),
+            Repr::Shared(b) => b,
+        }
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
@@ -117,7 +126,7 @@ impl From<SharedStr> for String {
 
 impl PartialEq for SharedStr {
     fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -125,31 +134,31 @@ impl Eq for SharedStr {}
 
 impl PartialEq<str> for SharedStr {
     fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
+        self.as_bytes() == other.as_bytes()
     }
 }
 
 impl PartialEq<&str> for SharedStr {
     fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
+        self.as_bytes() == other.as_bytes()
     }
 }
 
 impl PartialEq<String> for SharedStr {
     fn eq(&self, other: &String) -> bool {
-        self.as_str() == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
 impl PartialEq<SharedStr> for str {
     fn eq(&self, other: &SharedStr) -> bool {
-        self == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
 impl PartialEq<SharedStr> for &str {
     fn eq(&self, other: &SharedStr) -> bool {
-        *self == other.as_str()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -161,7 +170,8 @@ impl PartialOrd for SharedStr {
 
 impl Ord for SharedStr {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.as_str().cmp(other.as_str())
+        // UTF-8 orders as its bytes do.
+        self.as_bytes().cmp(other.as_bytes())
     }
 }
 
@@ -219,6 +229,7 @@ mod tests {
             assert_eq!(format!("{s}"), "Chat.Say");
             assert_eq!(format!("{s:?}"), "\"Chat.Say\"");
             assert_eq!(s.len(), 8);
+            assert_eq!(s.as_bytes(), b"Chat.Say");
         }
         let mut map = HashMap::new();
         map.insert(all[1].clone(), 1);

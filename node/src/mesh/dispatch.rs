@@ -57,9 +57,9 @@ struct Job {
 /// submitted and not yet claimed, and drops to zero only after the last one was handed to its
 /// runner, so a record claimed on the fast path can never overtake an earlier one.
 pub(crate) struct Dispatcher {
-    /// Runners by packet name, then message kind: looked up with the received `&str`, no
-    /// allocation per record. The namespace is this node's MeshName for every key.
-    runners: foldhash::HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]>,
+    /// Runners by packet name (its UTF-8 bytes), then message kind: looked up with the received
+    /// name's bytes, no allocation or UTF-8 check per record. The namespace is this node's MeshName.
+    runners: foldhash::HashMap<Box<[u8]>, [Option<mpsc::UnboundedSender<Job>>; 2]>,
     backlog: AtomicUsize,
     backlog_tx: mpsc::UnboundedSender<DispatchItem>,
 }
@@ -72,12 +72,14 @@ pub(crate) struct DispatchTasks {
 
 impl Dispatcher {
     pub(crate) fn new(handlers: HashMap<HandlerKey, (Handler, usize)>) -> (Self, DispatchTasks) {
-        let mut runners: foldhash::HashMap<String, [Option<mpsc::UnboundedSender<Job>>; 2]> =
+        let mut runners: foldhash::HashMap<Box<[u8]>, [Option<mpsc::UnboundedSender<Job>>; 2]> =
             foldhash::HashMap::default();
         let mut runner_rx = Vec::new();
         for (key, (handler, concurrency)) in handlers {
             let (tx, rx) = mpsc::unbounded_channel();
-            runners.entry(key.packet_name).or_default()[kind_index(key.kind)] = Some(tx);
+            runners
+                .entry(key.packet_name.into_bytes().into_boxed_slice())
+                .or_default()[kind_index(key.kind)] = Some(tx);
             runner_rx.push((handler, concurrency, rx));
         }
         let (backlog_tx, backlog_rx) = mpsc::unbounded_channel();
@@ -150,7 +152,7 @@ impl Dispatcher {
         drop(conn);
         let runner = self
             .runners
-            .get(payload.packet_name.as_str())
+            .get(payload.packet_name.as_bytes())
             .and_then(|r| r[kind_index(kind)].as_ref());
         let Some(tx) = runner else {
             inner.metrics.no_handler.fetch_add(1, Ordering::Relaxed);
