@@ -63,6 +63,8 @@ pub struct Connection {
     received: AtomicU64,
     /// Receiver side: `consumed` at the time of the last grant.
     credit_sent: AtomicU64,
+    /// Receiver side: the sequence number the next record must carry (from 1).
+    recv_seq: AtomicU64,
     /// Records sent on this epoch.
     sent_records: AtomicU64,
     /// Sender side: frame 0 of a tail-less `NodeSend` to this peer, encoded once by the
@@ -99,6 +101,7 @@ impl Connection {
             consumed: AtomicU64::new(0),
             received: AtomicU64::new(0),
             credit_sent: AtomicU64::new(0),
+            recv_seq: AtomicU64::new(1),
             sent_records: AtomicU64::new(0),
             send_head: OnceLock::new(),
             recv_send_head: OnceLock::new(),
@@ -129,6 +132,18 @@ impl Connection {
     /// Remember a validated tail-less `NodeSend` frame 0 (the first one wins).
     pub(crate) fn remember_send_head(&self, frame0: &Bytes) {
         let _ = self.recv_send_head.set(frame0.clone());
+    }
+
+    /// Receiver side: accept `seq` if it is the next one expected (and expect the one after).
+    /// A gap means a record was lost: the epoch is broken.
+    pub(crate) fn take_recv_seq(&self, seq: u64) -> bool {
+        // Only the reactor receives, so load-then-store cannot race.
+        let expected = self.recv_seq.load(Ordering::Acquire);
+        if seq != expected {
+            return false;
+        }
+        self.recv_seq.store(expected + 1, Ordering::Release);
+        true
     }
 
     /// The peer as a shared handle (what handlers see as the message source).

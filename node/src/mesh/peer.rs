@@ -90,8 +90,6 @@ pub(crate) struct PeerEntry {
     pub state: PeerState,
     pub conn: Option<ConnRef>,
     pub liveness: Option<Liveness>,
-    /// Next inbound sequence number expected on `conn`.
-    pub in_seq: u64,
     pub descriptor: Option<NodeDescriptor>,
     /// Last applied (revision, update body) for DescriptorRevision ordering.
     pub last_update: Option<(u64, zlink_protocol::generated::Update)>,
@@ -117,7 +115,6 @@ impl PeerEntry {
             state: PeerState::Connecting,
             conn: None,
             liveness: None,
-            in_seq: 1,
             descriptor: None,
             last_update: None,
             hello: None,

@@ -63,6 +63,8 @@ struct Reactor {
     /// (an older check's result is discarded).
     checking: HashMap<Bytes, u64>,
     next_attempt: u64,
+    /// The connection of the last record received (see [`Reactor::current_conn`]).
+    last_conn: Option<Arc<Connection>>,
 }
 
 fn inc(counter: &std::sync::atomic::AtomicU64) {
@@ -106,6 +108,7 @@ pub(crate) async fn run(
         endpoint_intents: Vec::new(),
         checking: HashMap::new(),
         next_attempt: 0,
+        last_conn: None,
     };
     loop {
         while r.inner.faults.frozen.load(Ordering::Acquire) {
@@ -625,6 +628,56 @@ impl Reactor {
         self.inner.notify_peers_changed();
     }
 
+    /// The current connection of the peer behind routing identity `from`, if a record stamped
+    /// with `generation` belongs to it; counts `unadmitted` / `stale_generation` otherwise.
+    ///
+    /// The last connection looked up is kept: consecutive records (a batch) come from one
+    /// peer, and a connection that is still open with the stamped generation is that peer's
+    /// current one (every replaced or dropped connection is closed first), so they skip the
+    /// peer table and its lock.
+    fn current_conn(&mut self, from: &Bytes, generation: u64) -> Option<Arc<Connection>> {
+        if let Some(c) = &self.last_conn
+            && c.generation() == generation
+            && !c.is_closed()
+            && c.zmq_id() == from
+        {
+            return Some(Arc::clone(c));
+        }
+        let Ok(rid) = std::str::from_utf8(from) else {
+            inc(&self.inner.metrics.unadmitted);
+            return None;
+        };
+        let peers = self.inner.peers();
+        let Some(e) = peers.get(rid) else {
+            inc(&self.inner.metrics.unadmitted);
+            return None;
+        };
+        let Some(conn) = e.conn.clone() else {
+            inc(&self.inner.metrics.stale_generation);
+            return None;
+        };
+        drop(peers);
+        if conn.generation() != generation {
+            inc(&self.inner.metrics.stale_generation);
+            return None;
+        }
+        self.last_conn = Some(Arc::clone(&conn));
+        Some(conn)
+    }
+
+    /// End `conn`'s epoch after a fence violation: tell the peer, re-dial.
+    fn break_epoch(&mut self, conn: &Arc<Connection>, why: &str) {
+        let mut peers = self.inner.peers();
+        if let Some(e) = peers.get_mut(conn.peer().rid.as_str())
+            && e.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn))
+        {
+            self.drop_connection(e, true, why);
+            self.redial(e, None);
+        }
+        drop(peers);
+        self.inner.notify_peers_changed();
+    }
+
     fn on_record(
         &mut self,
         from: &Bytes,
@@ -651,46 +704,21 @@ impl Reactor {
             }
             return;
         }
-        // Borrowed, not allocated: this runs for every record.
-        let Ok(rid) = std::str::from_utf8(from) else {
-            inc(&self.inner.metrics.unadmitted);
+        // Fences: generation, then sequence, then credit.
+        let Some(conn) = self.current_conn(from, stamp.generation) else {
             return;
         };
-        // Fences: generation, then sequence, then credit.
-        let conn = {
-            let mut peers = self.inner.peers();
-            let Some(e) = peers.get_mut(rid) else {
-                inc(&self.inner.metrics.unadmitted);
-                return;
-            };
-            let Some(conn) = e.conn.clone() else {
-                inc(&self.inner.metrics.stale_generation);
-                return;
-            };
-            if conn.generation() != stamp.generation {
-                inc(&self.inner.metrics.stale_generation);
-                return;
-            }
-            if stamp.seq != e.in_seq {
-                inc(&self.inner.metrics.sequence_gaps);
-                self.inner.metrics.protocol_error("sequence_gap");
-                self.drop_connection(e, true, "sequence gap");
-                self.redial(e, None);
-                drop(peers);
-                self.inner.notify_peers_changed();
-                return;
-            }
-            e.in_seq += 1;
-            if stamp.charge > 0 && !conn.on_received(stamp.charge) {
-                self.inner.metrics.protocol_error("credit_exceeded");
-                self.drop_connection(e, true, "credit exceeded");
-                self.redial(e, None);
-                drop(peers);
-                self.inner.notify_peers_changed();
-                return;
-            }
-            conn
-        };
+        if !conn.take_recv_seq(stamp.seq) {
+            inc(&self.inner.metrics.sequence_gaps);
+            self.inner.metrics.protocol_error("sequence_gap");
+            self.break_epoch(&conn, "sequence gap");
+            return;
+        }
+        if stamp.charge > 0 && !conn.on_received(stamp.charge) {
+            self.inner.metrics.protocol_error("credit_exceeded");
+            self.break_epoch(&conn, "credit exceeded");
+            return;
+        }
         // Fast path for the hot case: a tail-less `NodeSend` whose frame 0 is byte-identical
         // to one this epoch already validated (same body, so the same source, target and leg
         // checks pass); only the payload frame is decoded.
@@ -778,11 +806,17 @@ impl Reactor {
             CommandBody::LivenessAck(a) => {
                 let now = self.now();
                 let mut peers = self.inner.peers();
-                if let Some(l) = peers.get_mut(rid).and_then(|e| e.liveness.as_mut()) {
+                if let Some(l) = peers
+                    .get_mut(conn.peer().rid.as_str())
+                    .and_then(|e| e.liveness.as_mut())
+                {
                     let _ = l.on_ack(a.probe_id, a.connection_generation, now);
                 }
             }
-            CommandBody::Update(u) => self.on_update(rid, &conn, u),
+            CommandBody::Update(u) => {
+                let rid = conn.peer().rid.clone();
+                self.on_update(&rid, &conn, u);
+            }
             CommandBody::Hello(h) if leg == Leg::Request => self.on_rehello(&conn, h),
             CommandBody::Admit(a) if leg == Leg::Reply => {
                 if a.connection_generation != conn.generation() {
@@ -1062,7 +1096,6 @@ impl Reactor {
             let _ = self.inner.pump.send_control(zmq_id.clone(), frames);
             conn.grant_initial_credit();
             e.conn = Some(Arc::clone(&conn));
-            e.in_seq = 1;
             e.descriptor = Some(d.clone());
             e.last_update = None;
             e.hello = None;
@@ -1224,7 +1257,6 @@ impl Reactor {
         conn.grant_initial_credit();
         let sent_revision = hs.revision;
         e.conn = Some(Arc::clone(&conn));
-        e.in_seq = 1;
         e.descriptor = Some(d.clone());
         e.last_update = None;
         e.liveness = Some(Liveness::admitted(
