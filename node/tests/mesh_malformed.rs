@@ -24,7 +24,7 @@ use zlink_node::mesh::auth::{MeshSecret, random_bytes};
 use zlink_node::mesh::config::{CAPABILITY, FlowConfig};
 use zlink_node::mesh::handler::RAW_CONTENT_TYPE;
 use zlink_node::mesh::{Handlers, ManualPeer, MeshNode, MeshNodeConfig, PeerState};
-use zlink_node::transport::header::{Header, Stamp, split_batch};
+use zlink_node::transport::header::{Header, Packed, Stamp, split_batch};
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     Admit, CommandBody, Hello, NodeDescriptor, NodeFence, NodeRequest, NodeSend, ObjectRole,
@@ -110,6 +110,9 @@ struct RawPeer {
     generation: u64,
     /// Sequence number of the next record we send on `generation`.
     next_seq: u64,
+    /// Send every message inside a one-frame batch (as MeshNodes do) instead of as plain
+    /// frames.
+    batched: bool,
 }
 
 impl RawPeer {
@@ -153,6 +156,7 @@ impl RawPeer {
             nonces: ([0; 32], [0; 32]),
             generation: 0,
             next_seq: 0,
+            batched: false,
         };
         peer.nonces.0 = peer.await_greeting();
         peer
@@ -166,7 +170,11 @@ impl RawPeer {
     fn send_raw(&self, frames: Vec<Vec<u8>>) {
         let mut msg = Vec::with_capacity(frames.len() + 1);
         msg.push(self.node_rid.clone());
-        msg.extend(frames);
+        if self.batched && !frames.is_empty() {
+            msg.push(Packed::from_frames(&frames).unwrap().into_frame());
+        } else {
+            msg.extend(frames);
+        }
         self.socket.send_multipart(msg, 0).unwrap();
     }
 
@@ -529,19 +537,23 @@ async fn each_malformed_record_is_counted_by_kind_never_handled_and_the_connecti
     let generation = peer.generation;
     let cases = malformed_cases(&peer);
     assert!(cases.len() >= 19);
-    // Every case runs twice: first before any valid `NodeSend` of this epoch was delivered,
-    // then after one was. A delivered tail-less `NodeSend` primes the receiver's fast path
-    // (a byte-identical frame 0 skips decoding it), which must reject exactly the same records.
+    // Every case runs three times: first before any valid `NodeSend` of this epoch was
+    // delivered, then after one was, then inside a batch frame (as MeshNodes send). A
+    // delivered tail-less `NodeSend` primes the receiver's fast paths (a byte-identical frame
+    // 0 skips decoding it; in a batch the frames are not even made into `Bytes`), which must
+    // reject exactly the same records.
     let cases = cases.into_iter().flat_map(|c| {
-        let again = MalformedCase {
-            name: format!("{} (fast path primed)", c.name),
+        let again = |how: &str| MalformedCase {
+            name: format!("{} ({how})", c.name),
             leg: c.leg,
             record: c.record.clone(),
             kind: c.kind,
         };
-        [c, again]
+        let (primed, batched) = (again("fast path primed"), again("batched"));
+        [(c, false), (primed, false), (batched, true)]
     });
-    for (i, c) in cases.enumerate() {
+    for (i, (c, batched)) in cases.enumerate() {
+        peer.batched = batched;
         let before = node.metrics().protocol_errors();
         peer.send_next(c.leg, c.record);
         // The reactor handles one peer's records in order: once the valid record behind the
@@ -900,6 +912,18 @@ async fn a_node_send_whose_source_is_not_the_admitted_peer_never_reaches_the_han
         error_delta(&before, &node.metrics().protocol_errors()),
         one("charge_mismatch")
     );
+    // And inside batch frames, as MeshNodes send (the batched fast path).
+    peer.batched = true;
+    let before = node.metrics().protocol_errors();
+    let stamp = peer.take_stamp(0);
+    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
+    peer.send_next(Header::Send, peer.node_send(b"charged, batched"));
+    let (_, payload) = next_delivery(&mut rx).await;
+    assert_eq!(&payload[..], b"charged, batched");
+    assert_eq!(
+        error_delta(&before, &node.metrics().protocol_errors()),
+        one("charge_mismatch")
+    );
     node.shutdown().await;
 }
 
@@ -928,6 +952,18 @@ async fn an_application_record_stamped_without_its_charge_never_reaches_the_hand
     peer.send_next(Header::Send, peer.node_send(b"charged again"));
     let (_, payload) = next_delivery(&mut rx).await;
     assert_eq!(&payload[..], b"charged again");
+    assert_eq!(
+        error_delta(&before, &node.metrics().protocol_errors()),
+        one("charge_mismatch")
+    );
+    // And inside batch frames, as MeshNodes send (the batched fast path).
+    peer.batched = true;
+    let before = node.metrics().protocol_errors();
+    let stamp = peer.take_stamp(0);
+    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
+    peer.send_next(Header::Send, peer.node_send(b"charged, batched"));
+    let (_, payload) = next_delivery(&mut rx).await;
+    assert_eq!(&payload[..], b"charged, batched");
     assert_eq!(
         error_delta(&before, &node.metrics().protocol_errors()),
         one("charge_mismatch")

@@ -163,6 +163,25 @@ impl TypedPayload {
         Self::decode_reader(Reader::shared(frame))
     }
 
+    /// Decode an envelope that fills `part`, a sub-slice of the shared buffer `owner`; the
+    /// payload and names are zero-copy slices of `owner`. A `part` that is not inside `owner`
+    /// is decoded by copying instead (never a panic).
+    ///
+    /// # Errors
+    /// As [`TypedPayload::decode`].
+    pub fn decode_shared_part(owner: &Bytes, part: &[u8]) -> Result<Self> {
+        let (start, end) = (
+            owner.as_ptr() as usize,
+            owner.as_ptr() as usize + owner.len(),
+        );
+        let p = part.as_ptr() as usize;
+        if p >= start && p + part.len() <= end {
+            Self::decode_reader(Reader::shared(owner).sub(part))
+        } else {
+            Self::decode(part)
+        }
+    }
+
     /// Decode from a reader positioned at the start of the envelope frame (shared or not).
     pub(crate) fn decode_reader(mut r: Reader<'_>) -> Result<Self> {
         let max = MAX_NAME_BYTES as u64;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
+use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     Admit, CommandBody, Hello, LivenessAck, LivenessProbe, NodeDescriptor, NodeFence, Reject,
     RejectReason, Topology, Update,
@@ -26,7 +27,7 @@ use super::node::{Inner, new_connection_generation};
 use super::peer::{HelloState, Intent, IntentKind, PeerEntry, PeerState};
 use crate::call::error::CallError;
 use crate::call::pending::{Delivered, PeerRef, ReplyFields};
-use crate::transport::header::{Header, Stamp, for_each_message};
+use crate::transport::header::{Header, Stamp, for_each_message_parts};
 use crate::transport::pump::{MonitorKind, PumpEvent};
 
 /// Receive chunk limit announced in `admit` (glossary §5 RelocationPayloadChunkLimit).
@@ -411,7 +412,15 @@ impl Reactor {
         match ev {
             PumpEvent::Message { from, frames } => self.on_message(&from, &frames),
             PumpEvent::Batch { from, frame, .. } => {
-                for_each_message(&frame, |frames| self.on_message(&from, frames));
+                let mut frames: Vec<Bytes> = Vec::with_capacity(4);
+                for_each_message_parts(&frame, |parts| {
+                    if self.try_fast_send(&from, &frame, parts) {
+                        return;
+                    }
+                    frames.clear();
+                    frames.extend(parts.iter().map(|p| frame.slice_ref(p)));
+                    self.on_message(&from, &frames);
+                });
             }
             PumpEvent::Unroutable { to } => {
                 // The peer's pipe is gone (bind side of a dropped connection).
@@ -678,6 +687,76 @@ impl Reactor {
         self.inner.notify_peers_changed();
     }
 
+    /// The tail of a validated-head `NodeSend` (fences passed): check the charge against the
+    /// record's `bytes`, then hand the payload to the dispatcher.
+    fn submit_send(
+        &mut self,
+        conn: Arc<Connection>,
+        stamp: Stamp,
+        bytes: usize,
+        payload: Result<TypedPayload, zlink_protocol::error::ProtocolError>,
+    ) {
+        let payload = match payload {
+            Ok(p) => p,
+            Err(e) => {
+                self.inner.metrics.protocol_error(e.kind());
+                self.consumed(&conn, stamp.charge);
+                return;
+            }
+        };
+        if stamp.charge != conn.expected_charge(bytes) {
+            self.inner.metrics.protocol_error("charge_mismatch");
+            self.consumed(&conn, stamp.charge);
+            return;
+        }
+        self.inner.dispatcher.submit(
+            &self.inner,
+            DispatchItem {
+                conn,
+                charge: stamp.charge,
+                request: None,
+                metadata: None,
+                payload,
+            },
+        );
+    }
+
+    /// A batched message handled without turning its frames into `Bytes`: a `NodeSend` on the
+    /// last connection (open, same generation) whose frame 0 is the epoch's validated head.
+    /// Anything else returns false before any side effect, for the general path.
+    fn try_fast_send(&mut self, from: &Bytes, owner: &Bytes, parts: &[&[u8]]) -> bool {
+        let [header, frame0, payload_frame] = parts else {
+            return false;
+        };
+        let Ok(Header::Send(stamp)) = Header::decode(header) else {
+            return false;
+        };
+        let Some(conn) = self.last_conn.as_ref().filter(|c| {
+            stamp.generation != 0
+                && c.generation() == stamp.generation
+                && !c.is_closed()
+                && c.zmq_id() == from
+                && c.is_validated_send_head(frame0)
+        }) else {
+            return false;
+        };
+        let conn = Arc::clone(conn);
+        if !conn.take_recv_seq(stamp.seq) {
+            inc(&self.inner.metrics.sequence_gaps);
+            self.inner.metrics.protocol_error("sequence_gap");
+            self.break_epoch(&conn, "sequence gap");
+            return true;
+        }
+        if stamp.charge > 0 && !conn.on_received(stamp.charge) {
+            self.inner.metrics.protocol_error("credit_exceeded");
+            self.break_epoch(&conn, "credit exceeded");
+            return true;
+        }
+        let payload = TypedPayload::decode_shared_part(owner, payload_frame);
+        self.submit_send(conn, stamp, frame0.len() + payload_frame.len(), payload);
+        true
+    }
+
     fn on_record(
         &mut self,
         from: &Bytes,
@@ -726,31 +805,8 @@ impl Reactor {
             && let [frame0, payload_frame] = frames
             && conn.is_validated_send_head(frame0)
         {
-            let bytes = frame0.len() + payload_frame.len();
-            let payload = match zlink_protocol::envelope::TypedPayload::decode_shared(payload_frame)
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    self.inner.metrics.protocol_error(e.kind());
-                    self.consumed(&conn, stamp.charge);
-                    return;
-                }
-            };
-            if stamp.charge != conn.expected_charge(bytes) {
-                self.inner.metrics.protocol_error("charge_mismatch");
-                self.consumed(&conn, stamp.charge);
-                return;
-            }
-            self.inner.dispatcher.submit(
-                &self.inner,
-                DispatchItem {
-                    conn,
-                    charge: stamp.charge,
-                    request: None,
-                    metadata: None,
-                    payload,
-                },
-            );
+            let payload = TypedPayload::decode_shared(payload_frame);
+            self.submit_send(conn, stamp, frame0.len() + payload_frame.len(), payload);
             return;
         }
         let record = match Record::decode_shared(frames, WireContext::route_mesh(wire_leg)) {

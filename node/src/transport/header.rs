@@ -638,6 +638,29 @@ pub fn for_each_message(frame: &Bytes, mut each: impl FnMut(&[Bytes])) {
     }
 }
 
+/// [`for_each_message`] with the frames as borrowed slices of `frame` (no reference count is
+/// taken): for a receiver that turns only some of them into `Bytes`.
+pub fn for_each_message_parts<'a>(frame: &'a [u8], mut each: impl FnMut(&[&'a [u8]])) {
+    let mut r = Cursor {
+        buf: frame,
+        pos: BATCH_HEADER_LEN,
+    };
+    let messages = frame.get(BATCH_HEADER_LEN - 1).copied().unwrap_or(0);
+    let mut parts: Vec<&'a [u8]> = Vec::with_capacity(4);
+    for _ in 0..messages {
+        let Ok(count) = r.u8() else { return };
+        parts.clear();
+        for _ in 0..count {
+            let Ok(len) = r.u32() else { return };
+            let Ok(part) = r.take(len as usize) else {
+                return;
+            };
+            parts.push(part);
+        }
+        each(&parts);
+    }
+}
+
 /// Split a received message (its frames after the routing identity) into its messages: a
 /// batch becomes its parts, as slices of the batch frame; any other message is returned whole.
 ///
