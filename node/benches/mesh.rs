@@ -26,7 +26,8 @@
 //!
 //! Every loop is bounded by its message count, every blocking socket call by a 5 s timeout, and
 //! every measurement by `ZLINK_BENCH_LIMIT_SECS` (60): a measurement past its limit aborts the
-//! run with exit status 1.
+//! run with exit status 1. A run whose medians miss the targets (one-way ≥ 0.5 of raw, serial
+//! p50 ≤ 2× raw) prints the table, names the misses and exits with status 2.
 //!
 //! Environment: `ZLINK_BENCH_ROUNDS` (5), `ZLINK_BENCH_SCALE` (1.0, multiplies every message
 //! count), `ZLINK_BENCH_IN_FLIGHT` (32), `ZLINK_BENCH_WORKERS` (2), `ZLINK_BENCH_LIMIT_SECS`
@@ -632,4 +633,47 @@ fn main() {
     );
     let mesh = Arc::clone(&bench.mesh);
     bench.rt.block_on(async move { mesh.shutdown().await });
+
+    // The targets, on the medians above: the run fails when one is missed.
+    let mut missed = Vec::new();
+    for (si, &size) in sizes.iter().enumerate() {
+        for (wi, &w) in workloads.iter().enumerate() {
+            let rows = &samples[si][wi];
+            match w {
+                Workload::OneWay => {
+                    let (med, _, _) = spread(
+                        rows.iter()
+                            .map(|(r, z)| z.msgs_per_sec / r.msgs_per_sec)
+                            .collect(),
+                    );
+                    if med < TARGET_ONE_WAY {
+                        missed.push(format!("one-way {size} B: {med:.2} < {TARGET_ONE_WAY}"));
+                    }
+                }
+                Workload::Serial => {
+                    let ratios: Option<Vec<f64>> = rows
+                        .iter()
+                        .map(|(r, z)| Some(z.p50_us? / r.p50_us?))
+                        .collect();
+                    if let Some((med, _, _)) = ratios.map(spread)
+                        && med > TARGET_SERIAL_P50
+                    {
+                        missed.push(format!(
+                            "serial p50 {size} B: {med:.2} > {TARGET_SERIAL_P50}"
+                        ));
+                    }
+                }
+                Workload::InFlight => {}
+            }
+        }
+    }
+    if !missed.is_empty() {
+        eprintln!("mesh bench: target missed: {}", missed.join("; "));
+        std::process::exit(2);
+    }
 }
+
+/// One-way throughput target: zlink ÷ raw, median of the rounds.
+const TARGET_ONE_WAY: f64 = 0.5;
+/// Serial request/reply target: zlink p50 ÷ raw ping-pong p50, median of the rounds.
+const TARGET_SERIAL_P50: f64 = 2.0;
