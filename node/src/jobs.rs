@@ -249,7 +249,8 @@ struct Shared {
     semaphore: Arc<Semaphore>,
     permits: usize,
     thresholds: PressureThresholds,
-    /// Live [`JobPermit`]s; only written inside `pressure.send_if_modified`.
+    /// Live [`JobPermit`]s. A move that crosses a threshold is made inside
+    /// `pressure.send_if_modified`; every other move is a compare-and-swap (see `record`).
     in_use: AtomicUsize,
     /// The host pressure state; its lock also serializes updates of `in_use`.
     pressure: watch::Sender<PressureState>,

@@ -129,9 +129,12 @@ impl Connection {
         self.recv_send_head.get().is_some_and(|h| h[..] == *frame0)
     }
 
-    /// Remember a validated tail-less `NodeSend` frame 0 (the first one wins).
-    pub(crate) fn remember_send_head(&self, frame0: &Bytes) {
-        let _ = self.recv_send_head.set(frame0.clone());
+    /// Remember a validated tail-less `NodeSend` frame 0 (the first one wins). Copied: a
+    /// slice would keep the whole received buffer alive for the life of the connection.
+    pub(crate) fn remember_send_head(&self, frame0: &[u8]) {
+        if self.recv_send_head.get().is_none() {
+            let _ = self.recv_send_head.set(Bytes::copy_from_slice(frame0));
+        }
     }
 
     /// Receiver side: accept `seq` if it is the next one expected (and expect the one after).

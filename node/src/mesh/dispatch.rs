@@ -22,6 +22,7 @@ use zlink_protocol::generated::{
 };
 use zlink_protocol::metadata::Metadata;
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
+use zlink_protocol::shared_str::SharedStr;
 
 use super::connection::{ConnRef, Leg};
 use super::handler::{Handler, HandlerKey, MessageContext, MessageKind};
@@ -58,10 +59,18 @@ struct Job {
 /// runner, so a record claimed on the fast path can never overtake an earlier one.
 pub(crate) struct Dispatcher {
     /// Runners by packet name (its UTF-8 bytes), then message kind: looked up with the received
-    /// name's bytes, no allocation or UTF-8 check per record. The namespace is this node's MeshName.
-    runners: foldhash::HashMap<Box<[u8]>, [Option<mpsc::UnboundedSender<Job>>; 2]>,
+    /// name's bytes, no allocation or UTF-8 check per record. The namespace is this node's
+    /// MeshName.
+    runners: foldhash::HashMap<Box<[u8]>, Route>,
     backlog: AtomicUsize,
     backlog_tx: mpsc::UnboundedSender<DispatchItem>,
+}
+
+/// The runners of one packet name, by message kind, and the name as registered: handlers see
+/// that copy, not a slice that would keep the received frame alive.
+struct Route {
+    name: SharedStr,
+    kinds: [Option<mpsc::UnboundedSender<Job>>; 2],
 }
 
 /// The receiving ends [`Dispatcher::new`] hands to the tasks [`Dispatcher::spawn`] starts.
@@ -72,14 +81,17 @@ pub(crate) struct DispatchTasks {
 
 impl Dispatcher {
     pub(crate) fn new(handlers: HashMap<HandlerKey, (Handler, usize)>) -> (Self, DispatchTasks) {
-        let mut runners: foldhash::HashMap<Box<[u8]>, [Option<mpsc::UnboundedSender<Job>>; 2]> =
-            foldhash::HashMap::default();
+        let mut runners: foldhash::HashMap<Box<[u8]>, Route> = foldhash::HashMap::default();
         let mut runner_rx = Vec::new();
         for (key, (handler, concurrency)) in handlers {
             let (tx, rx) = mpsc::unbounded_channel();
-            runners
-                .entry(key.packet_name.into_bytes().into_boxed_slice())
-                .or_default()[kind_index(key.kind)] = Some(tx);
+            let route = runners
+                .entry(key.packet_name.as_bytes().into())
+                .or_insert_with(|| Route {
+                    name: SharedStr::from(key.packet_name.clone()),
+                    kinds: [None, None],
+                });
+            route.kinds[kind_index(key.kind)] = Some(tx);
             runner_rx.push((handler, concurrency, rx));
         }
         let (backlog_tx, backlog_rx) = mpsc::unbounded_channel();
@@ -150,11 +162,9 @@ impl Dispatcher {
         };
         let source = Arc::clone(conn.peer_shared());
         drop(conn);
-        let runner = self
-            .runners
-            .get(payload.packet_name.as_bytes())
-            .and_then(|r| r[kind_index(kind)].as_ref());
-        let Some(tx) = runner else {
+        let route = self.runners.get(payload.packet_name.as_bytes());
+        let runner = route.and_then(|r| Some((&r.name, r.kinds[kind_index(kind)].as_ref()?)));
+        let Some((name, tx)) = runner else {
             inner.metrics.no_handler.fetch_add(1, Ordering::Relaxed);
             drop(permit);
             if let Some(req) = &request {
@@ -177,7 +187,7 @@ impl Dispatcher {
             deadline: request
                 .as_ref()
                 .map(|r| UNIX_EPOCH + Duration::from_millis(r.deadline_unix_ms)),
-            packet_name: payload.packet_name.clone(),
+            packet_name: name.clone(),
         };
         let _ = tx.send(Job {
             ctx,

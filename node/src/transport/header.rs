@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! byte 0..2  'Z' 'T'      magic
-//! byte 2     1            header version
+//! byte 2     2            header version
 //! byte 3     kind         1 send, 2 request, 3 reply, 4 credit, 5 greeting, 6 reset, 7 batch
 //! then, by kind (integers big-endian):
 //!   send / request / reply : u64 connection generation, u64 sequence, u32 charge
@@ -44,8 +44,9 @@ use thiserror::Error;
 
 /// Header magic.
 pub const MAGIC: [u8; 2] = *b"ZT";
-/// Header version.
-pub const VERSION: u8 = 1;
+/// Header version. 2: every message travels in a one-frame batch (kind 7 with length-prefixed
+/// frames); version 1 batches were multi-frame.
+pub const VERSION: u8 = 2;
 /// Nonce length of a greeting (and of `hello`/`admit`).
 pub const NONCE_LEN: usize = 32;
 
@@ -399,10 +400,10 @@ mod tests {
         bad[0] = b'X';
         assert_eq!(Header::decode(&bad), Err(HeaderError::BadMagic));
         let mut bad = good.clone();
-        bad[2] = 2;
+        bad[2] = 1;
         assert_eq!(
             Header::decode(&bad),
-            Err(HeaderError::UnsupportedVersion(2))
+            Err(HeaderError::UnsupportedVersion(1))
         );
         let mut bad = good.clone();
         bad[3] = 99;
@@ -454,8 +455,12 @@ impl Packed {
         p
     }
 
-    /// A message of these frames; `None` for more than 255 frames or a frame over `u32::MAX`.
+    /// A message of these frames; `None` for no frames, more than 255 frames or a frame over
+    /// `u32::MAX` (a batch cannot carry a message without frames).
     pub fn from_frames<F: AsRef<[u8]>>(frames: &[F]) -> Option<Self> {
+        if frames.is_empty() {
+            return None;
+        }
         let mut p = Self::with_capacity(frames.iter().map(|f| 4 + f.as_ref().len()).sum());
         frames.iter().all(|f| p.push(f.as_ref())).then_some(p)
     }
@@ -483,11 +488,12 @@ impl Packed {
 
     /// Append a frame written by `write` straight into the buffer. `Ok(false)` (and `write`
     /// not called) at 255 frames; a frame that `write` makes longer than `u32::MAX`, or an
-    /// error from `write`, appends nothing.
+    /// error from `write`, appends nothing. `write` may only append to the buffer it is given,
+    /// which is why this is crate-internal.
     ///
     /// # Errors
     /// What `write` returns.
-    pub fn push_with<E>(
+    pub(crate) fn push_with<E>(
         &mut self,
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<bool, E> {
@@ -500,7 +506,8 @@ impl Packed {
             self.buf.truncate(at);
             return Err(e);
         }
-        let Ok(len) = u32::try_from(self.buf.len() - at - 4) else {
+        // `write` may only append; one that shortened the buffer appends nothing.
+        let Some(Ok(len)) = self.buf.len().checked_sub(at + 4).map(u32::try_from) else {
             self.buf.truncate(at);
             return Ok(false);
         };
@@ -766,6 +773,11 @@ mod batch_tests {
         );
         assert_eq!(q.packed_len(), before, "a failed write appends nothing");
         assert!(Packed::from_frames(&vec![b"x".as_slice(); 256]).is_none());
+        let none: [&[u8]; 0] = [];
+        assert!(
+            Packed::from_frames(&none).is_none(),
+            "a message needs a frame"
+        );
     }
 
     #[test]

@@ -163,9 +163,9 @@ pub enum PumpError {
     /// The bound endpoint could not be read back.
     #[error("bound endpoint unreadable")]
     Endpoint,
-    /// A message of more than 255 frames or a frame over `u32::MAX` bytes (the batch layout
-    /// cannot carry it).
-    #[error("message not sendable: more than 255 frames or a frame over 4 GiB")]
+    /// A message of no frames, more than 255 frames or a frame over `u32::MAX` bytes (the
+    /// batch layout cannot carry it).
+    #[error("message not sendable: no frames, more than 255 frames, or a frame over 4 GiB")]
     Unsendable,
     /// The pump has stopped.
     #[error("pump stopped")]
@@ -509,6 +509,11 @@ impl PumpHandle {
     pub fn send_control_packed(&self, to: Bytes, msg: Packed) -> Result<(), PumpError> {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(PumpError::Stopped);
+        }
+        if msg.frame_count() == 0 {
+            // A batch cannot carry a message without frames (the receiver would refuse the
+            // whole batch it joined).
+            return Err(PumpError::Unsendable);
         }
         self.submit(to, msg, 0);
         Ok(())
