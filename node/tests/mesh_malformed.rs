@@ -900,74 +900,37 @@ async fn a_node_send_whose_source_is_not_the_admitted_peer_never_reaches_the_han
         "a record claiming another source reached the handler"
     );
     assert!(!error_delta(&before, &node.metrics().protocol_errors()).is_empty());
-    // Again with the receiver's fast path primed by the delivered "charged" record: the
-    // uncharged twin of a validated frame 0 is refused the same way.
-    let before = node.metrics().protocol_errors();
-    let stamp = peer.take_stamp(0);
-    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
-    peer.send_next(Header::Send, peer.node_send(b"charged again"));
-    let (_, payload) = next_delivery(&mut rx).await;
-    assert_eq!(&payload[..], b"charged again");
-    assert_eq!(
-        error_delta(&before, &node.metrics().protocol_errors()),
-        one("charge_mismatch")
-    );
-    // And inside batch frames, as MeshNodes send (the batched fast path).
-    peer.batched = true;
-    let before = node.metrics().protocol_errors();
-    let stamp = peer.take_stamp(0);
-    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
-    peer.send_next(Header::Send, peer.node_send(b"charged, batched"));
-    let (_, payload) = next_delivery(&mut rx).await;
-    assert_eq!(&payload[..], b"charged, batched");
-    assert_eq!(
-        error_delta(&before, &node.metrics().protocol_errors()),
-        one("charge_mismatch")
-    );
     node.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_record_stamped_without_its_charge_never_reaches_the_handler() {
     let (node, mut peer, mut rx) = node_with_admitted_raw_peer().await;
-    let before = node.metrics().protocol_errors();
-    let record = peer.node_send(b"free ride");
-    let stamp = peer.take_stamp(0);
-    peer.send_with(Header::Send(stamp), record);
-    peer.send_next(Header::Send, peer.node_send(b"charged"));
-    let (_, payload) = next_delivery(&mut rx).await;
     // Regression: "free ride" used to be delivered outside the credit window; a record whose
-    // charge differs from its size is now a `charge_mismatch` protocol error.
-    assert_eq!(
-        &payload[..],
-        b"charged",
-        "an uncharged application record reached the handler"
-    );
-    assert!(!error_delta(&before, &node.metrics().protocol_errors()).is_empty());
-    // Again with the receiver's fast path primed by the delivered "charged" record: the
-    // uncharged twin of a validated frame 0 is refused the same way.
-    let before = node.metrics().protocol_errors();
-    let stamp = peer.take_stamp(0);
-    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
-    peer.send_next(Header::Send, peer.node_send(b"charged again"));
-    let (_, payload) = next_delivery(&mut rx).await;
-    assert_eq!(&payload[..], b"charged again");
-    assert_eq!(
-        error_delta(&before, &node.metrics().protocol_errors()),
-        one("charge_mismatch")
-    );
-    // And inside batch frames, as MeshNodes send (the batched fast path).
-    peer.batched = true;
-    let before = node.metrics().protocol_errors();
-    let stamp = peer.take_stamp(0);
-    peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
-    peer.send_next(Header::Send, peer.node_send(b"charged, batched"));
-    let (_, payload) = next_delivery(&mut rx).await;
-    assert_eq!(&payload[..], b"charged, batched");
-    assert_eq!(
-        error_delta(&before, &node.metrics().protocol_errors()),
-        one("charge_mismatch")
-    );
+    // charge differs from its size is now a `charge_mismatch` protocol error. Three ways in:
+    // the general path; the fast path primed by the delivered "charged" record (the uncharged
+    // twin of a validated frame 0); and inside batch frames, as MeshNodes send.
+    for (batched, marker) in [
+        (false, &b"charged"[..]),
+        (false, b"charged again, fast path primed"),
+        (true, b"charged, batched"),
+    ] {
+        peer.batched = batched;
+        let before = node.metrics().protocol_errors();
+        let stamp = peer.take_stamp(0);
+        peer.send_with(Header::Send(stamp), peer.node_send(b"free ride"));
+        peer.send_next(Header::Send, peer.node_send(marker));
+        let (_, payload) = next_delivery(&mut rx).await;
+        assert_eq!(
+            &payload[..],
+            marker,
+            "an uncharged application record reached the handler"
+        );
+        assert_eq!(
+            error_delta(&before, &node.metrics().protocol_errors()),
+            one("charge_mismatch")
+        );
+    }
     node.shutdown().await;
 }
 
