@@ -1164,12 +1164,14 @@ impl Reactor {
             e.state = PeerState::Ready;
             e.epochs += 1;
             e.lost_at = None;
+            // Counted before the peer shows Ready (under the same lock), so whoever sees it
+            // Ready also sees the admission counted.
+            inc(&self.inner.metrics.admitted);
         }
         if let Some(fence) = restarted {
             self.fail_pending(&fence);
         }
         self.announce_if_newer(&conn, admitted_revision);
-        inc(&self.inner.metrics.admitted);
         self.inner.notify_peers_changed();
     }
 
@@ -1325,12 +1327,13 @@ impl Reactor {
         e.epochs += 1;
         e.lost_at = None;
         e.redial_at = None;
+        // As in `admit`: counted before the peer shows Ready.
+        inc(&self.inner.metrics.admitted);
         drop(peers);
         if let Some(fence) = restarted {
             self.fail_pending(&fence);
         }
         self.announce_if_newer(&conn, sent_revision);
-        inc(&self.inner.metrics.admitted);
         self.inner.notify_peers_changed();
     }
 
