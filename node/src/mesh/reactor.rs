@@ -674,6 +674,24 @@ impl Reactor {
         Some(conn)
     }
 
+    /// The sequence and credit fences of a record on `conn` (its generation already checked).
+    /// A gap or a charge over the granted limit ends the epoch; returns whether the record
+    /// passed.
+    fn sequence_and_credit(&mut self, conn: &Arc<Connection>, stamp: Stamp) -> bool {
+        if !conn.take_recv_seq(stamp.seq) {
+            inc(&self.inner.metrics.sequence_gaps);
+            self.inner.metrics.protocol_error("sequence_gap");
+            self.break_epoch(conn, "sequence gap");
+            return false;
+        }
+        if stamp.charge > 0 && !conn.on_received(stamp.charge) {
+            self.inner.metrics.protocol_error("credit_exceeded");
+            self.break_epoch(conn, "credit exceeded");
+            return false;
+        }
+        true
+    }
+
     /// End `conn`'s epoch after a fence violation: tell the peer, re-dial.
     fn break_epoch(&mut self, conn: &Arc<Connection>, why: &str) {
         let mut peers = self.inner.peers();
@@ -741,15 +759,7 @@ impl Reactor {
             return false;
         };
         let conn = Arc::clone(conn);
-        if !conn.take_recv_seq(stamp.seq) {
-            inc(&self.inner.metrics.sequence_gaps);
-            self.inner.metrics.protocol_error("sequence_gap");
-            self.break_epoch(&conn, "sequence gap");
-            return true;
-        }
-        if stamp.charge > 0 && !conn.on_received(stamp.charge) {
-            self.inner.metrics.protocol_error("credit_exceeded");
-            self.break_epoch(&conn, "credit exceeded");
+        if !self.sequence_and_credit(&conn, stamp) {
             return true;
         }
         let payload = TypedPayload::decode_shared_part(owner, payload_frame);
@@ -787,15 +797,7 @@ impl Reactor {
         let Some(conn) = self.current_conn(from, stamp.generation) else {
             return;
         };
-        if !conn.take_recv_seq(stamp.seq) {
-            inc(&self.inner.metrics.sequence_gaps);
-            self.inner.metrics.protocol_error("sequence_gap");
-            self.break_epoch(&conn, "sequence gap");
-            return;
-        }
-        if stamp.charge > 0 && !conn.on_received(stamp.charge) {
-            self.inner.metrics.protocol_error("credit_exceeded");
-            self.break_epoch(&conn, "credit exceeded");
+        if !self.sequence_and_credit(&conn, stamp) {
             return;
         }
         // Fast path for the hot case: a tail-less `NodeSend` whose frame 0 is byte-identical
