@@ -624,25 +624,12 @@ pub fn check_batch(frame: &[u8]) -> Result<usize, HeaderError> {
 /// costs one allocation however many messages it holds. Stops at the first inconsistency
 /// (which a checked batch does not have).
 pub fn for_each_message(frame: &Bytes, mut each: impl FnMut(&[Bytes])) {
-    let mut r = Cursor {
-        buf: frame,
-        pos: BATCH_HEADER_LEN,
-    };
-    let messages = frame.get(BATCH_HEADER_LEN - 1).copied().unwrap_or(0);
     let mut frames = Vec::with_capacity(4);
-    for _ in 0..messages {
-        let Ok(count) = r.u8() else { return };
+    for_each_message_parts(frame, |parts| {
         frames.clear();
-        for _ in 0..count {
-            let Ok(len) = r.u32() else { return };
-            let start = r.pos;
-            if r.take(len as usize).is_err() {
-                return;
-            }
-            frames.push(frame.slice(start..r.pos));
-        }
+        frames.extend(parts.iter().map(|p| frame.slice_ref(p)));
         each(&frames);
-    }
+    });
 }
 
 /// [`for_each_message`] with the frames as borrowed slices of `frame` (no reference count is
