@@ -993,3 +993,62 @@ async fn descriptor_updates_apply_only_in_revision_order() {
     assert_eq!(view(&node), (4, 60));
     node.shutdown().await;
 }
+
+/// A peer may select this node for a Channel only if its descriptor announced a Server
+/// membership of it (glossary §6, §7 "Select-one"). `node-x` serves no Channel: a
+/// `channelSend` is a counted `not_channel_server` protocol error that reaches no handler —
+/// not even the node-direct handler of the same packet name (separate namespaces) — and a
+/// `channelRequest` gets exactly one terminal `NotFound` reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_records_for_a_channel_the_node_does_not_serve_never_reach_a_handler() {
+    use zlink_protocol::generated::{ChannelRequest, ChannelSend, TerminalStatus};
+    let (node, mut peer, mut rx) = node_with_admitted_raw_peer().await;
+    let before = node.metrics().protocol_errors();
+    let payload = TypedPayload::new(RAW_PACKET, RAW_CONTENT_TYPE, &b"selected"[..]);
+    let send = Record::new(CommandBody::ChannelSend(ChannelSend {
+        channel_name: "work".into(),
+        source: peer.fence(),
+        target: peer.node.clone(),
+    }))
+    .with_payload(payload.clone())
+    .encode(WireContext::route_mesh(Leg::Send))
+    .unwrap();
+    peer.send_next(Header::Send, send);
+    let request = Record::new(CommandBody::ChannelRequest(ChannelRequest {
+        request: RequestHeader {
+            operation_id: OperationId { high: 9, low: 9 },
+            reply_route_id: 9,
+            correlation_id: "chan-correlation".into(),
+            deadline_unix_ms: u64::MAX,
+        },
+        channel_name: "work".into(),
+        source: peer.fence(),
+        target: peer.node.clone(),
+    }))
+    .with_payload(payload)
+    .encode(WireContext::route_mesh(Leg::Request))
+    .unwrap();
+    peer.send_next(Header::Request, request);
+    let status = peer.recv_until("channel reply", |h, frames| {
+        if !matches!(h, Header::Reply(_)) {
+            return None;
+        }
+        match Record::decode(frames, WireContext::route_mesh(Leg::Reply))
+            .ok()?
+            .body
+        {
+            CommandBody::Reply(r) if r.correlation_id == "chan-correlation" => Some(r.status),
+            _ => None,
+        }
+    });
+    assert_eq!(status, TerminalStatus::NotFound);
+    // An honest node-direct send afterwards is the first (and only) delivery.
+    peer.send_next(Header::Send, peer.node_send(b"direct"));
+    let (_, got) = next_delivery(&mut rx).await;
+    assert_eq!(&got[..], b"direct");
+    assert_eq!(
+        error_delta(&before, &node.metrics().protocol_errors()),
+        BTreeMap::from([("not_channel_server".to_owned(), 2)])
+    );
+    node.shutdown().await;
+}

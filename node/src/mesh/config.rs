@@ -201,9 +201,34 @@ impl MeshNodeConfig {
         if self.placement_weight > 10_000 {
             return Err(bad("placement_weight", "must be 0..=10000".into()));
         }
-        for c in &self.channels {
+        for (i, c) in self.channels.iter().enumerate() {
+            if c.channel_name.is_empty() || c.channel_name.len() > 255 {
+                return Err(bad(
+                    "channels.channel_name",
+                    format!("{:?} must be 1..=255 bytes", c.channel_name),
+                ));
+            }
             if c.weight > 10_000 {
-                return Err(bad("channels.weight", "must be 0..=10000".into()));
+                return Err(bad(
+                    "channels.weight",
+                    format!(
+                        "{} for channel {:?} is outside 0..=10000",
+                        c.weight, c.channel_name
+                    ),
+                ));
+            }
+            // Each role at most once per ChannelName (glossary §6 "Channel Client와 Server role").
+            if self.channels[..i]
+                .iter()
+                .any(|o| o.channel_name == c.channel_name && o.role == c.role)
+            {
+                return Err(bad(
+                    "channels",
+                    format!(
+                        "channel {:?} registers the {:?} role twice",
+                        c.channel_name, c.role
+                    ),
+                ));
             }
         }
         if self.security_identity.is_empty() || self.security_identity.len() > 255 {
@@ -263,6 +288,30 @@ impl MeshNodeConfig {
     /// Whether this node has a RouteMesh Channel Server membership.
     pub fn has_server_membership(&self) -> bool {
         self.channels.iter().any(|c| c.role == ChannelRole::Server)
+    }
+
+    /// Register a RouteMesh Channel Server membership with `weight` (0..=10000, default 100 by
+    /// [`crate::select::DEFAULT_WEIGHT`]). A Server can also send on the Channel.
+    #[must_use]
+    pub fn channel_server(mut self, name: impl Into<String>, weight: u16) -> Self {
+        self.channels.push(ChannelMembership {
+            channel_name: name.into(),
+            role: ChannelRole::Server,
+            weight,
+        });
+        self
+    }
+
+    /// Register a RouteMesh Channel Client membership: this node may send and request on the
+    /// Channel, and is never selected as its target.
+    #[must_use]
+    pub fn channel_client(mut self, name: impl Into<String>) -> Self {
+        self.channels.push(ChannelMembership {
+            channel_name: name.into(),
+            role: ChannelRole::Client,
+            weight: 0,
+        });
+        self
     }
 }
 

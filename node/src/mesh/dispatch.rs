@@ -25,7 +25,7 @@ use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
 use zlink_protocol::shared_str::SharedStr;
 
 use super::connection::{ConnRef, Leg};
-use super::handler::{Handler, HandlerKey, MessageContext, MessageKind};
+use super::handler::{BuiltHandlers, Handler, HandlerKey, MessageContext, MessageKind};
 use super::node::Inner;
 use super::peer::PeerState;
 use crate::call::error::{CallError, ErrorKind};
@@ -36,8 +36,11 @@ use crate::jobs::{JobPermit, PressureState};
 pub(crate) struct DispatchItem {
     pub conn: ConnRef,
     pub charge: u32,
-    /// The request header of a `NodeRequest`; `None` for a `NodeSend`.
+    /// The request header of a `NodeRequest` / `channelRequest`; `None` for a one-way send.
     pub request: Option<RequestHeader>,
+    /// The Channel of a `channelSend` / `channelRequest` (its handler namespace); `None` for
+    /// node direct.
+    pub channel: Option<String>,
     pub metadata: Option<Metadata>,
     pub payload: TypedPayload,
 }
@@ -62,6 +65,8 @@ pub(crate) struct Dispatcher {
     /// name's bytes, no allocation or UTF-8 check per record. The namespace is this node's
     /// MeshName.
     runners: foldhash::HashMap<Box<[u8]>, Route>,
+    /// The same per Channel this node serves, by Channel name.
+    channel_runners: foldhash::HashMap<Box<[u8]>, ChannelRoutes>,
     backlog: AtomicUsize,
     backlog_tx: mpsc::UnboundedSender<DispatchItem>,
 }
@@ -73,6 +78,12 @@ struct Route {
     kinds: [Option<mpsc::UnboundedSender<Job>>; 2],
 }
 
+/// The runners of one Channel namespace.
+struct ChannelRoutes {
+    name: SharedStr,
+    routes: foldhash::HashMap<Box<[u8]>, Route>,
+}
+
 /// The receiving ends [`Dispatcher::new`] hands to the tasks [`Dispatcher::spawn`] starts.
 pub(crate) struct DispatchTasks {
     backlog_rx: mpsc::UnboundedReceiver<DispatchItem>,
@@ -80,24 +91,28 @@ pub(crate) struct DispatchTasks {
 }
 
 impl Dispatcher {
-    pub(crate) fn new(handlers: HashMap<HandlerKey, (Handler, usize)>) -> (Self, DispatchTasks) {
-        let mut runners: foldhash::HashMap<Box<[u8]>, Route> = foldhash::HashMap::default();
+    pub(crate) fn new(handlers: BuiltHandlers) -> (Self, DispatchTasks) {
         let mut runner_rx = Vec::new();
-        for (key, (handler, concurrency)) in handlers {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let route = runners
-                .entry(key.packet_name.as_bytes().into())
-                .or_insert_with(|| Route {
-                    name: SharedStr::from(key.packet_name.clone()),
-                    kinds: [None, None],
-                });
-            route.kinds[kind_index(key.kind)] = Some(tx);
-            runner_rx.push((handler, concurrency, rx));
-        }
+        let runners = routes_of(handlers.node, &mut runner_rx);
+        let channel_runners = handlers
+            .channels
+            .into_iter()
+            .map(|(name, table)| {
+                let routes = routes_of(table, &mut runner_rx);
+                (
+                    name.as_bytes().into(),
+                    ChannelRoutes {
+                        name: SharedStr::from(name),
+                        routes,
+                    },
+                )
+            })
+            .collect();
         let (backlog_tx, backlog_rx) = mpsc::unbounded_channel();
         (
             Self {
                 runners,
+                channel_runners,
                 backlog: AtomicUsize::new(0),
                 backlog_tx,
             },
@@ -151,6 +166,7 @@ impl Dispatcher {
         let DispatchItem {
             conn,
             request,
+            channel,
             metadata,
             payload,
             ..
@@ -162,7 +178,14 @@ impl Dispatcher {
         };
         let source = Arc::clone(conn.peer_shared());
         drop(conn);
-        let route = self.runners.get(payload.packet_name.as_bytes());
+        let (routes, channel) = match &channel {
+            None => (Some(&self.runners), None),
+            Some(c) => match self.channel_runners.get(c.as_bytes()) {
+                Some(cr) => (Some(&cr.routes), Some(cr.name.clone())),
+                None => (None, None),
+            },
+        };
+        let route = routes.and_then(|r| r.get(payload.packet_name.as_bytes()));
         let runner = route.and_then(|r| Some((&r.name, r.kinds[kind_index(kind)].as_ref()?)));
         let Some((name, tx)) = runner else {
             inner.metrics.no_handler.fetch_add(1, Ordering::Relaxed);
@@ -188,6 +211,7 @@ impl Dispatcher {
                 .as_ref()
                 .map(|r| UNIX_EPOCH + Duration::from_millis(r.deadline_unix_ms)),
             packet_name: name.clone(),
+            channel,
         };
         let _ = tx.send(Job {
             ctx,
@@ -231,6 +255,26 @@ async fn credit_on_resume(inner: Arc<Inner>) {
             }
         }
     }
+}
+
+/// Route table of one namespace; each handler gets its runner channel.
+fn routes_of(
+    table: HashMap<HandlerKey, (Handler, usize)>,
+    runner_rx: &mut Vec<(Handler, usize, mpsc::UnboundedReceiver<Job>)>,
+) -> foldhash::HashMap<Box<[u8]>, Route> {
+    let mut runners: foldhash::HashMap<Box<[u8]>, Route> = foldhash::HashMap::default();
+    for (key, (handler, concurrency)) in table {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let route = runners
+            .entry(key.packet_name.as_bytes().into())
+            .or_insert_with(|| Route {
+                name: SharedStr::from(key.packet_name.clone()),
+                kinds: [None, None],
+            });
+        route.kinds[kind_index(key.kind)] = Some(tx);
+        runner_rx.push((handler, concurrency, rx));
+    }
+    runners
 }
 
 fn kind_index(kind: MessageKind) -> usize {

@@ -67,6 +67,9 @@ pub struct MessageContext {
     pub deadline: Option<SystemTime>,
     /// The packet name.
     pub packet_name: SharedStr,
+    /// The RouteMesh Channel the message was selected for (`None` for node direct): the
+    /// handler namespace it was looked up in (glossary §7 "Handler namespace").
+    pub channel: Option<SharedStr>,
 }
 
 /// Boxed future returned by handlers.
@@ -103,19 +106,30 @@ pub(crate) struct HandlerKey {
     pub packet_name: String,
 }
 
-/// Node-direct handlers of one MeshNode (namespace = its MeshName), built before start.
+/// Handlers of one MeshNode, built before start: node-direct handlers (namespace = its
+/// MeshName) and, through [`Handlers::channel`], one separate namespace per RouteMesh Channel
+/// the node serves (glossary §7 "Handler namespace": Node direct and ChannelName handlers never
+/// share a key space).
 #[derive(Clone, Default)]
 pub struct Handlers {
     map: HashMap<HandlerKey, (Handler, usize)>,
     duplicate: Option<MeshConfigError>,
+    channels: std::collections::BTreeMap<String, Handlers>,
 }
 
 impl std::fmt::Debug for Handlers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Handlers")
             .field("count", &self.map.len())
+            .field("channels", &self.channels.keys().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// Frozen handler tables: node direct plus one table per Channel namespace.
+pub(crate) struct BuiltHandlers {
+    pub node: HashMap<HandlerKey, (Handler, usize)>,
+    pub channels: std::collections::BTreeMap<String, HashMap<HandlerKey, (Handler, usize)>>,
 }
 
 /// Encode a JSON message into a typed payload.
@@ -287,14 +301,35 @@ impl Handlers {
         self
     }
 
-    /// Number of handlers.
+    /// The handler namespace of RouteMesh Channel `name`: handlers registered on the returned
+    /// value answer `channel_send` / `channel_request` selected for this node as a Server of
+    /// that Channel, never node-direct messages (and the reverse). The node must have a Server
+    /// membership for `name` in its configuration, or start fails.
+    pub fn channel(&mut self, name: &str) -> &mut Handlers {
+        self.channels.entry(name.to_owned()).or_default()
+    }
+
+    /// Number of node-direct handlers (Channel namespaces not counted).
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
-    /// Whether there are none.
+    /// Whether there are no node-direct handlers.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// Freeze every namespace: node direct as `mesh_name`, Channels under their names. Fails on
+    /// the first duplicate registration.
+    pub(crate) fn build_all(mut self, mesh_name: &str) -> Result<BuiltHandlers, MeshConfigError> {
+        let channels = std::mem::take(&mut self.channels)
+            .into_iter()
+            .map(|(name, h)| h.build(&name).map(|m| (name, m)))
+            .collect::<Result<_, _>>()?;
+        Ok(BuiltHandlers {
+            node: self.build(mesh_name)?,
+            channels,
+        })
     }
 
     /// Freeze for a node of `namespace`, failing on the first duplicate registration.
@@ -302,6 +337,15 @@ impl Handlers {
         self,
         namespace: &str,
     ) -> Result<HashMap<HandlerKey, (Handler, usize)>, MeshConfigError> {
+        if !self.channels.is_empty() {
+            return Err(MeshConfigError::Invalid {
+                field: "handlers",
+                reason: format!(
+                    "Channel namespaces cannot be nested (inside {namespace:?}: {:?})",
+                    self.channels.keys().collect::<Vec<_>>()
+                ),
+            });
+        }
         if let Some(dup) = self.duplicate {
             return Err(match dup {
                 MeshConfigError::DuplicateHandler {

@@ -21,8 +21,8 @@ use tokio::task::JoinHandle;
 use zlink_protocol::codec::Writer;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
-    ChannelRole, CommandBody, NodeDescriptor, NodeFence, NodeRequest, NodeSend, RequestHeader,
-    RuntimeState, Update,
+    ChannelRequest, ChannelRole, ChannelSend, CommandBody, NodeDescriptor, NodeFence, NodeRequest,
+    NodeSend, RequestHeader, RuntimeState, Update,
 };
 use zlink_protocol::ids;
 use zlink_protocol::metadata::Metadata;
@@ -42,6 +42,7 @@ use crate::call::error::{CallError, ErrorKind};
 use crate::call::ids::{CorrelationIdAllocator, OperationIdAllocator, ReplyRouteIdAllocator};
 use crate::call::pending::{PeerRef, PendingKey, PendingTable};
 use crate::jobs::JobQueue;
+use crate::select::SmoothWeighted;
 use crate::transport::header::Packed;
 use crate::transport::pump::{Pump, PumpConfig, PumpHandle};
 
@@ -153,6 +154,15 @@ pub(crate) struct Inner {
     pub faults: Faults,
     /// Key of the OperationId salt (per lifecycle, from the CSPRNG).
     pub op_key: ring::hmac::Key,
+    /// Select-one state of every Channel this node is registered on (Client or Server).
+    pub selectors: Mutex<foldhash::HashMap<String, ChannelSelector>>,
+}
+
+/// Smooth weighted round-robin state of one Channel, with the peer-table version its
+/// candidate set was built from.
+pub(crate) struct ChannelSelector {
+    version: Option<u64>,
+    selector: SmoothWeighted<String>,
 }
 
 /// Fault injection for tests and chaos drills (see [`MeshNode::set_frozen`]).
@@ -205,6 +215,70 @@ impl Inner {
 
     pub fn notify_peers_changed(&self) {
         self.peer_change.send_modify(|v| *v += 1);
+    }
+
+    /// Select-one (glossary §7): pick the Server of `channel` that gets this message, among
+    /// ready peers whose admitted descriptor has a positive-weight Server membership of the
+    /// Channel and state `Serving` (draining and other states take no new work), by smooth
+    /// weighted round-robin; return its connection. The caller submits on exactly that
+    /// connection and never resubmits elsewhere.
+    pub fn select_channel(&self, channel: &str) -> Result<ConnRef, CallError> {
+        let version = *self.peer_change.borrow();
+        let mut selectors = self
+            .selectors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(s) = selectors.get_mut(channel) else {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "channel {channel:?} is not registered on this node (it needs a Client or \
+                     Server membership)"
+                ),
+            ));
+        };
+        let peers = self.peers();
+        if s.version != Some(version) {
+            // The candidate set changes only with admitted descriptors and updates; ordered by
+            // RID so ties resolve the same way on every run.
+            let mut candidates: Vec<(String, u16)> =
+                peers
+                    .iter()
+                    .filter_map(|(rid, e)| {
+                        let m =
+                            e.descriptor.as_ref()?.channels.iter().find(|m| {
+                                m.channel_name == channel && m.role == ChannelRole::Server
+                            })?;
+                        Some((rid.clone(), m.weight.min(crate::select::MAX_WEIGHT)))
+                    })
+                    .collect();
+            candidates.sort();
+            if s.selector.set_candidates(candidates).is_ok() {
+                s.version = Some(version);
+            }
+        }
+        let picked = s.selector.pick_filtered(|rid| {
+            peers.get(rid).is_some_and(|e| {
+                e.state == PeerState::Ready
+                    && e.conn.is_some()
+                    && e.descriptor
+                        .as_ref()
+                        .is_some_and(|d| d.state == RuntimeState::Serving)
+            })
+        });
+        let conn = picked
+            .and_then(|rid| peers.get(&rid))
+            .and_then(|e| e.conn.clone());
+        conn.ok_or_else(|| {
+            CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "no ready, serving Server with a positive weight for channel {channel:?} in \
+                     mesh {}",
+                    self.config.mesh_name
+                ),
+            )
+        })
     }
 
     /// The admitted connection to `rid`, if ready.
@@ -358,7 +432,36 @@ impl MeshNode {
         store: Option<Arc<dyn DiscoveryBackend>>,
     ) -> Result<Self, MeshError> {
         config.validate()?;
-        let handler_map = handlers.build(&config.mesh_name)?;
+        let handler_map = handlers.build_all(&config.mesh_name)?;
+        for name in handler_map.channels.keys() {
+            if !config
+                .channels
+                .iter()
+                .any(|c| &c.channel_name == name && c.role == ChannelRole::Server)
+            {
+                return Err(MeshConfigError::Invalid {
+                    field: "channels",
+                    reason: format!(
+                        "handlers are registered for channel {name:?}, but this node has no \
+                         Server membership for it"
+                    ),
+                }
+                .into());
+            }
+        }
+        let selectors = config
+            .channels
+            .iter()
+            .map(|c| {
+                (
+                    c.channel_name.clone(),
+                    ChannelSelector {
+                        version: None,
+                        selector: SmoothWeighted::new(),
+                    },
+                )
+            })
+            .collect();
         let jobs = JobQueue::new(config.jobs).map_err(|e| MeshError::Jobs(e.to_string()))?;
         let rid = match &config.rid {
             RidConfig::Automatic { prefix } => {
@@ -484,6 +587,7 @@ impl MeshNode {
                 ring::hmac::HMAC_SHA256,
                 &random_bytes::<32>().map_err(|_| MeshError::Random)?,
             ),
+            selectors: Mutex::new(selectors),
         });
 
         let mut tasks = Vec::new();
@@ -752,9 +856,130 @@ impl MeshNode {
         timeout: Duration,
     ) -> Result<TypedPayload, CallError> {
         self.check_open()?;
+        let conn = self.inner.ready_conn(rid)?;
+        self.request_on(conn, None, payload, metadata, timeout)
+            .await
+    }
+
+    /// Select-one request on RouteMesh Channel `channel` (glossary §7 "Select-one"): one ready,
+    /// serving Server with a positive weight is chosen by smooth weighted round-robin and the
+    /// request is submitted to it in the same operation; it is never resubmitted to another
+    /// Server. The handler runs in the Server's `channel` namespace ([`Handlers::channel`]).
+    ///
+    /// # Errors
+    /// As [`MeshNode::request`]; `InvalidOperation` when this node has no membership of
+    /// `channel`; `Unavailable` when no Server is eligible.
+    pub async fn channel_request<Req: JsonMessage, Resp: JsonMessage>(
+        &self,
+        channel: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, CallError> {
+        let reply = self
+            .channel_request_payload(channel, encode_json(req)?, None, timeout)
+            .await?;
+        decode_json(&reply)
+    }
+
+    /// Select-one request with a typed payload and optional metadata.
+    ///
+    /// # Errors
+    /// As [`MeshNode::channel_request`].
+    pub async fn channel_request_payload(
+        &self,
+        channel: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
+        self.check_open()?;
+        let conn = self.inner.select_channel(channel)?;
+        self.request_on(conn, Some(channel), payload, metadata, timeout)
+            .await
+    }
+
+    /// One-way select-one send on RouteMesh Channel `channel`; completes at source-local
+    /// admission, like [`MeshNode::send`].
+    ///
+    /// # Errors
+    /// `ShuttingDown`; `InvalidOperation` (no membership of `channel`, or encoding);
+    /// `Unavailable` when no Server is eligible.
+    pub async fn channel_send<M: JsonMessage>(
+        &self,
+        channel: &str,
+        msg: &M,
+    ) -> Result<(), CallError> {
+        self.channel_send_payload(channel, encode_json(msg)?, None)
+            .await
+    }
+
+    /// One-way select-one send of a typed payload with optional metadata.
+    ///
+    /// # Errors
+    /// As [`MeshNode::channel_send`].
+    pub async fn channel_send_payload(
+        &self,
+        channel: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.inner.select_channel(channel)?;
+        let mut record = Record::new(CommandBody::ChannelSend(ChannelSend {
+            channel_name: channel.to_owned(),
+            source: self.inner.fence(),
+            target: conn.peer().clone(),
+        }))
+        .with_payload(payload);
+        record.metadata = metadata;
+        self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// Change this node's Server weight for RouteMesh Channel `channel` (0..=10000) and
+    /// announce it to peers by a revision-ordered `update` (wire §4). Weight `0` keeps the node
+    /// out of new selections without cancelling work already submitted to it.
+    ///
+    /// # Errors
+    /// `Configuration` for a weight above 10000; `InvalidOperation` when this node has no
+    /// Server membership of `channel`.
+    pub fn set_channel_weight(&self, channel: &str, weight: u16) -> Result<(), CallError> {
+        if weight > crate::select::MAX_WEIGHT {
+            return Err(CallError::new(
+                ErrorKind::Configuration,
+                format!("channel weight {weight} is outside 0..=10000"),
+            ));
+        }
+        let mut found = false;
+        self.update_descriptor(|d| {
+            for c in &mut d.channels {
+                if c.channel_name == channel && c.role == ChannelRole::Server {
+                    c.weight = weight;
+                    found = true;
+                }
+            }
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!("this node has no Server membership of channel {channel:?}"),
+            ))
+        }
+    }
+
+    /// The request path shared by node direct and select-one: `conn` is the chosen target,
+    /// `channel` names the Channel for a `channelRequest` (`None`: `nodeRequest`).
+    async fn request_on(
+        &self,
+        conn: ConnRef,
+        channel: Option<&str>,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
         let deadline_wall = SystemTime::now() + timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let conn = self.inner.ready_conn(rid)?;
         let (mut operation_id, reply_route_id, correlation_id) = {
             let mut ids = self
                 .inner
@@ -794,17 +1019,26 @@ impl MeshNode {
         let deadline_unix_ms = deadline_wall.duration_since(UNIX_EPOCH).map_or(1, |d| {
             u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
         });
-        let mut record = Record::new(CommandBody::NodeRequest(NodeRequest {
-            request: RequestHeader {
-                operation_id,
-                reply_route_id,
-                correlation_id,
-                deadline_unix_ms,
-            },
-            source: self.inner.fence(),
-            target: conn.peer().clone(),
-        }))
-        .with_payload(payload);
+        let request = RequestHeader {
+            operation_id,
+            reply_route_id,
+            correlation_id,
+            deadline_unix_ms,
+        };
+        let body = match channel {
+            None => CommandBody::NodeRequest(NodeRequest {
+                request,
+                source: self.inner.fence(),
+                target: conn.peer().clone(),
+            }),
+            Some(channel) => CommandBody::ChannelRequest(ChannelRequest {
+                request,
+                channel_name: channel.to_owned(),
+                source: self.inner.fence(),
+                target: conn.peer().clone(),
+            }),
+        };
+        let mut record = Record::new(body).with_payload(payload);
         record.metadata = metadata;
         let sent = tokio::time::timeout_at(
             deadline,
@@ -840,7 +1074,7 @@ impl MeshNode {
                 match expired {
                     Some(_) => Err(CallError::new(
                         ErrorKind::DeadlineExceeded,
-                        format!("no reply from {rid} within {timeout:?}"),
+                        format!("no reply from {} within {timeout:?}", conn.peer().rid),
                     )),
                     None => rx.await.unwrap_or_else(|_| {
                         Err(CallError::new(ErrorKind::ShuttingDown, "node stopped"))

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
-    Admit, CommandBody, Hello, LivenessAck, LivenessProbe, NodeDescriptor, NodeFence, Reject,
-    RejectReason, Topology, Update,
+    Admit, ChannelRole, CommandBody, Hello, LivenessAck, LivenessProbe, NodeDescriptor, NodeFence,
+    Reject, RejectReason, Topology, Update,
 };
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
 use zlink_store::types::LeaseRead;
@@ -733,6 +733,7 @@ impl Reactor {
                 conn,
                 charge: stamp.charge,
                 request: None,
+                channel: None,
                 metadata: None,
                 payload,
             },
@@ -822,7 +823,10 @@ impl Reactor {
         };
         let is_app = matches!(
             record.body,
-            CommandBody::NodeSend(_) | CommandBody::NodeRequest(_)
+            CommandBody::NodeSend(_)
+                | CommandBody::NodeRequest(_)
+                | CommandBody::ChannelSend(_)
+                | CommandBody::ChannelRequest(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -831,6 +835,8 @@ impl Reactor {
             let source = match &record.body {
                 CommandBody::NodeSend(s) => Some(&s.source),
                 CommandBody::NodeRequest(r) => Some(&r.source),
+                CommandBody::ChannelSend(s) => Some(&s.source),
+                CommandBody::ChannelRequest(r) => Some(&r.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -902,6 +908,7 @@ impl Reactor {
                         conn,
                         charge: stamp.charge,
                         request: None,
+                        channel: None,
                         metadata: record.metadata,
                         payload: record.payload.unwrap_or_default(),
                     },
@@ -929,6 +936,71 @@ impl Reactor {
                         conn,
                         charge: stamp.charge,
                         request: Some(r.request),
+                        channel: None,
+                        metadata: record.metadata,
+                        payload: record.payload.unwrap_or_default(),
+                    },
+                );
+            }
+            CommandBody::ChannelSend(s) => {
+                if s.target.rid != self.inner.rid
+                    || s.target.lifecycle_generation != self.inner.lifecycle
+                {
+                    self.inner.metrics.protocol_error("stale_target");
+                    self.consumed(&conn, stamp.charge);
+                    return;
+                }
+                if !self.serves_channel(&s.channel_name) {
+                    // A peer selected us for a Channel we never announced a Server membership
+                    // of: a wire-contract break, counted and never dispatched.
+                    self.inner.metrics.protocol_error("not_channel_server");
+                    self.consumed(&conn, stamp.charge);
+                    return;
+                }
+                self.inner.dispatcher.submit(
+                    &self.inner,
+                    DispatchItem {
+                        conn,
+                        charge: stamp.charge,
+                        request: None,
+                        channel: Some(s.channel_name),
+                        metadata: record.metadata,
+                        payload: record.payload.unwrap_or_default(),
+                    },
+                );
+            }
+            CommandBody::ChannelRequest(r) => {
+                let refusal = if r.target.rid != self.inner.rid
+                    || r.target.lifecycle_generation != self.inner.lifecycle
+                {
+                    Some(CallError::new(
+                        crate::call::error::ErrorKind::StaleRoute,
+                        "request addressed to another lifecycle of this RID",
+                    ))
+                } else if !self.serves_channel(&r.channel_name) {
+                    self.inner.metrics.protocol_error("not_channel_server");
+                    Some(CallError::new(
+                        crate::call::error::ErrorKind::NotFound,
+                        format!(
+                            "node {} is not a Server of channel {:?}",
+                            self.inner.rid, r.channel_name
+                        ),
+                    ))
+                } else {
+                    None
+                };
+                if let Some(err) = refusal {
+                    self.consumed(&conn, stamp.charge);
+                    super::dispatch::send_reply(&self.inner, &r.source, &r.request, Err(err));
+                    return;
+                }
+                self.inner.dispatcher.submit(
+                    &self.inner,
+                    DispatchItem {
+                        conn,
+                        charge: stamp.charge,
+                        request: Some(r.request),
+                        channel: Some(r.channel_name),
                         metadata: record.metadata,
                         payload: record.payload.unwrap_or_default(),
                     },
@@ -961,6 +1033,16 @@ impl Reactor {
                 inc(&self.inner.metrics.unserved_commands);
             }
         }
+    }
+
+    /// Whether this node has a Server membership of `channel` (at any weight: weight `0` and
+    /// draining stop new selection at the senders, not delivery of work already submitted).
+    fn serves_channel(&self, channel: &str) -> bool {
+        self.inner
+            .config
+            .channels
+            .iter()
+            .any(|c| c.channel_name == channel && c.role == ChannelRole::Server)
     }
 
     fn consumed(&self, conn: &Arc<Connection>, charge: u32) {
