@@ -162,6 +162,55 @@ async fn read<H: Harness>(h: &H, key: &AuthorityKey) -> Option<crate::types::Aut
     }
 }
 
+/// `read_route` returns the authority record and its owner's live lease in one read: nothing
+/// for a missing record; the lease while it lives; the record without a lease once the lease
+/// expired by store time (authority itself never expires, routing §2.2).
+pub async fn read_route_returns_the_record_with_its_live_owner_lease<H: Harness>(h: &H) {
+    let s = h.store();
+    let missing = s.read_route(&spot_key(h, "nothing")).await.expect("read");
+    assert!(matches!(missing.authority, AuthorityRead::Missing { .. }));
+    assert_eq!(missing.owner_lease, None);
+
+    let owner = h.unique("short-host");
+    let grant = s.claim_lease(&owner, SHORT).await.expect("claim");
+    let node = NodeRef {
+        mesh: h.unique("mesh"),
+        rid: format!("{owner}-rid"),
+        lifecycle_generation: 7,
+    };
+    let dkey = DescriptorKey {
+        kind: DescriptorKind::MeshNode,
+        scope: node.mesh.clone(),
+        rid: node.rid.clone(),
+    };
+    s.publish_descriptor(&grant.token, &dkey, 7, 1, Bytes::from_static(b"{}"))
+        .await
+        .expect("publish");
+    let target = TestNode {
+        token: grant.token.clone(),
+        node,
+    };
+    let key = spot_key(h, "routed");
+    let committed = ready(h, &key, &target).await;
+    let r = s.read_route(&key).await.expect("read");
+    match &r.authority {
+        AuthorityRead::Found(a) => {
+            assert_eq!(a.state, AuthorityState::Ready);
+            assert_eq!(a.store_version, committed.store_version);
+            assert_eq!(a.owner, grant.token);
+        }
+        AuthorityRead::Missing { .. } => panic!("record missing"),
+    }
+    let lease = r.owner_lease.expect("live lease");
+    assert_eq!(lease.token, grant.token);
+    assert_eq!(lease.lease_expires_at, grant.lease_expires_at);
+
+    h.advance(SHORT + Duration::from_millis(50)).await;
+    let r = s.read_route(&key).await.expect("read after expiry");
+    assert!(matches!(r.authority, AuthorityRead::Found(_)));
+    assert_eq!(r.owner_lease, None, "an expired lease is not returned");
+}
+
 /// Every claim issues a new lease generation, even for the same owner id; the older token is
 /// stale from then on.
 pub async fn claim_issues_a_new_lease_generation_every_time<H: Harness>(h: &H) {
@@ -1017,6 +1066,7 @@ macro_rules! conformance_cases {
     ($make:expr) => {
         $crate::conformance_cases!(@cases $make;
             claim_issues_a_new_lease_generation_every_time,
+            read_route_returns_the_record_with_its_live_owner_lease,
             lease_expires_by_store_time,
             renewal_moves_the_fencing_deadline,
             release_takes_descriptors_and_claims_with_it,

@@ -34,8 +34,8 @@ use crate::error::Result;
 use crate::types::{
     AggregateOp, AuthorityKey, AuthorityRead, AuthoritySnapshot, AuthorityState, CapacityLimits,
     CapacityUse, DescriptorKey, DescriptorKind, DescriptorRecord, LeaseGrant, LeaseRead, NodeRef,
-    OwnerFence, OwnerToken, PublishOutcome, Reservation, ReserveRequest, StoreTime, StoredPayload,
-    TermLease, TransferOwner,
+    OwnerFence, OwnerToken, PublishOutcome, Reservation, ReserveRequest, RouteRead, StoreTime,
+    StoredPayload, TermLease, TransferOwner,
 };
 
 /// The Location Store (glossary §1): owner leases, descriptors, RID claims, capacity and durable
@@ -168,6 +168,10 @@ pub trait LocationStore: Send + Sync + 'static {
         &self,
         key: &AuthorityKey,
     ) -> impl Future<Output = Result<AuthorityRead>> + Send;
+
+    /// Read the authority record of `key` and the live lease of its owner ID in one round
+    /// trip (the resolver's only read; routing §2.1–§2.2).
+    fn read_route(&self, key: &AuthorityKey) -> impl Future<Output = Result<RouteRead>> + Send;
 
     /// Reserve a creation (state Missing → Creating, allocation Pending).
     ///

@@ -16,9 +16,9 @@ use crate::location::{LocationStore, RelocationStore};
 use crate::types::{
     AggregateOp, Allocation, AllocationState, AuthorityKey, AuthorityRead, AuthoritySnapshot,
     AuthorityState, CapacityLimits, CapacityUse, DescriptorKey, DescriptorKind, DescriptorRecord,
-    LeaseGrant, LeaseRead, NodeRef, ObjectKind, OwnerFence, OwnerToken, PendingCreation,
-    PublishOutcome, Reservation, ReserveRequest, StoreTime, StoredPayload, TermLease,
-    TransferOwner,
+    LeaseGrant, LeaseRead, NodeRef, ObjectKind, OwnerFence, OwnerLeaseState, OwnerToken,
+    PendingCreation, PublishOutcome, Reservation, ReserveRequest, RouteRead, StoreTime,
+    StoredPayload, TermLease, TransferOwner,
 };
 
 /// How long a reservation ID is remembered for replay after it was issued (store time).
@@ -624,6 +624,31 @@ impl LocationStore for MemoryStore {
         Ok(match st.authority.get(key) {
             Some(r) => AuthorityRead::Found(Box::new(st.snapshot(key, r, now))),
             None => AuthorityRead::Missing { store_now: now },
+        })
+    }
+
+    async fn read_route(&self, key: &AuthorityKey) -> Result<RouteRead> {
+        let (st, now) = self.lock()?;
+        let Some(r) = st.authority.get(key) else {
+            return Ok(RouteRead {
+                authority: AuthorityRead::Missing { store_now: now },
+                owner_lease: None,
+            });
+        };
+        let snapshot = st.snapshot(key, r, now);
+        let owner_lease = match st.leases.get(&snapshot.owner.owner_id) {
+            Some((g, exp)) if *exp > now => Some(OwnerLeaseState {
+                token: OwnerToken {
+                    owner_id: snapshot.owner.owner_id.clone(),
+                    lease_generation: *g,
+                },
+                lease_expires_at: *exp,
+            }),
+            _ => None,
+        };
+        Ok(RouteRead {
+            authority: AuthorityRead::Found(Box::new(snapshot)),
+            owner_lease,
         })
     }
 

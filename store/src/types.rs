@@ -354,6 +354,28 @@ pub enum AuthorityRead {
     },
 }
 
+/// The owner lease named by an authority record, as read in the same store round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerLeaseState {
+    /// The live lease of the record's owner ID (its generation may differ from the record's
+    /// owner token when the host restarted; the reader compares).
+    pub token: OwnerToken,
+    /// Store-time expiry.
+    pub lease_expires_at: StoreTime,
+}
+
+/// Result of [`crate::LocationStore::read_route`]: the authority record and, when it exists,
+/// the live lease of its owner ID — one round trip, so the positive route cache can fix the
+/// owner-lease admission deadline of a Ready route without a second read (routing §2.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteRead {
+    /// The authority record in any state.
+    pub authority: AuthorityRead,
+    /// The live lease of the record's owner ID; `None` when there is no record or no live
+    /// lease for that owner ID (by store time).
+    pub owner_lease: Option<OwnerLeaseState>,
+}
+
 /// Owner fence (glossary §1): every conditional change of an existing record names the exact
 /// StoreVersion, ObjectGeneration, AuthorityOwnerGeneration and owner token it read.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

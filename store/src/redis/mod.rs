@@ -32,9 +32,9 @@ use crate::memory::RESERVATION_REPLAY_RETENTION;
 use crate::types::{
     AggregateOp, Allocation, AllocationState, AuthorityKey, AuthorityRead, AuthoritySnapshot,
     AuthorityState, CapacityLimits, CapacityUse, ContentReceipt, DescriptorKey, DescriptorKind,
-    DescriptorRecord, LeaseGrant, LeaseRead, NodeRef, ObjectKind, OwnerFence, OwnerToken,
-    PendingCreation, PublishOutcome, Reservation, ReserveRequest, StoreTime, StoredPayload,
-    TargetFence, TermLease, TransferOwner, duration_ms,
+    DescriptorRecord, LeaseGrant, LeaseRead, NodeRef, ObjectKind, OwnerFence, OwnerLeaseState,
+    OwnerToken, PendingCreation, PublishOutcome, Reservation, ReserveRequest, RouteRead, StoreTime,
+    StoredPayload, TargetFence, TermLease, TransferOwner, duration_ms,
 };
 
 /// Longest TTL or retention the provider accepts, in milliseconds (about 35,000 years); longer
@@ -92,6 +92,7 @@ struct Scripts {
     set_limits: Script,
     capacity_use: Script,
     read_authority: Script,
+    read_route: Script,
     reserve: Script,
     commit_ready: Script,
     abort: Script,
@@ -122,6 +123,7 @@ impl Scripts {
             capacity_use: script!("capacity_use.lua"),
             // Standalone: the hottest read skips the common.lua prelude.
             read_authority: Script::new(include_str!("read_authority.lua")),
+            read_route: Script::new(include_str!("read_route.lua")),
             reserve: script!("reserve.lua"),
             commit_ready: script!("commit_ready.lua"),
             abort: script!("abort.lua"),
@@ -135,7 +137,7 @@ impl Scripts {
         }
     }
 
-    fn all(&self) -> [&Script; 24] {
+    fn all(&self) -> [&Script; 25] {
         [
             &self.claim_lease,
             &self.renew_lease,
@@ -151,6 +153,7 @@ impl Scripts {
             &self.set_limits,
             &self.capacity_use,
             &self.read_authority,
+            &self.read_route,
             &self.reserve,
             &self.commit_ready,
             &self.abort,
@@ -989,6 +992,40 @@ impl LocationStore for RedisStore {
             &r.string(1)?,
             store_now,
         )?)))
+    }
+
+    async fn read_route(&self, key: &AuthorityKey) -> Result<RouteRead> {
+        let s = &self.inner.scripts;
+        let r = self
+            .eval(
+                &s.read_route,
+                &[format!("a:{}", key.as_str())],
+                vec![a(key.as_str())],
+            )
+            .await?;
+        let store_now = r.time(0)?;
+        if r.len() < 2 {
+            return Ok(RouteRead {
+                authority: AuthorityRead::Missing { store_now },
+                owner_lease: None,
+            });
+        }
+        let record = decode_record(&r.string(1)?, store_now)?;
+        let owner_lease = if r.len() >= 4 {
+            Some(OwnerLeaseState {
+                token: OwnerToken {
+                    owner_id: record.owner.owner_id.clone(),
+                    lease_generation: r.u64(2)?,
+                },
+                lease_expires_at: r.time(3)?,
+            })
+        } else {
+            None
+        };
+        Ok(RouteRead {
+            authority: AuthorityRead::Found(Box::new(record)),
+            owner_lease,
+        })
     }
 
     async fn reserve(&self, req: &ReserveRequest) -> Result<Reservation> {
