@@ -21,6 +21,8 @@
 //! - [`call`] — request/reply correlation, deadlines, exactly-one terminal completion (pure).
 //! - [`jobs`] — the application job queue with pause/resume pressure.
 //! - [`select`] — smooth weighted round-robin selection (pure).
+//! - [`routing`] — the resolver (`ReadyRoute` / `Missing` / `Unavailable` / `StoreFailure`)
+//!   and the positive route cache with its fences and invalidation triggers.
 //!
 //! The Location Store and Relocation Store live in the `zlink-store` crate.
 //!
@@ -29,8 +31,7 @@
 //! - channels — select-one, ClientServer Channel and classic fanout on top of [`mesh`].
 //! - `object` — Spots, Actors, factories, serialized execution queues and timers kept as data
 //!   (so relocation can capture them), creation and cold activation.
-//! - `routing` — the resolver with its four closed results (`ReadyRoute`, `Missing`,
-//!   `Unavailable`, `StoreFailure`), the positive route cache and Message Follow.
+//! - Message Follow (relay of messages that reach a previous owner) on top of [`routing`].
 //! - `relocation` — host `Relocate`, capture/restore, chunked state transfer, target-only
 //!   cutover CAS and `SafeToShutdown`.
 //! - `session` — client STREAM sessions, Actor binding and session relocation (wire 42/43/44).
@@ -50,5 +51,6 @@ pub mod call;
 pub mod config;
 pub mod jobs;
 pub mod mesh;
+pub mod routing;
 pub mod select;
 pub mod transport;

@@ -101,6 +101,12 @@ const _: () = assert!(DEFAULT_WEIGHT > 0 && DEFAULT_WEIGHT <= MAX_WEIGHT);
 const _: () = assert!(JOB_QUEUE_RESUME_PERCENT < JOB_QUEUE_PAUSE_PERCENT);
 const _: () = assert!(JOB_QUEUE_PAUSE_PERCENT <= 100);
 
+/// Fencing margin (glossary §8 "Fencing deadline"): an owner whose lease renewals fail stops
+/// admitting new work this long before its last valid lease deadline, and a positive route
+/// cache entry never outlives that admission deadline (routing §2.2). It must exceed the worst
+/// clock step between a host's timer and the store's clock plus one store round trip.
+pub const FENCING_MARGIN: Duration = Duration::from_secs(2);
+
 #[cfg(test)]
 mod tests {
     use super::*;
