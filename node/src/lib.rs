@@ -21,6 +21,8 @@
 //! - [`call`] — request/reply correlation, deadlines, exactly-one terminal completion (pure).
 //! - [`jobs`] — the application job queue with pause/resume pressure.
 //! - [`select`] — smooth weighted round-robin selection (pure).
+//! - [`object`] — the pure cores of object execution: execution queues with lanes, yield debt
+//!   and capture; timers as data; the dispatch table with the relocation hooks.
 //! - [`routing`] — the resolver (`ReadyRoute` / `Missing` / `Unavailable` / `StoreFailure`)
 //!   and the positive route cache with its fences and invalidation triggers.
 //!
@@ -51,6 +53,7 @@ pub mod call;
 pub mod config;
 pub mod jobs;
 pub mod mesh;
+pub mod object;
 pub mod routing;
 pub mod select;
 pub mod transport;

@@ -1,0 +1,17 @@
+//! Spots and Actors (glossary §1–§3, §5; routing `000_…` §2): the pure cores of object
+//! execution, built for relocation.
+//!
+//! - [`queue`] — one serialized execution queue per object incarnation: application and
+//!   lifecycle lanes, yield debt, turns, `Yield`/resume, capture at a handler boundary.
+//! - [`timers`] — timers held as data (due time, period, payload), captured with their remaining
+//!   time in the durable `relocation-envelope-v1` form.
+//! - [`table`] — the node's dispatch table: temporary queue before instance, admission seal
+//!   with an unbounded ingress hold, queues that exist before the instance, the atomic switch
+//!   from a temporary queue to the real one.
+//!
+//! The runtime shell (handler turns on tokio, factories, creation, ID-addressed calls) builds
+//! on these; see `docs/architecture.md`, "Objects".
+
+pub mod queue;
+pub mod table;
+pub mod timers;
