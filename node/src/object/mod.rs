@@ -12,6 +12,7 @@
 //! The runtime shell (handler turns on tokio, factories, creation, ID-addressed calls) builds
 //! on these; see `docs/architecture.md`, "Objects".
 
+pub mod exec;
 pub mod queue;
 pub mod table;
 pub mod timers;

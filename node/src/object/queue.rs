@@ -413,11 +413,17 @@ mod tests {
         let mut q = ExecQueue::new();
         q.push(Lane::Application, "slow");
         q.push(Lane::Application, "b");
-        assert!(matches!(q.next_turn(), Some(Picked::Work { item: "slow", .. })));
+        assert!(matches!(
+            q.next_turn(),
+            Some(Picked::Work { item: "slow", .. })
+        ));
         let t = q.yield_turn().unwrap();
         assert!(!q.at_boundary());
         // "b" runs while "slow" waits; "c" arrives meanwhile.
-        assert!(matches!(q.next_turn(), Some(Picked::Work { item: "b", .. })));
+        assert!(matches!(
+            q.next_turn(),
+            Some(Picked::Work { item: "b", .. })
+        ));
         q.push(Lane::Application, "c");
         q.resume(t).unwrap();
         assert_eq!(q.resume(t), Err(QueueError::UnknownToken(t)));
@@ -433,7 +439,10 @@ mod tests {
         q.push(Lane::Application, "m1");
         q.push(Lane::Lifecycle, "join");
         q.push(Lane::Application, "m2");
-        assert!(matches!(q.next_turn(), Some(Picked::Work { item: "join", .. })));
+        assert!(matches!(
+            q.next_turn(),
+            Some(Picked::Work { item: "join", .. })
+        ));
         assert_eq!(q.capture(), Err(QueueError::NotAtBoundary(0)));
         let t = q.yield_turn().unwrap();
         assert_eq!(q.capture(), Err(QueueError::NotAtBoundary(1)));

@@ -1,0 +1,502 @@
+//! The execution shell of one object incarnation: handler turns on tokio over the pure
+//! [`ExecQueue`], timers from [`TimerSet`], `Async` and `Yield` (glossary §3 "Handler turn",
+//! "Spot turn", "Async와 Yield"; §5 "Object execution queue").
+//!
+//! # State and turns
+//!
+//! The object's state `S` lives behind a `std::sync::Mutex`; a handler reaches it through
+//! [`Ctx::state`]. The guard is not `Send`, so a handler future that kept it across an `.await`
+//! would not be `Send` and would not compile as a handler: state is borrowed only between
+//! awaits, by construction. Turns never overlap (the executor hands out the next item only when
+//! the running turn ended), so the lock is never contended by two handlers.
+//!
+//! - **Async** is a plain `.await` inside a handler: the turn stays with the handler until it
+//!   returns, so nothing else of the object runs meanwhile.
+//! - **Yield** is [`Ctx::yield_on`]: the turn goes back while the given future runs, other queue
+//!   work runs (and may change the state), and the handler continues in a new turn queued
+//!   behind the work accepted before its result arrived. Only executors started in
+//!   [`ExecMode::Yielding`] (SpotWide User Spots and Instance Spots) allow it; elsewhere it is
+//!   `InvalidOperation` and the turn is kept.
+//!
+//! # Timers
+//!
+//! [`Ctx::timer_once`] / [`Ctx::timer_every`] arm timers held as data. A due timer becomes a
+//! tick on the application lane, so it runs as a turn of its own, never concurrently with a
+//! handler, and is delivered to the send handler of its packet name.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use zlink_protocol::envelope::TypedPayload;
+
+use super::queue::{ExecQueue, Lane, Picked, ResumeToken};
+use super::timers::{Tick, TimerSet};
+use crate::call::error::{CallError, ErrorKind};
+use crate::mesh::handler::{BoxFuture, JSON_CONTENT_TYPE, JsonMessage, decode_json, encode_json};
+
+/// Whether handlers of an object may [`Ctx::yield_on`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// Actors, Entry Spots, PerActor User Spots: a turn is held to the end.
+    Serial,
+    /// SpotWide User Spots and Instance Spots: a turn may be given back with `Yield`.
+    Yielding,
+}
+
+type Reply = oneshot::Sender<Result<TypedPayload, CallError>>;
+
+/// One unit of queue work.
+pub(crate) enum Work {
+    Send(TypedPayload),
+    Request(TypedPayload, Reply),
+    Tick(Tick),
+}
+
+type SendFn<S> =
+    Arc<dyn Fn(Ctx<S>, TypedPayload) -> BoxFuture<Result<(), CallError>> + Send + Sync>;
+type RequestFn<S> =
+    Arc<dyn Fn(Ctx<S>, TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>> + Send + Sync>;
+
+/// The typed handlers of one object type, by packet name.
+pub struct ObjectHandlers<S> {
+    sends: HashMap<String, SendFn<S>>,
+    requests: HashMap<String, RequestFn<S>>,
+}
+
+impl<S> Default for ObjectHandlers<S> {
+    fn default() -> Self {
+        Self {
+            sends: HashMap::new(),
+            requests: HashMap::new(),
+        }
+    }
+}
+
+impl<S: Send + 'static> ObjectHandlers<S> {
+    /// No handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One-way handler (also receives timer ticks of `M`'s packet name).
+    pub fn on_send<M, F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        M: JsonMessage,
+        F: Fn(Ctx<S>, M) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), CallError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let h: SendFn<S> = Arc::new(move |ctx, p| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                let m: M = decode_json(&p)?;
+                f(ctx, m).await
+            })
+        });
+        self.sends.insert(M::PACKET_NAME.to_owned(), h);
+        self
+    }
+
+    /// Request handler answered with `R`.
+    pub fn on_request<M, R, F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        M: JsonMessage,
+        R: JsonMessage,
+        F: Fn(Ctx<S>, M) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, CallError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let h: RequestFn<S> = Arc::new(move |ctx, p| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                let m: M = decode_json(&p)?;
+                encode_json(&f(ctx, m).await?)
+            })
+        });
+        self.requests.insert(M::PACKET_NAME.to_owned(), h);
+        self
+    }
+}
+
+/// Counters of one executor.
+#[derive(Debug, Default)]
+pub struct ExecStats {
+    /// Turns started (new items and resumed continuations).
+    pub turns: AtomicU64,
+    /// Timer ticks queued.
+    pub ticks: AtomicU64,
+    /// Items that found no handler.
+    pub no_handler: AtomicU64,
+    /// Handlers that panicked (their requests end with `HandlerFailed`).
+    pub panics: AtomicU64,
+}
+
+enum TurnEnd {
+    Complete,
+    Yielded,
+}
+
+type Ender = oneshot::Sender<TurnEnd>;
+
+struct Shared<S> {
+    state: Mutex<S>,
+    queue: Mutex<ExecQueue<Work>>,
+    timers: Mutex<TimerSet>,
+    resume: Mutex<HashMap<ResumeToken, oneshot::Sender<Ender>>>,
+    wake: Notify,
+    handlers: ObjectHandlers<S>,
+    mode: ExecMode,
+    epoch: Instant,
+    closed: AtomicBool,
+    stats: ExecStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<S> Shared<S> {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn push(&self, work: Work) -> Result<(), CallError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
+        }
+        lock(&self.queue).push(Lane::Application, work);
+        self.wake.notify_one();
+        Ok(())
+    }
+}
+
+/// What a handler sees: the object's state and its turn.
+pub struct Ctx<S> {
+    shared: Arc<Shared<S>>,
+    ender: Arc<Mutex<Option<Ender>>>,
+}
+
+impl<S> Clone for Ctx<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            ender: Arc::clone(&self.ender),
+        }
+    }
+}
+
+impl<S: Send + 'static> Ctx<S> {
+    /// The object's state, for the current turn. Drop the guard before the next `.await` (the
+    /// compiler insists: a handler future holding it is not `Send`).
+    pub fn state(&self) -> MutexGuard<'_, S> {
+        lock(&self.shared.state)
+    }
+
+    /// `Yield`: give the turn back while `fut` runs, then continue in a new turn.
+    ///
+    /// # Errors
+    /// `InvalidOperation` in an [`ExecMode::Serial`] object (the turn is kept; `fut` is not
+    /// polled).
+    pub async fn yield_on<F: Future>(&self, fut: F) -> Result<F::Output, CallError> {
+        if self.shared.mode != ExecMode::Yielding {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                "Yield is allowed only in SpotWide User Spots and Instance Spots",
+            ));
+        }
+        let token = lock(&self.shared.queue)
+            .yield_turn()
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let (grant_tx, grant_rx) = oneshot::channel();
+        lock(&self.shared.resume).insert(token, grant_tx);
+        self.end_turn(TurnEnd::Yielded);
+        let out = fut.await;
+        // Queue the continuation behind what was accepted meanwhile, then wait for its turn.
+        let _ = lock(&self.shared.queue).resume(token);
+        self.shared.wake.notify_one();
+        let ender = grant_rx
+            .await
+            .map_err(|_| CallError::new(ErrorKind::ShuttingDown, "object closed"))?;
+        *lock(&self.ender) = Some(ender);
+        Ok(out)
+    }
+
+    /// Arm one-shot timer `id`: `msg` is delivered to its send handler after `delay`.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for ID 0, an ID already armed, or a message that does not encode.
+    pub fn timer_once<M: JsonMessage>(
+        &self,
+        id: u64,
+        delay: Duration,
+        msg: &M,
+    ) -> Result<(), CallError> {
+        let p = encode_json(msg)?;
+        let due = self.shared.now_ms().saturating_add(millis(delay));
+        lock(&self.shared.timers)
+            .once(id, due, M::PACKET_NAME, p.payload)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Arm periodic timer `id`: `msg` every `period`, the first after one period.
+    ///
+    /// # Errors
+    /// As [`Ctx::timer_once`]; a zero period too.
+    pub fn timer_every<M: JsonMessage>(
+        &self,
+        id: u64,
+        period: Duration,
+        msg: &M,
+    ) -> Result<(), CallError> {
+        let p = encode_json(msg)?;
+        let period_ms = millis(period);
+        let due = self.shared.now_ms().saturating_add(period_ms);
+        lock(&self.shared.timers)
+            .periodic(id, due, period_ms, M::PACKET_NAME, p.payload)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Cancel timer `id`; `true` if it was armed.
+    pub fn cancel_timer(&self, id: u64) -> bool {
+        lock(&self.shared.timers).cancel(id)
+    }
+
+    fn end_turn(&self, how: TurnEnd) {
+        if let Some(tx) = lock(&self.ender).take() {
+            let _ = tx.send(how);
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One running object incarnation: its queue, timers and the task that hands out turns.
+pub struct ObjectExecutor<S> {
+    shared: Arc<Shared<S>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<S: Send + 'static> ObjectExecutor<S> {
+    /// Start an executor over `state` (must be called inside a tokio runtime).
+    pub fn start(state: S, handlers: ObjectHandlers<S>, mode: ExecMode) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            queue: Mutex::new(ExecQueue::new()),
+            timers: Mutex::new(TimerSet::new()),
+            resume: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+            handlers,
+            mode,
+            epoch: Instant::now(),
+            closed: AtomicBool::new(false),
+            stats: ExecStats::default(),
+        });
+        let task = tokio::spawn(run(Arc::clone(&shared)));
+        Self {
+            shared,
+            task: Mutex::new(Some(task)),
+        }
+    }
+
+    /// Accept one-way message `msg` into the queue (source-local admission).
+    ///
+    /// # Errors
+    /// `Unavailable` after close; `InvalidOperation` when `msg` does not encode.
+    pub fn send<M: JsonMessage>(&self, msg: &M) -> Result<(), CallError> {
+        self.shared.push(Work::Send(encode_json(msg)?))
+    }
+
+    /// Accept request `msg` and wait for its single terminal reply.
+    ///
+    /// # Errors
+    /// The handler's error; `NotFound` without a handler; `Unavailable` when the object closed
+    /// before the request ran; `HandlerFailed` when the handler panicked.
+    pub async fn request<M: JsonMessage, R: JsonMessage>(&self, msg: &M) -> Result<R, CallError> {
+        let (tx, rx) = oneshot::channel();
+        self.shared.push(Work::Request(encode_json(msg)?, tx))?;
+        let reply = rx
+            .await
+            .map_err(|_| CallError::new(ErrorKind::Unavailable, "object closed"))??;
+        decode_json(&reply)
+    }
+
+    /// Read the state outside any handler (inspection, tests).
+    pub fn with_state<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(&lock(&self.shared.state))
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ExecStats {
+        &self.shared.stats
+    }
+
+    /// Items waiting in the queue.
+    pub fn queued(&self) -> usize {
+        lock(&self.shared.queue).len()
+    }
+
+    /// Stop: no new work is accepted; waiting requests end with `Unavailable`. A turn that is
+    /// running is not interrupted.
+    pub async fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+        let task = lock(&self.task).take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        for w in lock(&self.shared.queue).drain() {
+            if let Work::Request(_, reply) = w {
+                let _ = reply.send(Err(CallError::new(ErrorKind::Unavailable, "object closed")));
+            }
+        }
+    }
+}
+
+impl<S> Drop for ObjectExecutor<S> {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        if let Some(t) = lock(&self.task).take() {
+            t.abort();
+        }
+    }
+}
+
+/// Hand out turns until closed.
+async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
+    loop {
+        if sh.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let ticks = lock(&sh.timers).take_due(sh.now_ms());
+        if !ticks.is_empty() {
+            let mut q = lock(&sh.queue);
+            for t in ticks {
+                sh.stats.ticks.fetch_add(1, Ordering::Relaxed);
+                q.push(Lane::Application, Work::Tick(t));
+            }
+        }
+        let picked = lock(&sh.queue).next_turn();
+        match picked {
+            None => {
+                let next_due = lock(&sh.timers).next_due();
+                match next_due {
+                    Some(due) => {
+                        let at = sh.epoch + Duration::from_millis(due);
+                        tokio::select! {
+                            () = sh.wake.notified() => {}
+                            () = tokio::time::sleep_until(at) => {}
+                        }
+                    }
+                    None => sh.wake.notified().await,
+                }
+            }
+            Some(Picked::Work { item, .. }) => {
+                let (tx, rx) = oneshot::channel();
+                let ctx = Ctx {
+                    shared: Arc::clone(&sh),
+                    ender: Arc::new(Mutex::new(Some(tx))),
+                };
+                sh.stats.turns.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(run_work(ctx, item));
+                wait_turn(&sh, rx).await;
+            }
+            Some(Picked::Resume(token)) => {
+                let (tx, rx) = oneshot::channel();
+                let grant = lock(&sh.resume).remove(&token);
+                sh.stats.turns.fetch_add(1, Ordering::Relaxed);
+                let granted = grant.is_some_and(|g| g.send(tx).is_ok());
+                if granted {
+                    wait_turn(&sh, rx).await;
+                } else {
+                    // The continuation is gone (its task ended): nothing holds the turn.
+                    let _ = lock(&sh.queue).complete();
+                }
+            }
+        }
+    }
+}
+
+/// Wait until the running turn completes (free the queue) or yields (already freed).
+async fn wait_turn<S>(sh: &Shared<S>, rx: oneshot::Receiver<TurnEnd>) {
+    match rx.await {
+        Ok(TurnEnd::Yielded) => {}
+        Ok(TurnEnd::Complete) | Err(_) => {
+            let _ = lock(&sh.queue).complete();
+        }
+    }
+}
+
+async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
+    let sh = Arc::clone(&ctx.shared);
+    let panicked = || {
+        sh.stats.panics.fetch_add(1, Ordering::Relaxed);
+        CallError::new(ErrorKind::HandlerFailed, "the handler panicked")
+    };
+    let end = ctx.clone();
+    match work {
+        Work::Send(p) => {
+            run_send(&sh, ctx, p, &panicked).await;
+        }
+        Work::Tick(t) => {
+            let p = TypedPayload::new(
+                t.timer.packet_name.clone(),
+                JSON_CONTENT_TYPE,
+                t.timer.payload.clone(),
+            );
+            run_send(&sh, ctx, p, &panicked).await;
+        }
+        Work::Request(p, reply) => {
+            let handler = sh.handlers.requests.get(p.packet_name.as_str()).cloned();
+            let result = match handler {
+                Some(h) => AssertUnwindSafe(h(ctx, p))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| Err(panicked())),
+                None => {
+                    sh.stats.no_handler.fetch_add(1, Ordering::Relaxed);
+                    Err(CallError::new(
+                        ErrorKind::NotFound,
+                        format!("no request handler for {:?}", p.packet_name),
+                    ))
+                }
+            };
+            end.end_turn(TurnEnd::Complete);
+            let _ = reply.send(result);
+            return;
+        }
+    }
+    end.end_turn(TurnEnd::Complete);
+}
+
+async fn run_send<S: Send + 'static>(
+    sh: &Shared<S>,
+    ctx: Ctx<S>,
+    p: TypedPayload,
+    panicked: &impl Fn() -> CallError,
+) {
+    let Some(h) = sh.handlers.sends.get(p.packet_name.as_str()).cloned() else {
+        sh.stats.no_handler.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let outcome = AssertUnwindSafe(h(ctx, p))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(panicked()));
+    if let Err(e) = outcome {
+        tracing::debug!(error = %e, "one-way object handler failed");
+    }
+}
