@@ -326,12 +326,27 @@ impl<S: Send + 'static> ObjectExecutor<S> {
     /// The handler's error; `NotFound` without a handler; `Unavailable` when the object closed
     /// before the request ran; `HandlerFailed` when the handler panicked.
     pub async fn request<M: JsonMessage, R: JsonMessage>(&self, msg: &M) -> Result<R, CallError> {
-        let (tx, rx) = oneshot::channel();
-        self.shared.push(Work::Request(encode_json(msg)?, tx))?;
-        let reply = rx
-            .await
-            .map_err(|_| CallError::new(ErrorKind::Unavailable, "object closed"))??;
+        let reply = self.request_payload(encode_json(msg)?).await?;
         decode_json(&reply)
+    }
+
+    /// Accept a one-way typed payload.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    pub fn send_payload(&self, payload: TypedPayload) -> Result<(), CallError> {
+        self.shared.push(Work::Send(payload))
+    }
+
+    /// Accept a request as a typed payload and wait for its single terminal reply.
+    ///
+    /// # Errors
+    /// As [`ObjectExecutor::request`].
+    pub async fn request_payload(&self, payload: TypedPayload) -> Result<TypedPayload, CallError> {
+        let (tx, rx) = oneshot::channel();
+        self.shared.push(Work::Request(payload, tx))?;
+        rx.await
+            .map_err(|_| CallError::new(ErrorKind::Unavailable, "object closed"))?
     }
 
     /// Read the state outside any handler (inspection, tests).

@@ -5,6 +5,9 @@
 //!   lifecycle lanes, yield debt, turns, `Yield`/resume, capture at a handler boundary.
 //! - [`timers`] — timers held as data (due time, period, payload), captured with their remaining
 //!   time in the durable `relocation-envelope-v1` form.
+//! - [`exec`] — the execution shell: handler turns on tokio, `Async` / `Yield`, timers.
+//! - [`registry`] — factory registration per stable type, kinds, relocation policies and state
+//!   adapters.
 //! - [`table`] — the node's dispatch table: temporary queue before instance, admission seal
 //!   with an unbounded ingress hold, queues that exist before the instance, the atomic switch
 //!   from a temporary queue to the real one.
@@ -14,5 +17,6 @@
 
 pub mod exec;
 pub mod queue;
+pub mod registry;
 pub mod table;
 pub mod timers;
