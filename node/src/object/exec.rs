@@ -37,7 +37,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zlink_protocol::envelope::TypedPayload;
 
-use super::queue::{ExecQueue, Lane, Picked, ResumeToken};
+use zlink_store::types::{AuthorityKey, ObjectKind};
+
+use super::objects::Objects;
+use super::queue::{Lane, Picked, ResumeToken};
+use super::table::Dispatched;
 use super::timers::{Tick, TimerSet};
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{BoxFuture, JSON_CONTENT_TYPE, JsonMessage, decode_json, encode_json};
@@ -146,12 +150,61 @@ enum TurnEnd {
 
 type Ender = oneshot::Sender<TurnEnd>;
 
+/// Where an executor's queue lives: a slot of a node's [`Objects`] table.
+#[derive(Clone)]
+pub struct Binding {
+    objects: Arc<Objects>,
+    key: AuthorityKey,
+    generation: u64,
+}
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binding")
+            .field("key", &self.key)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl Binding {
+    /// The queue of incarnation `generation` of `key` in `objects` (opened by the caller; it
+    /// runs once marked Ready).
+    pub fn new(objects: Arc<Objects>, key: AuthorityKey, generation: u64) -> Self {
+        Self {
+            objects,
+            key,
+            generation,
+        }
+    }
+
+    /// A private table with one Ready slot, for an object outside any runtime (tests, tools).
+    pub fn standalone() -> Self {
+        let objects = Objects::new();
+        let key = AuthorityKey::new(ObjectKind::Actor, "standalone")
+            .unwrap_or_else(|_| unreachable!("\"standalone\" is a valid object ID"));
+        let _ = objects.open(&key, 1);
+        let _ = objects.mark_ready(&key, 1);
+        Self::new(objects, key, 1)
+    }
+
+    /// The object key.
+    pub fn key(&self) -> &AuthorityKey {
+        &self.key
+    }
+
+    /// The incarnation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
 struct Shared<S> {
     state: Mutex<S>,
-    queue: Mutex<ExecQueue<Work>>,
+    home: Binding,
     timers: Mutex<TimerSet>,
     resume: Mutex<HashMap<ResumeToken, oneshot::Sender<Ender>>>,
-    wake: Notify,
+    wake: Arc<Notify>,
     handlers: ObjectHandlers<S>,
     mode: ExecMode,
     epoch: Instant,
@@ -172,9 +225,21 @@ impl<S> Shared<S> {
         if self.closed.load(Ordering::Acquire) {
             return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
         }
-        lock(&self.queue).push(Lane::Application, work);
-        self.wake.notify_one();
-        Ok(())
+        match self
+            .home
+            .objects
+            .dispatch(&self.home.key, Lane::Application, work)
+        {
+            Dispatched::Queued(_) | Dispatched::Held | Dispatched::Temporary => Ok(()),
+            Dispatched::NotHere(_) => Err(CallError::new(
+                ErrorKind::Unavailable,
+                "the object's queue is gone",
+            )),
+        }
+    }
+
+    fn with_queue<R>(&self, f: impl FnOnce(&mut super::queue::ExecQueue<Work>) -> R) -> Option<R> {
+        self.home.objects.with_queue(&self.home.key, f)
     }
 }
 
@@ -212,15 +277,17 @@ impl<S: Send + 'static> Ctx<S> {
                 "Yield is allowed only in SpotWide User Spots and Instance Spots",
             ));
         }
-        let token = lock(&self.shared.queue)
-            .yield_turn()
+        let token = self
+            .shared
+            .with_queue(|q| q.yield_turn())
+            .ok_or_else(|| CallError::new(ErrorKind::Unavailable, "the object's queue is gone"))?
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let (grant_tx, grant_rx) = oneshot::channel();
         lock(&self.shared.resume).insert(token, grant_tx);
         self.end_turn(TurnEnd::Yielded);
         let out = fut.await;
         // Queue the continuation behind what was accepted meanwhile, then wait for its turn.
-        let _ = lock(&self.shared.queue).resume(token);
+        let _ = self.shared.with_queue(|q| q.resume(token));
         self.shared.wake.notify_one();
         let ender = grant_rx
             .await
@@ -291,14 +358,28 @@ pub struct ObjectExecutor<S> {
 }
 
 impl<S: Send + 'static> ObjectExecutor<S> {
-    /// Start an executor over `state` (must be called inside a tokio runtime).
+    /// Start an executor over `state` with a private queue (must be called inside a tokio
+    /// runtime).
     pub fn start(state: S, handlers: ObjectHandlers<S>, mode: ExecMode) -> Self {
+        Self::start_bound(Binding::standalone(), state, handlers, mode)
+    }
+
+    /// Start an executor whose queue is `home`'s slot in a node's [`Objects`] table: it hands
+    /// out turns once the slot is Ready.
+    pub fn start_bound(
+        home: Binding,
+        state: S,
+        handlers: ObjectHandlers<S>,
+        mode: ExecMode,
+    ) -> Self {
+        let wake = Arc::new(Notify::new());
+        home.objects.set_waker(&home.key, Arc::clone(&wake));
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
-            queue: Mutex::new(ExecQueue::new()),
+            home,
             timers: Mutex::new(TimerSet::new()),
             resume: Mutex::new(HashMap::new()),
-            wake: Notify::new(),
+            wake,
             handlers,
             mode,
             epoch: Instant::now(),
@@ -361,7 +442,12 @@ impl<S: Send + 'static> ObjectExecutor<S> {
 
     /// Items waiting in the queue.
     pub fn queued(&self) -> usize {
-        lock(&self.shared.queue).len()
+        self.shared.with_queue(|q| q.len()).unwrap_or(0)
+    }
+
+    /// Where the queue lives.
+    pub fn binding(&self) -> &Binding {
+        &self.shared.home
     }
 
     /// Stop: no new work is accepted; waiting requests end with `Unavailable`. A turn that is
@@ -373,7 +459,12 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         if let Some(t) = task {
             let _ = t.await;
         }
-        for w in lock(&self.shared.queue).drain() {
+        let home = &self.shared.home;
+        let left = home
+            .objects
+            .remove(&home.key, home.generation)
+            .unwrap_or_default();
+        for w in left {
             if let Work::Request(_, reply) = w {
                 let _ = reply.send(Err(CallError::new(ErrorKind::Unavailable, "object closed")));
             }
@@ -397,14 +488,18 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
             return;
         }
         let ticks = lock(&sh.timers).take_due(sh.now_ms());
-        if !ticks.is_empty() {
-            let mut q = lock(&sh.queue);
-            for t in ticks {
-                sh.stats.ticks.fetch_add(1, Ordering::Relaxed);
-                q.push(Lane::Application, Work::Tick(t));
-            }
+        for t in ticks {
+            sh.stats.ticks.fetch_add(1, Ordering::Relaxed);
+            let _ = sh
+                .home
+                .objects
+                .dispatch(&sh.home.key, Lane::Application, Work::Tick(t));
         }
-        let picked = lock(&sh.queue).next_turn();
+        let picked = sh
+            .home
+            .objects
+            .with_ready_queue(&sh.home.key, |q| q.next_turn())
+            .flatten();
         match picked {
             None => {
                 let next_due = lock(&sh.timers).next_due();
@@ -438,7 +533,7 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                     wait_turn(&sh, rx).await;
                 } else {
                     // The continuation is gone (its task ended): nothing holds the turn.
-                    let _ = lock(&sh.queue).complete();
+                    let _ = sh.with_queue(|q| q.complete());
                 }
             }
         }
@@ -450,7 +545,7 @@ async fn wait_turn<S>(sh: &Shared<S>, rx: oneshot::Receiver<TurnEnd>) {
     match rx.await {
         Ok(TurnEnd::Yielded) => {}
         Ok(TurnEnd::Complete) | Err(_) => {
-            let _ = lock(&sh.queue).complete();
+            let _ = sh.with_queue(|q| q.complete());
         }
     }
 }
@@ -513,5 +608,162 @@ async fn run_send<S: Send + 'static>(
         .unwrap_or_else(|_| Err(panicked()));
     if let Err(e) = outcome {
         tracing::debug!(error = %e, "one-way object handler failed");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! The relocation hooks of the dispatch table, exercised through real executors: the
+    //! executor runs exactly the queue that dispatch filled.
+    use super::*;
+    use crate::object::queue::Captured;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Note {
+        s: String,
+    }
+    impl JsonMessage for Note {
+        const PACKET_NAME: &'static str = "t.Note";
+    }
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Read;
+    impl JsonMessage for Read {
+        const PACKET_NAME: &'static str = "t.Read";
+    }
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Seen {
+        log: Vec<String>,
+    }
+    impl JsonMessage for Seen {
+        const PACKET_NAME: &'static str = "t.Seen";
+    }
+
+    fn handlers() -> ObjectHandlers<Vec<String>> {
+        let mut h: ObjectHandlers<Vec<String>> = ObjectHandlers::new();
+        h.on_send(|ctx, n: Note| async move {
+            ctx.state().push(n.s);
+            Ok(())
+        });
+        h.on_request(|ctx, _: Read| async move {
+            Ok::<_, CallError>(Seen {
+                log: ctx.state().clone(),
+            })
+        });
+        h
+    }
+
+    fn note(s: &str) -> Work {
+        Work::Send(encode_json(&Note { s: s.into() }).unwrap())
+    }
+
+    fn key(id: &str) -> AuthorityKey {
+        AuthorityKey::new(ObjectKind::Actor, id).unwrap()
+    }
+
+    async fn log_of(exec: &ObjectExecutor<Vec<String>>) -> Vec<String> {
+        exec.request::<Read, Seen>(&Read).await.unwrap().log
+    }
+
+    #[tokio::test]
+    async fn work_queued_before_the_instance_is_ready_runs_after_it_in_order() {
+        let objects = Objects::new();
+        let k = key("pre");
+        objects.open(&k, 4).unwrap();
+        let exec = ObjectExecutor::start_bound(
+            Binding::new(Arc::clone(&objects), k.clone(), 4),
+            vec![],
+            handlers(),
+            ExecMode::Serial,
+        );
+        // Creating: accepted, not run.
+        exec.send(&Note {
+            s: "early-1".into(),
+        })
+        .unwrap();
+        assert!(matches!(
+            objects.dispatch(&k, Lane::Application, note("early-2")),
+            Dispatched::Queued(_)
+        ));
+        tokio::task::yield_now().await;
+        assert_eq!(exec.with_state(Vec::len), 0, "ran before Ready");
+        assert_eq!(exec.queued(), 2);
+        objects.mark_ready(&k, 4).unwrap();
+        assert_eq!(log_of(&exec).await, vec!["early-1", "early-2"]);
+        exec.close().await;
+        assert!(objects.is_empty(), "close removes the queue");
+    }
+
+    #[tokio::test]
+    async fn a_sealed_object_holds_arrivals_until_unsealed_or_relayed() {
+        let objects = Objects::new();
+        let k = key("sealed");
+        objects.open(&k, 1).unwrap();
+        objects.mark_ready(&k, 1).unwrap();
+        let exec = ObjectExecutor::start_bound(
+            Binding::new(Arc::clone(&objects), k.clone(), 1),
+            vec![],
+            handlers(),
+            ExecMode::Serial,
+        );
+        exec.send(&Note { s: "a".into() }).unwrap();
+        assert_eq!(log_of(&exec).await, vec!["a"]);
+        objects.seal(&k, 1).unwrap();
+        exec.send(&Note { s: "held-1".into() }).unwrap();
+        exec.send(&Note { s: "held-2".into() }).unwrap();
+        // Relay takes what was held so far, in order; nothing of it ran here.
+        let held = objects.take_held(&k, 1).unwrap();
+        assert_eq!(held.len(), 2);
+        assert_eq!(exec.with_state(Vec::len), 1);
+        exec.send(&Note { s: "held-3".into() }).unwrap();
+        // An aborted relocation unseals: the rest runs.
+        assert_eq!(objects.unseal(&k, 1).unwrap(), 1);
+        assert_eq!(log_of(&exec).await, vec!["a", "held-3"]);
+        exec.close().await;
+    }
+
+    #[tokio::test]
+    async fn the_temporary_queue_takes_arrivals_and_the_switch_puts_saved_work_first() {
+        let objects = Objects::new();
+        let k = key("moving");
+        let rel = [5u8; 16];
+        objects.register_temporary(&k, rel, 1, 9).unwrap();
+        // Relayed and direct arrivals during restore, before any instance exists.
+        for s in ["relayed-1", "direct-2"] {
+            assert!(matches!(
+                objects.dispatch(&k, Lane::Application, note(s)),
+                Dispatched::Temporary
+            ));
+        }
+        let saved = vec![
+            Captured {
+                seq: 41,
+                lane: Lane::Application,
+                item: note("saved-41"),
+            },
+            Captured {
+                seq: 42,
+                lane: Lane::Application,
+                item: note("saved-42"),
+            },
+        ];
+        objects.switch_to_real(&k, rel, 1, saved).unwrap();
+        // After the switch, arrivals go to the real queue directly, behind everything moved.
+        assert!(matches!(
+            objects.dispatch(&k, Lane::Application, note("after")),
+            Dispatched::Queued(_)
+        ));
+        let exec = ObjectExecutor::start_bound(
+            Binding::new(Arc::clone(&objects), k.clone(), 9),
+            vec![],
+            handlers(),
+            ExecMode::Serial,
+        );
+        assert_eq!(
+            log_of(&exec).await,
+            vec!["saved-41", "saved-42", "relayed-1", "direct-2", "after"]
+        );
+        exec.close().await;
     }
 }

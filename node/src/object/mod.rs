@@ -6,6 +6,7 @@
 //! - [`timers`] — timers held as data (due time, period, payload), captured with their remaining
 //!   time in the durable `relocation-envelope-v1` form.
 //! - [`exec`] — the execution shell: handler turns on tokio, `Async` / `Yield`, timers.
+//! - [`objects`] — the node-wide table every executor runs its queue in.
 //! - [`registry`] — factory registration per stable type, kinds, relocation policies and state
 //!   adapters.
 //! - [`table`] — the node's dispatch table: temporary queue before instance, admission seal
@@ -16,6 +17,7 @@
 //! on these; see `docs/architecture.md`, "Objects".
 
 pub mod exec;
+pub mod objects;
 pub mod queue;
 pub mod registry;
 pub mod table;

@@ -22,7 +22,7 @@ use thiserror::Error;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::RelocationPolicy as WirePolicy;
 
-use super::exec::{ExecMode, ObjectExecutor, ObjectHandlers};
+use super::exec::{Binding, ExecMode, ObjectExecutor, ObjectHandlers};
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::BoxFuture;
 
@@ -154,14 +154,20 @@ pub trait ObjectType: Send + Sync + 'static {
     fn spot_execution(&self) -> SpotExecution;
     /// User Spots: relocation coordination.
     fn coordination(&self) -> RelocationCoordination;
-    /// Run the factory and start the instance's executor (factories may run more than once for
-    /// one ID after failures: at-least-once).
-    fn create(&self, input: FactoryInput) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>>;
-    /// Restore an instance from captured state bytes (`None`: recreate from the factory).
+    /// Run the factory and start the instance's executor on the queue `home` (factories may
+    /// run more than once for one ID after failures: at-least-once).
+    fn create(
+        &self,
+        input: FactoryInput,
+        home: Binding,
+    ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>>;
+    /// Restore an instance from captured state bytes (`None`: recreate from the factory) on
+    /// the queue `home`.
     fn restore(
         &self,
         input: FactoryInput,
         state: Option<Bytes>,
+        home: Binding,
     ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>>;
 }
 
@@ -226,14 +232,15 @@ impl<S: Send + 'static> LiveObject for Live<S> {
 }
 
 impl<S: Send + 'static> Typed<S> {
-    fn start(&self, state: S) -> Box<dyn LiveObject> {
+    fn start(&self, state: S, home: Binding) -> Box<dyn LiveObject> {
         let (adapter, disabled) = match &self.relocation {
             Relocation::PreserveWith(a) => (Some(Arc::clone(a)), false),
             Relocation::Recreate => (None, false),
             Relocation::Disable => (None, true),
         };
         Box::new(Live {
-            exec: Arc::new(ObjectExecutor::start(
+            exec: Arc::new(ObjectExecutor::start_bound(
+                home,
                 state,
                 (self.handlers)(),
                 self.exec_mode(),
@@ -271,26 +278,31 @@ impl<S: Send + 'static> ObjectType for Typed<S> {
     fn coordination(&self) -> RelocationCoordination {
         self.coordination
     }
-    fn create(&self, input: FactoryInput) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>> {
+    fn create(
+        &self,
+        input: FactoryInput,
+        home: Binding,
+    ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>> {
         let fut = (self.factory)(input);
         let this = self.clone_parts();
         Box::pin(async move {
             let state = fut.await?;
-            Ok(this.start(state))
+            Ok(this.start(state, home))
         })
     }
     fn restore(
         &self,
         input: FactoryInput,
         state: Option<Bytes>,
+        home: Binding,
     ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>> {
         match (&self.relocation, state) {
             (Relocation::PreserveWith(a), Some(bytes)) => {
                 let restored = a.restore(&bytes);
                 let this = self.clone_parts();
-                Box::pin(async move { Ok(this.start(restored?)) })
+                Box::pin(async move { Ok(this.start(restored?, home)) })
             }
-            (Relocation::Recreate, None) => self.create(input),
+            (Relocation::Recreate, None) => self.create(input, home),
             (Relocation::Disable, _) => Box::pin(async {
                 Err(CallError::new(
                     ErrorKind::InvalidOperation,
@@ -662,15 +674,25 @@ mod tests {
         let t = r.build().unwrap();
         let ty = &t["player"];
         assert_eq!(ty.policy(), WirePolicy::PreserveState);
-        let obj = ty.create(input("p-1")).await.unwrap();
+        let obj = ty
+            .create(input("p-1"), Binding::standalone())
+            .await
+            .unwrap();
         assert_eq!(earn(obj.as_ref(), 5).await, 5);
         let bytes = obj.capture_state().unwrap().unwrap();
         obj.close().await;
-        let back = ty.restore(input("p-1"), Some(bytes)).await.unwrap();
+        let back = ty
+            .restore(input("p-1"), Some(bytes), Binding::standalone())
+            .await
+            .unwrap();
         assert_eq!(earn(back.as_ref(), 1).await, 6, "state survived");
         // Bytes that do not decode are a typed failure, not a panic.
         let err = ty
-            .restore(input("p-1"), Some(Bytes::from_static(b"{not json")))
+            .restore(
+                input("p-1"),
+                Some(Bytes::from_static(b"{not json")),
+                Binding::standalone(),
+            )
             .await
             .err()
             .unwrap();
@@ -686,21 +708,35 @@ mod tests {
             .relocation(Relocation::Disable)
             .register();
         let t = r.build().unwrap();
-        let re = t["re"].create(input("p-2")).await.unwrap();
+        let re = t["re"]
+            .create(input("p-2"), Binding::standalone())
+            .await
+            .unwrap();
         earn(re.as_ref(), 9).await;
         assert_eq!(re.capture_state().unwrap(), None);
-        let fresh = t["re"].restore(input("p-2"), None).await.unwrap();
+        let fresh = t["re"]
+            .restore(input("p-2"), None, Binding::standalone())
+            .await
+            .unwrap();
         assert_eq!(
             earn(fresh.as_ref(), 1).await,
             1,
             "recreated from the factory"
         );
-        let fixed = t["fixed"].create(input("p-3")).await.unwrap();
+        let fixed = t["fixed"]
+            .create(input("p-3"), Binding::standalone())
+            .await
+            .unwrap();
         assert_eq!(
             fixed.capture_state().unwrap_err().kind(),
             ErrorKind::InvalidOperation
         );
-        assert!(t["fixed"].restore(input("p-3"), None).await.is_err());
+        assert!(
+            t["fixed"]
+                .restore(input("p-3"), None, Binding::standalone())
+                .await
+                .is_err()
+        );
         for o in [re, fresh, fixed] {
             o.close().await;
         }
