@@ -21,8 +21,9 @@ use tokio::task::JoinHandle;
 use zlink_protocol::codec::Writer;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
-    ChannelRequest, ChannelRole, ChannelSend, CommandBody, NodeDescriptor, NodeFence, NodeRequest,
-    NodeSend, RequestHeader, RuntimeState, Update,
+    ActorRequest, ActorSend, ChannelRequest, ChannelRole, ChannelSend, CommandBody, NodeDescriptor,
+    NodeFence, NodeRequest, NodeSend, RequestHeader, RouteFence, RuntimeState, SpotRequest,
+    SpotSend, Update,
 };
 use zlink_protocol::ids;
 use zlink_protocol::metadata::Metadata;
@@ -156,6 +157,32 @@ pub(crate) struct Inner {
     pub op_key: ring::hmac::Key,
     /// Select-one state of every Channel this node is registered on (Client or Server).
     pub selectors: Mutex<foldhash::HashMap<String, ChannelSelector>>,
+    /// The object runtime, once attached.
+    pub object_sink: std::sync::OnceLock<Arc<dyn ObjectSink>>,
+}
+
+/// An object command (Spot / Actor send or request, wire 21/22/24/25) the reactor admitted:
+/// the record came from the admitted peer `source` on the current epoch, named this node's
+/// lifecycle as target, and its flow charge is settled. Target admission (does this node own
+/// the object under the route's fences?) is the receiver's.
+#[derive(Debug)]
+pub struct ObjectDelivery {
+    /// The sending node.
+    pub source: Arc<NodeFence>,
+    /// The route the sender resolved.
+    pub route: RouteFence,
+    /// The request header (`None` for a one-way send).
+    pub request: Option<RequestHeader>,
+    /// Metadata snapshot.
+    pub metadata: Option<Metadata>,
+    /// The application payload.
+    pub payload: TypedPayload,
+}
+
+/// The receiver of admitted object commands: the object runtime of this node.
+pub trait ObjectSink: Send + Sync + 'static {
+    /// Take one delivery. Must not block: the reactor calls it.
+    fn deliver(&self, delivery: ObjectDelivery);
 }
 
 /// Smooth weighted round-robin state of one Channel, with the peer-table version its
@@ -588,6 +615,7 @@ impl MeshNode {
                 &random_bytes::<32>().map_err(|_| MeshError::Random)?,
             ),
             selectors: Mutex::new(selectors),
+            object_sink: std::sync::OnceLock::new(),
         });
 
         let mut tasks = Vec::new();
@@ -857,8 +885,20 @@ impl MeshNode {
     ) -> Result<TypedPayload, CallError> {
         self.check_open()?;
         let conn = self.inner.ready_conn(rid)?;
-        self.request_on(conn, None, payload, metadata, timeout)
-            .await
+        self.request_on(
+            conn,
+            |request, source, target| {
+                CommandBody::NodeRequest(NodeRequest {
+                    request,
+                    source,
+                    target,
+                })
+            },
+            payload,
+            metadata,
+            timeout,
+        )
+        .await
     }
 
     /// Select-one request on RouteMesh Channel `channel` (glossary §7 "Select-one"): one ready,
@@ -894,8 +934,21 @@ impl MeshNode {
     ) -> Result<TypedPayload, CallError> {
         self.check_open()?;
         let conn = self.inner.select_channel(channel)?;
-        self.request_on(conn, Some(channel), payload, metadata, timeout)
-            .await
+        self.request_on(
+            conn,
+            |request, source, target| {
+                CommandBody::ChannelRequest(ChannelRequest {
+                    request,
+                    channel_name: channel.to_owned(),
+                    source,
+                    target,
+                })
+            },
+            payload,
+            metadata,
+            timeout,
+        )
+        .await
     }
 
     /// One-way select-one send on RouteMesh Channel `channel`; completes at source-local
@@ -935,6 +988,118 @@ impl MeshNode {
         self.inner.send_app_record(&conn, Leg::Send, &record).await
     }
 
+    /// Attach the object runtime that receives admitted Spot / Actor commands (once).
+    ///
+    /// # Errors
+    /// `InvalidOperation` when a sink is attached already.
+    pub fn set_object_sink(&self, sink: Arc<dyn ObjectSink>) -> Result<(), CallError> {
+        self.inner.object_sink.set(sink).map_err(|_| {
+            CallError::new(
+                ErrorKind::InvalidOperation,
+                "an object runtime is attached to this node already",
+            )
+        })
+    }
+
+    /// The ready connection to the owner node named by `route`, if it is still that lifecycle.
+    fn owner_conn(&self, route: &RouteFence) -> Result<ConnRef, CallError> {
+        let conn = self.inner.ready_conn(&route.target_node.rid)?;
+        if conn.peer().lifecycle_generation != route.target_node.lifecycle_generation {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "owner node {} of {} restarted since the route was resolved",
+                    route.target_node.rid, route.object_id
+                ),
+            ));
+        }
+        Ok(conn)
+    }
+
+    /// One-way Spot / Actor send on a resolved `route` (wire 21 / 24); completes at
+    /// source-local admission. Never retargeted.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that owner lifecycle), `ShuttingDown`,
+    /// `InvalidOperation` (encoding).
+    pub async fn object_send(
+        &self,
+        route: &RouteFence,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.owner_conn(route)?;
+        let body = match route.object_kind {
+            zlink_protocol::generated::ObjectKind::Actor => CommandBody::ActorSend(ActorSend {
+                route: route.clone(),
+                source: self.inner.fence(),
+            }),
+            zlink_protocol::generated::ObjectKind::Spot => CommandBody::SpotSend(SpotSend {
+                route: route.clone(),
+                source: self.inner.fence(),
+            }),
+        };
+        let mut record = Record::new(body).with_payload(payload);
+        record.metadata = metadata;
+        self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// Spot / Actor request on a resolved `route` (wire 22 / 25), with one end-to-end deadline.
+    ///
+    /// # Errors
+    /// As [`MeshNode::request`]; `StaleRoute` when the owner no longer holds the route.
+    pub async fn object_request(
+        &self,
+        route: &RouteFence,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
+        self.check_open()?;
+        let conn = self.owner_conn(route)?;
+        let route = route.clone();
+        self.request_on(
+            conn,
+            move |request, source, _target| match route.object_kind {
+                zlink_protocol::generated::ObjectKind::Actor => {
+                    CommandBody::ActorRequest(ActorRequest {
+                        request,
+                        route,
+                        source,
+                    })
+                }
+                zlink_protocol::generated::ObjectKind::Spot => {
+                    CommandBody::SpotRequest(SpotRequest {
+                        request,
+                        route,
+                        source,
+                    })
+                }
+            },
+            payload,
+            metadata,
+            timeout,
+        )
+        .await
+    }
+
+    /// Send the single terminal reply of an admitted request back to `source` (on its current
+    /// connection; a source that is gone is counted as `reply_unroutable`).
+    pub fn reply_to(
+        &self,
+        source: &NodeFence,
+        request: &RequestHeader,
+        result: Result<TypedPayload, CallError>,
+    ) {
+        super::dispatch::send_reply(&self.inner, source, request, result);
+    }
+
+    /// This node's fence (RID and lifecycle generation).
+    pub fn fence(&self) -> NodeFence {
+        self.inner.fence()
+    }
+
     /// Change this node's Server weight for RouteMesh Channel `channel` (0..=10000) and
     /// announce it to peers by a revision-ordered `update` (wire §4). Weight `0` keeps the node
     /// out of new selections without cancelling work already submitted to it.
@@ -968,12 +1133,13 @@ impl MeshNode {
         }
     }
 
-    /// The request path shared by node direct and select-one: `conn` is the chosen target,
-    /// `channel` names the Channel for a `channelRequest` (`None`: `nodeRequest`).
+    /// The request path shared by node direct, select-one and object requests: `conn` is the
+    /// chosen target; `body` builds the command from the request header, this node's fence
+    /// and the target's.
     async fn request_on(
         &self,
         conn: ConnRef,
-        channel: Option<&str>,
+        body: impl FnOnce(RequestHeader, NodeFence, NodeFence) -> CommandBody,
         payload: TypedPayload,
         metadata: Option<Metadata>,
         timeout: Duration,
@@ -1025,19 +1191,7 @@ impl MeshNode {
             correlation_id,
             deadline_unix_ms,
         };
-        let body = match channel {
-            None => CommandBody::NodeRequest(NodeRequest {
-                request,
-                source: self.inner.fence(),
-                target: conn.peer().clone(),
-            }),
-            Some(channel) => CommandBody::ChannelRequest(ChannelRequest {
-                request,
-                channel_name: channel.to_owned(),
-                source: self.inner.fence(),
-                target: conn.peer().clone(),
-            }),
-        };
+        let body = body(request, self.inner.fence(), conn.peer().clone());
         let mut record = Record::new(body).with_payload(payload);
         record.metadata = metadata;
         let sent = tokio::time::timeout_at(

@@ -827,6 +827,10 @@ impl Reactor {
                 | CommandBody::NodeRequest(_)
                 | CommandBody::ChannelSend(_)
                 | CommandBody::ChannelRequest(_)
+                | CommandBody::SpotSend(_)
+                | CommandBody::SpotRequest(_)
+                | CommandBody::ActorSend(_)
+                | CommandBody::ActorRequest(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -837,6 +841,10 @@ impl Reactor {
                 CommandBody::NodeRequest(r) => Some(&r.source),
                 CommandBody::ChannelSend(s) => Some(&s.source),
                 CommandBody::ChannelRequest(r) => Some(&r.source),
+                CommandBody::SpotSend(s) => Some(&s.source),
+                CommandBody::SpotRequest(r) => Some(&r.source),
+                CommandBody::ActorSend(s) => Some(&s.source),
+                CommandBody::ActorRequest(r) => Some(&r.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1006,6 +1014,46 @@ impl Reactor {
                     },
                 );
             }
+            CommandBody::SpotSend(s) => {
+                self.deliver_object(
+                    conn,
+                    stamp.charge,
+                    s.route,
+                    None,
+                    record.metadata,
+                    record.payload,
+                );
+            }
+            CommandBody::ActorSend(s) => {
+                self.deliver_object(
+                    conn,
+                    stamp.charge,
+                    s.route,
+                    None,
+                    record.metadata,
+                    record.payload,
+                );
+            }
+            CommandBody::SpotRequest(r) => {
+                self.deliver_object(
+                    conn,
+                    stamp.charge,
+                    r.route,
+                    Some(r.request),
+                    record.metadata,
+                    record.payload,
+                );
+            }
+            CommandBody::ActorRequest(r) => {
+                self.deliver_object(
+                    conn,
+                    stamp.charge,
+                    r.route,
+                    Some(r.request),
+                    record.metadata,
+                    record.payload,
+                );
+            }
             CommandBody::Reply(reply) => {
                 let outcome = match CallError::from_status(reply.status, reply.detail.clone()) {
                     None => Ok(record.payload.unwrap_or_default()),
@@ -1033,6 +1081,55 @@ impl Reactor {
                 inc(&self.inner.metrics.unserved_commands);
             }
         }
+    }
+
+    /// Hand an admitted Spot / Actor command to the object runtime. The route must name this
+    /// node's lifecycle (else the sender's route is stale: a send is a counted `stale_target`,
+    /// a request gets a `StaleRoute` terminal that invalidates the sender's cache entry). The
+    /// flow charge is settled here: object queues do their own admission.
+    fn deliver_object(
+        &mut self,
+        conn: Arc<Connection>,
+        charge: u32,
+        route: zlink_protocol::generated::RouteFence,
+        request: Option<zlink_protocol::generated::RequestHeader>,
+        metadata: Option<zlink_protocol::metadata::Metadata>,
+        payload: Option<TypedPayload>,
+    ) {
+        self.consumed(&conn, charge);
+        let source = Arc::clone(conn.peer_shared());
+        let refuse = |inner: &super::node::Inner, kind, detail: String| {
+            if let Some(req) = &request {
+                super::dispatch::send_reply(inner, &source, req, Err(CallError::new(kind, detail)));
+            }
+        };
+        if route.target_node.rid != self.inner.rid
+            || route.target_node.lifecycle_generation != self.inner.lifecycle
+        {
+            self.inner.metrics.protocol_error("stale_target");
+            refuse(
+                &self.inner,
+                crate::call::error::ErrorKind::StaleRoute,
+                format!("route of {} names another node lifecycle", route.object_id),
+            );
+            return;
+        }
+        let Some(sink) = self.inner.object_sink.get() else {
+            inc(&self.inner.metrics.unserved_commands);
+            refuse(
+                &self.inner,
+                crate::call::error::ErrorKind::NotFound,
+                format!("node {} hosts no objects", self.inner.rid),
+            );
+            return;
+        };
+        sink.deliver(super::node::ObjectDelivery {
+            source,
+            route,
+            request,
+            metadata,
+            payload: payload.unwrap_or_default(),
+        });
     }
 
     /// Whether this node has a Server membership of `channel` (at any weight: weight `0` and

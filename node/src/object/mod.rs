@@ -9,6 +9,8 @@
 //! - [`objects`] — the node-wide table every executor runs its queue in.
 //! - [`registry`] — factory registration per stable type, kinds, relocation policies and state
 //!   adapters.
+//! - [`runtime`] — the object runtime of a MeshNode: creation through the Location Store,
+//!   ID-addressed calls on the resolver, target admission.
 //! - [`table`] — the node's dispatch table: temporary queue before instance, admission seal
 //!   with an unbounded ingress hold, queues that exist before the instance, the atomic switch
 //!   from a temporary queue to the real one.
@@ -20,5 +22,6 @@ pub mod exec;
 pub mod objects;
 pub mod queue;
 pub mod registry;
+pub mod runtime;
 pub mod table;
 pub mod timers;

@@ -136,7 +136,10 @@ impl Objects {
     /// [`TableError`].
     #[cfg_attr(
         not(test),
-        expect(dead_code, reason = "the relocation runtime (a later issue) calls it; tests do now")
+        expect(
+            dead_code,
+            reason = "the relocation runtime (a later issue) calls it; tests do now"
+        )
     )]
     pub(crate) fn take_held(
         &self,
@@ -168,7 +171,10 @@ impl Objects {
     /// [`TableError::NoTemporaryQueue`].
     #[cfg_attr(
         not(test),
-        expect(dead_code, reason = "the relocation runtime (a later issue) calls it; tests do now")
+        expect(
+            dead_code,
+            reason = "the relocation runtime (a later issue) calls it; tests do now"
+        )
     )]
     pub(crate) fn switch_to_real(
         &self,

@@ -1,0 +1,333 @@
+//! ID-addressed Actors and Spots across real MeshNodes (issue "Spots and Actors" §4–§7; routing
+//! `000_…` §2): creation through the Location Store (memory provider, shared by the nodes),
+//! calls by global ID only, local and remote target admission, no resubmission on a stale
+//! route, and get-or-create running one factory.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{WAIT, config};
+use serde::{Deserialize, Serialize};
+use zlink_node::call::error::{CallError, ErrorKind};
+use zlink_node::mesh::discovery::DiscoveryBackend;
+use zlink_node::mesh::{Handlers, JsonMessage, MeshNode};
+use zlink_node::object::exec::ObjectHandlers;
+use zlink_node::object::registry::{FactoryInput, Registry};
+use zlink_node::object::runtime::{Creation, ObjectRuntime};
+use zlink_node::routing::CacheConfig;
+use zlink_store::MemoryStore;
+use zlink_store::clock::SystemClock;
+
+#[derive(Debug, Default)]
+struct Player {
+    coins: u64,
+    log: Vec<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Earn {
+    coins: u64,
+}
+impl JsonMessage for Earn {
+    const PACKET_NAME: &'static str = "player.Earn";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Balance {
+    coins: u64,
+    log: Vec<u64>,
+}
+impl JsonMessage for Balance {
+    const PACKET_NAME: &'static str = "player.Balance";
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Look;
+impl JsonMessage for Look {
+    const PACKET_NAME: &'static str = "player.Look";
+}
+
+fn player_handlers() -> ObjectHandlers<Player> {
+    let mut h: ObjectHandlers<Player> = ObjectHandlers::new();
+    h.on_send(|ctx, e: Earn| async move {
+        let mut p = ctx.state();
+        p.coins += e.coins;
+        p.log.push(e.coins);
+        Ok(())
+    });
+    h.on_request(|ctx, e: Earn| async move {
+        let mut p = ctx.state();
+        p.coins += e.coins;
+        p.log.push(e.coins);
+        Ok::<_, CallError>(Balance {
+            coins: p.coins,
+            log: vec![],
+        })
+    });
+    h.on_request(|ctx, _: Look| async move {
+        let p = ctx.state();
+        Ok::<_, CallError>(Balance {
+            coins: p.coins,
+            log: p.log.clone(),
+        })
+    });
+    h
+}
+
+struct Cluster {
+    nodes: Vec<Arc<MeshNode>>,
+    rts: Vec<ObjectRuntime<MemoryStore>>,
+    factory_runs: Arc<AtomicU64>,
+}
+
+impl Cluster {
+    async fn start(n: usize) -> Self {
+        let store = Arc::new(MemoryStore::new(SystemClock));
+        let factory_runs = Arc::new(AtomicU64::new(0));
+        let mut nodes = Vec::new();
+        let mut rts = Vec::new();
+        for i in 0..n {
+            let rid = format!("node-{i}");
+            let node = Arc::new(
+                MeshNode::start(
+                    config("m", &rid),
+                    Handlers::new(),
+                    Some(Arc::clone(&store) as Arc<dyn DiscoveryBackend>),
+                )
+                .await
+                .unwrap(),
+            );
+            let mut reg = Registry::new();
+            reg.actor(
+                "player",
+                |_: FactoryInput| async { Ok(Player::default()) },
+                player_handlers,
+            )
+            .register();
+            let runs = Arc::clone(&factory_runs);
+            reg.user_spot(
+                "room",
+                move |_: FactoryInput| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        // A slow factory widens the window for duplicate activations.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Ok(Player::default())
+                    }
+                },
+                player_handlers,
+            )
+            .register();
+            reg.actor(
+                "broken",
+                |_: FactoryInput| async {
+                    Err::<Player, _>(CallError::new(ErrorKind::HandlerFailed, "no"))
+                },
+                player_handlers,
+            )
+            .register();
+            rts.push(
+                ObjectRuntime::start(
+                    Arc::clone(&node),
+                    Arc::clone(&store),
+                    reg,
+                    // The test leases live 2 s (common::fast_timings): a 2 s fencing margin
+                    // would leave no admission window to cache a route in.
+                    CacheConfig {
+                        fencing_margin: Duration::from_millis(200),
+                        ..CacheConfig::default()
+                    },
+                )
+                .unwrap(),
+            );
+            nodes.push(node);
+        }
+        for a in &nodes {
+            for b in &nodes {
+                if a.rid() != b.rid() {
+                    a.wait_ready(b.rid(), WAIT).await.unwrap();
+                }
+            }
+        }
+        Self {
+            nodes,
+            rts,
+            factory_runs,
+        }
+    }
+
+    async fn shutdown(self) {
+        for n in &self.nodes {
+            n.shutdown().await;
+        }
+    }
+}
+
+const T: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_is_reached_by_id_alone_locally_and_from_another_node_in_send_order() {
+    let c = Cluster::start(2).await;
+    let (a, b) = (&c.rts[0], &c.rts[1]);
+    let r = a.create_actor("player", "p-1", None).await.unwrap();
+    assert_eq!(r.id, "p-1");
+    // Local call on the owner, then remote calls from node-1: only the ID is named.
+    let bal: Balance = a
+        .request_to_actor("p-1", &Earn { coins: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(bal.coins, 1);
+    for n in 0..200 {
+        b.send_to_actor("p-1", &Earn { coins: 1000 + n })
+            .await
+            .unwrap();
+    }
+    let seen: Balance = b.request_to_actor("p-1", &Look, T).await.unwrap();
+    let expected: Vec<u64> = std::iter::once(1).chain(1000..1200).collect();
+    assert_eq!(
+        seen.log, expected,
+        "sends from one sender run in send order"
+    );
+    // node-1 resolved once and used its cache for the other 200 calls.
+    assert_eq!(b.resolver().stats().store_reads.load(Ordering::Relaxed), 1);
+    assert_eq!(b.stats().remote_calls.load(Ordering::Relaxed), 201);
+    assert_eq!(a.stats().local_calls.load(Ordering::Relaxed), 1);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_ids_are_not_found_and_nothing_is_created_implicitly() {
+    let c = Cluster::start(2).await;
+    let (a, b) = (&c.rts[0], &c.rts[1]);
+    for rt in [a, b] {
+        let err = rt
+            .request_to_actor::<Look, Balance>("nobody", &Look, T)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound);
+        assert_eq!(
+            rt.send_to_spot("nowhere", &Earn { coins: 1 })
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::NotFound
+        );
+    }
+    assert_eq!(a.live_count() + b.live_count(), 0);
+    // Creating twice is AlreadyExists, from any node.
+    a.create_actor("player", "p-2", None).await.unwrap();
+    for rt in [a, b] {
+        assert_eq!(
+            rt.create_actor("player", "p-2", None)
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::AlreadyExists
+        );
+    }
+    // A failing factory leaves the ID Missing (the reservation was aborted).
+    let err = a.create_actor("broken", "p-3", None).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::HandlerFailed);
+    assert_eq!(
+        b.request_to_actor::<Look, Balance>("p-3", &Look, T)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    a.create_actor("player", "p-3", None).await.unwrap();
+    // Unknown and mismatched stable types are refused before the store is touched.
+    assert_eq!(
+        a.create_actor("nope", "p-4", None)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidOperation
+    );
+    assert_eq!(
+        a.create_actor("room", "p-4", None)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidOperation
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_cached_route_ends_the_call_once_and_the_next_call_resolves_again() {
+    let c = Cluster::start(2).await;
+    let (a, b) = (&c.rts[0], &c.rts[1]);
+    a.create_actor("player", "p-5", None).await.unwrap();
+    let _: Balance = b.request_to_actor("p-5", &Look, T).await.unwrap();
+    a.destroy_actor("p-5").await.unwrap();
+    // node-1 still caches the route: the owner refuses it, the call ends StaleRoute (it is not
+    // resubmitted anywhere), and the entry is gone.
+    let err = b
+        .request_to_actor::<Look, Balance>("p-5", &Look, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleRoute);
+    assert_eq!(a.stats().stale_routes.load(Ordering::Relaxed), 1);
+    let err = b
+        .request_to_actor::<Look, Balance>("p-5", &Look, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "resolved again: Missing");
+    // Re-created under the same ID on node-1: reachable from node-0 by ID.
+    b.create_actor("player", "p-5", None).await.unwrap();
+    let bal: Balance = a
+        .request_to_actor("p-5", &Earn { coins: 7 }, T)
+        .await
+        .unwrap();
+    assert_eq!(bal.coins, 7);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_get_or_create_from_three_nodes_runs_one_factory() {
+    let c = Cluster::start(3).await;
+    let c = Arc::new(c);
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let c = Arc::clone(&c);
+        tasks.push(tokio::spawn(async move {
+            c.rts[i % 3]
+                .get_or_create_user_spot("room", "lobby", None, Duration::from_secs(10))
+                .await
+        }));
+    }
+    let mut created = 0;
+    let mut generations = std::collections::BTreeSet::new();
+    for t in tasks {
+        let (r, how) = t.await.unwrap().unwrap();
+        generations.insert(r.object_generation);
+        if how == Creation::Created {
+            created += 1;
+        }
+    }
+    assert_eq!(created, 1, "exactly one caller created it");
+    assert_eq!(
+        generations.len(),
+        1,
+        "every caller sees the same incarnation"
+    );
+    assert_eq!(c.factory_runs.load(Ordering::SeqCst), 1, "one factory run");
+    let live: usize = c.rts.iter().map(|r| r.live_count()).sum();
+    assert_eq!(live, 1, "one live instance across the nodes");
+    // Every node reaches it by ID.
+    for (i, rt) in c.rts.iter().enumerate() {
+        let bal: Balance = rt
+            .request_to_spot("lobby", &Earn { coins: 1 }, T)
+            .await
+            .unwrap();
+        assert_eq!(bal.coins, i as u64 + 1);
+    }
+    for n in &c.nodes {
+        n.shutdown().await;
+    }
+}
