@@ -79,6 +79,7 @@ fn player_handlers() -> ObjectHandlers<Player> {
 }
 
 struct Cluster {
+    store: Arc<MemoryStore>,
     nodes: Vec<Arc<MeshNode>>,
     rts: Vec<ObjectRuntime<MemoryStore>>,
     factory_runs: Arc<AtomicU64>,
@@ -154,6 +155,7 @@ impl Cluster {
             }
         }
         Self {
+            store,
             nodes,
             rts,
             factory_runs,
@@ -330,4 +332,71 @@ async fn concurrent_get_or_create_from_three_nodes_runs_one_factory() {
     for n in &c.nodes {
         n.shutdown().await;
     }
+}
+
+/// Glossary §8 "Fencing deadline": with the store unreachable, renewals fail; at the last
+/// confirmed lease deadline minus the margin (lease 2 s, margin 200 ms in these tests) the owner
+/// stops admitting work — before the lease could expire and another node take over. A route
+/// obtained earlier (here: built from the authority record, as a binding route would be) is
+/// refused with `Unavailable`; the owner's own cached route expired with the admission window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadline() {
+    use zlink_protocol::generated::{NodeFence, ObjectKind, RouteFence};
+    use zlink_store::LocationStore;
+    use zlink_store::types::{AuthorityKey, AuthorityRead, ObjectKind as StoreKind};
+    let c = Cluster::start(2).await;
+    let (owner, rt) = (&c.nodes[0], &c.rts[0]);
+    rt.create_actor("player", "p-9", None).await.unwrap();
+    let key = AuthorityKey::new(StoreKind::Actor, "p-9").unwrap();
+    let AuthorityRead::Found(a) = c.store.read_authority(&key).await.unwrap() else {
+        panic!("missing")
+    };
+    let route = RouteFence {
+        object_kind: ObjectKind::Actor,
+        object_id: "p-9".into(),
+        object_generation: a.object_generation,
+        target_node: NodeFence {
+            rid: a.owner_node.rid.clone(),
+            lifecycle_generation: a.owner_node.lifecycle_generation,
+        },
+        authority_owner_generation: a.authority_owner_generation,
+        owner_lease_generation: a.owner.lease_generation,
+    };
+    let look = || zlink_node::mesh::handler::encode_json(&Look).unwrap();
+    let caller = &c.nodes[1];
+    caller
+        .object_request(&route, look(), None, T)
+        .await
+        .unwrap();
+    assert!(owner.admission_open());
+    let outage = tokio::time::Instant::now();
+    c.store.begin_outage();
+    let deadline = outage + Duration::from_secs(5);
+    while owner.admission_open() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "admission never closed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let closed_after = outage.elapsed();
+    // Closed before the lease (2 s TTL, renewed at most 300 ms before the outage) could lapse.
+    assert!(
+        closed_after < Duration::from_millis(2_000),
+        "{closed_after:?}"
+    );
+    let err = caller
+        .object_request(&route, look(), None, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.detail().contains("fencing deadline"), "{err}");
+    // The owner's own cached route did not outlive the admission window either.
+    assert!(
+        rt.request_to_actor::<Look, Balance>("p-9", &Look, T)
+            .await
+            .is_err()
+    );
+    c.store.end_outage();
+    c.shutdown().await;
 }

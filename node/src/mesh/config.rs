@@ -51,6 +51,9 @@ pub struct MeshTimings {
     pub lease_renew: Duration,
     /// Wait before re-dialing a peer that rejected us (not for `NotRequired`, which is final).
     pub reject_backoff: Duration,
+    /// Fencing margin (glossary §8): with failing renewals, the host stops admitting object
+    /// work this long before its last valid lease deadline (default 2 s; shorter than the TTL).
+    pub fencing_margin: Duration,
 }
 
 impl Default for MeshTimings {
@@ -62,6 +65,7 @@ impl Default for MeshTimings {
             lease_ttl: Duration::from_secs(10),
             lease_renew: Duration::from_secs(3),
             reject_backoff: Duration::from_secs(5),
+            fencing_margin: crate::config::defaults::FENCING_MARGIN,
         }
     }
 }
@@ -260,6 +264,15 @@ impl MeshNodeConfig {
             return Err(bad(
                 "timings",
                 "lease_renew must be positive and shorter than lease_ttl".into(),
+            ));
+        }
+        if t.fencing_margin >= t.lease_ttl {
+            return Err(bad(
+                "timings.fencing_margin",
+                format!(
+                    "{:?} must be shorter than lease_ttl {:?}",
+                    t.fencing_margin, t.lease_ttl
+                ),
             ));
         }
         if t.discovery_poll.is_zero() {

@@ -159,6 +159,10 @@ pub(crate) struct Inner {
     pub selectors: Mutex<foldhash::HashMap<String, ChannelSelector>>,
     /// The object runtime, once attached.
     pub object_sink: std::sync::OnceLock<Arc<dyn ObjectSink>>,
+    /// Fencing deadline on the node's clock ([`Inner::now_ms`]): the last confirmed lease
+    /// deadline minus the fencing margin, measured from when that claim or renewal was sent.
+    /// `u64::MAX` without a store.
+    pub fencing_deadline_ms: AtomicU64,
 }
 
 /// An object command (Spot / Actor send or request, wire 21/22/24/25) the reactor admitted:
@@ -551,7 +555,10 @@ impl MeshNode {
 
         // Lease, RID claim and first descriptor before anyone can discover us.
         let mut lease = None;
+        let epoch = Instant::now();
+        let mut fencing_deadline_ms = u64::MAX;
         if let Some(store) = &store {
+            let sent_ms = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
             let grant = store
                 .claim_lease(&owner_id, config.timings.lease_ttl)
                 .await?;
@@ -576,6 +583,14 @@ impl MeshNode {
                     super::discovery::encode_descriptor(&descriptor),
                 )
                 .await?;
+            fencing_deadline_ms = sent_ms.saturating_add(
+                u64::try_from(
+                    grant
+                        .fencing_delay(config.timings.fencing_margin)
+                        .as_millis(),
+                )
+                .unwrap_or(u64::MAX),
+            );
             lease = Some(grant.token);
         }
 
@@ -606,7 +621,7 @@ impl MeshNode {
             dispatcher,
             store,
             lease: Mutex::new(lease),
-            epoch: Instant::now(),
+            epoch,
             peer_change: watch::channel(0).0,
             placement_capacity: AtomicU64::new(0),
             faults: Faults::default(),
@@ -616,6 +631,7 @@ impl MeshNode {
             ),
             selectors: Mutex::new(selectors),
             object_sink: std::sync::OnceLock::new(),
+            fencing_deadline_ms: AtomicU64::new(fencing_deadline_ms),
         });
 
         let mut tasks = Vec::new();
@@ -986,6 +1002,14 @@ impl MeshNode {
         .with_payload(payload);
         record.metadata = metadata;
         self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// Whether this host may admit new object work now: its owner lease was last confirmed
+    /// recently enough that the fencing deadline (lease deadline − fencing margin, glossary §8)
+    /// has not passed. Always open without a store. A host whose renewals keep failing closes
+    /// admission here, before any other node could take its objects over.
+    pub fn admission_open(&self) -> bool {
+        self.inner.now_ms() < self.inner.fencing_deadline_ms.load(Ordering::Acquire)
     }
 
     /// Attach the object runtime that receives admitted Spot / Actor commands (once).

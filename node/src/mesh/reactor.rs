@@ -1802,8 +1802,16 @@ pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
             .clone();
         let Some(token) = token else { return };
         if last_renew.elapsed() >= t.lease_renew {
+            let sent_ms = inner.now_ms();
             match store.renew_lease(&token, t.lease_ttl).await {
-                Ok(_) => last_renew = tokio::time::Instant::now(),
+                Ok(grant) => {
+                    last_renew = tokio::time::Instant::now();
+                    let delay = u64::try_from(grant.fencing_delay(t.fencing_margin).as_millis())
+                        .unwrap_or(u64::MAX);
+                    inner
+                        .fencing_deadline_ms
+                        .store(sent_ms.saturating_add(delay), Ordering::Release);
+                }
                 Err(e) => tracing::warn!(error = %e, "owner lease renewal failed"),
             }
         }

@@ -196,6 +196,17 @@ impl<S: LocationStore> Inner<S> {
         };
         let key = AuthorityKey::new(store_kind(route.object_kind), &route.object_id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        if !self.mesh.admission_open() {
+            // Fenced (glossary §8): renewals failed past the fencing deadline; no new work.
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "{} on {}: the owner lease could not be renewed before the fencing deadline",
+                    route.object_id,
+                    self.mesh.rid()
+                ),
+            ));
+        }
         let lease_ok = self
             .mesh
             .owner_token()

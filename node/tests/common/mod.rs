@@ -24,6 +24,7 @@ pub fn fast_timings() -> MeshTimings {
         lease_ttl: Duration::from_millis(2_000),
         lease_renew: Duration::from_millis(300),
         reject_backoff: Duration::from_millis(200),
+        fencing_margin: Duration::from_millis(200),
     }
 }
 
