@@ -78,6 +78,42 @@ fn player_handlers() -> ObjectHandlers<Player> {
     h
 }
 
+/// Asks a hall Spot to pay `coins` to player `to` (the Spot calls the Actor by ID).
+#[derive(Debug, Serialize, Deserialize)]
+struct Pay {
+    to: String,
+    coins: u64,
+    yield_turn: bool,
+}
+impl JsonMessage for Pay {
+    const PACKET_NAME: &'static str = "hall.Pay";
+}
+
+fn hall_handlers() -> ObjectHandlers<Player> {
+    let mut h: ObjectHandlers<Player> = ObjectHandlers::new();
+    h.on_request(|ctx, p: Pay| async move {
+        let earn = Earn { coins: p.coins };
+        let call = ctx.request_to_actor::<Earn, Balance>(&p.to, &earn, T);
+        // Async keeps the Spot's turn; Yield gives it back while the Actor answers. Either way
+        // the reply resumes this handler (its own reply route), then the state is updated.
+        let bal = if p.yield_turn {
+            ctx.yield_on(call).await??
+        } else {
+            call.await?
+        };
+        ctx.state().log.push(bal.coins);
+        Ok::<_, CallError>(bal)
+    });
+    h.on_request(|ctx, _: Look| async move {
+        let p = ctx.state();
+        Ok::<_, CallError>(Balance {
+            coins: p.coins,
+            log: p.log.clone(),
+        })
+    });
+    h
+}
+
 struct Cluster {
     store: Arc<MemoryStore>,
     nodes: Vec<Arc<MeshNode>>,
@@ -121,6 +157,12 @@ impl Cluster {
                     }
                 },
                 player_handlers,
+            )
+            .register();
+            reg.user_spot(
+                "hall",
+                |_: FactoryInput| async { Ok(Player::default()) },
+                hall_handlers,
             )
             .register();
             reg.actor(
@@ -398,5 +440,34 @@ async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadl
             .is_err()
     );
     c.store.end_outage();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_handler_calls_an_actor_on_another_node_with_async_and_with_yield() {
+    let c = Cluster::start(2).await;
+    let (a, b) = (&c.rts[0], &c.rts[1]);
+    b.create_actor("player", "p-10", None).await.unwrap();
+    a.create_user_spot("hall", "hall-1", None).await.unwrap();
+    for (i, yield_turn) in [false, true, false].into_iter().enumerate() {
+        let bal: Balance = b
+            .request_to_spot(
+                "hall-1",
+                &Pay {
+                    to: "p-10".into(),
+                    coins: 5,
+                    yield_turn,
+                },
+                T,
+            )
+            .await
+            .unwrap();
+        assert_eq!(bal.coins, 5 * (i as u64 + 1));
+    }
+    let player: Balance = a.request_to_actor("p-10", &Look, T).await.unwrap();
+    assert_eq!(player.log, vec![5, 5, 5]);
+    // The hall's state saw each reply in its own turn.
+    let hall: Balance = a.request_to_spot("hall-1", &Look, T).await.unwrap();
+    assert_eq!(hall.log, vec![5, 10, 15]);
     c.shutdown().await;
 }

@@ -156,6 +156,21 @@ pub struct Binding {
     objects: Arc<Objects>,
     key: AuthorityKey,
     generation: u64,
+    caller: Option<std::sync::Weak<dyn ObjectCaller>>,
+}
+
+/// How a handler reaches other objects by ID: the object runtime of its node (held weakly by
+/// each object, so objects never keep their runtime alive).
+pub trait ObjectCaller: Send + Sync + 'static {
+    /// Send (`timeout` `None`) or request a Spot or Actor by global ID; see
+    /// `ObjectRuntime::call`.
+    fn call_object(
+        &self,
+        kind: ObjectKind,
+        id: String,
+        payload: TypedPayload,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<Result<Option<TypedPayload>, CallError>>;
 }
 
 impl std::fmt::Debug for Binding {
@@ -175,7 +190,15 @@ impl Binding {
             objects,
             key,
             generation,
+            caller: None,
         }
+    }
+
+    /// Let the object's handlers call other objects through `caller` (its node's runtime).
+    #[must_use]
+    pub fn with_caller(mut self, caller: std::sync::Weak<dyn ObjectCaller>) -> Self {
+        self.caller = Some(caller);
+        self
     }
 
     /// A private table with one Ready slot, for an object outside any runtime (tests, tools).
@@ -333,6 +356,85 @@ impl<S: Send + 'static> Ctx<S> {
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// One-way message to Actor `id` from inside a handler (completes at source-local
+    /// admission, so the turn is not held for the remote handler).
+    ///
+    /// # Errors
+    /// As `ObjectRuntime::send_to_actor`; `InvalidOperation` for an object outside a runtime.
+    pub async fn send_to_actor<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
+        self.call(ObjectKind::Actor, id, encode_json(msg)?, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Request to Actor `id` from inside a handler. Awaiting it is `Async` (the turn is kept);
+    /// wrap it in [`Ctx::yield_on`] to `Yield`. The reply comes back on this request's own reply
+    /// route and resumes this handler, never as a message to the object.
+    ///
+    /// # Errors
+    /// As `ObjectRuntime::request_to_actor`.
+    pub async fn request_to_actor<M: JsonMessage, R: JsonMessage>(
+        &self,
+        id: &str,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        let reply = self
+            .call(ObjectKind::Actor, id, encode_json(msg)?, Some(timeout))
+            .await?;
+        decode_json(&reply.unwrap_or_default())
+    }
+
+    /// One-way message to Spot `id` from inside a handler.
+    ///
+    /// # Errors
+    /// As [`Ctx::send_to_actor`].
+    pub async fn send_to_spot<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
+        self.call(ObjectKind::Spot, id, encode_json(msg)?, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Request to Spot `id` from inside a handler.
+    ///
+    /// # Errors
+    /// As [`Ctx::request_to_actor`].
+    pub async fn request_to_spot<M: JsonMessage, R: JsonMessage>(
+        &self,
+        id: &str,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        let reply = self
+            .call(ObjectKind::Spot, id, encode_json(msg)?, Some(timeout))
+            .await?;
+        decode_json(&reply.unwrap_or_default())
+    }
+
+    async fn call(
+        &self,
+        kind: ObjectKind,
+        id: &str,
+        payload: TypedPayload,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        let caller = self
+            .shared
+            .home
+            .caller
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
+            .ok_or_else(|| {
+                CallError::new(
+                    ErrorKind::InvalidOperation,
+                    "this object runs outside an object runtime and cannot call other objects",
+                )
+            })?;
+        caller
+            .call_object(kind, id.to_owned(), payload, timeout)
+            .await
     }
 
     /// Cancel timer `id`; `true` if it was armed.

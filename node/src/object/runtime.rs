@@ -37,7 +37,7 @@ use zlink_store::types::{
 };
 use zlink_store::{LocationStore, StoreError};
 
-use super::exec::Binding;
+use super::exec::{Binding, ObjectCaller};
 use super::objects::Objects;
 use super::registry::{
     FactoryInput, LiveObject, ObjectType, ObjectTypeKind, Registry, RegistryError,
@@ -114,6 +114,8 @@ struct Inner<S> {
     /// One creation at a time per ID on this node.
     creating: tokio::sync::Mutex<HashMap<AuthorityKey, Arc<tokio::sync::Mutex<()>>>>,
     stats: RuntimeStats,
+    /// Itself, weakly (so handler calls can run on an owned handle).
+    this: std::sync::OnceLock<std::sync::Weak<Inner<S>>>,
 }
 
 /// The object runtime attached to one MeshNode.
@@ -227,6 +229,102 @@ impl<S: LocationStore> Inner<S> {
     }
 }
 
+impl<S: LocationStore> Inner<S> {
+    /// The call path shared by every ID-addressed surface: `timeout` `None` is a one-way send.
+    ///
+    /// # Errors
+    /// See the module docs.
+    async fn call(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        let inner = self;
+        let key = AuthorityKey::new(kind, id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let route = match inner.resolver.resolve(&key).await {
+            Resolution::ReadyRoute(r) => r,
+            Resolution::Missing => {
+                return Err(CallError::new(
+                    ErrorKind::NotFound,
+                    format!("{id} does not exist"),
+                ));
+            }
+            Resolution::Unavailable { reason, .. } => {
+                return Err(CallError::new(
+                    ErrorKind::Unavailable,
+                    format!("{id} cannot be used now ({reason:?})"),
+                ));
+            }
+            Resolution::StoreFailure(e) => return Err(store_error(e)),
+        };
+        let fence = route_fence(&route, kind, id);
+        let me = inner.mesh.fence();
+        let local = route.owner_node.rid == me.rid
+            && route.owner_node.lifecycle_generation == me.lifecycle_generation;
+        let out = if local {
+            inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
+            match inner.admit(&fence) {
+                Ok(obj) => match timeout {
+                    None => obj.send(payload).map(|()| None),
+                    Some(t) => match tokio::time::timeout(t, obj.request(payload)).await {
+                        Ok(r) => r.map(Some),
+                        Err(_) => Err(CallError::new(
+                            ErrorKind::DeadlineExceeded,
+                            format!("no reply from {id} within {t:?}"),
+                        )),
+                    },
+                },
+                Err(e) => Err(e),
+            }
+        } else {
+            inner.stats.remote_calls.fetch_add(1, Ordering::Relaxed);
+            match timeout {
+                None => inner
+                    .mesh
+                    .object_send(&fence, payload, metadata)
+                    .await
+                    .map(|()| None),
+                Some(t) => inner
+                    .mesh
+                    .object_request(&fence, payload, metadata, t)
+                    .await
+                    .map(Some),
+            }
+        };
+        if let Err(e) = &out
+            && e.kind() == ErrorKind::StaleRoute
+        {
+            inner.resolver.cache().stale_route(&route.fence());
+        }
+        out
+    }
+}
+
+impl<S: LocationStore> ObjectCaller for Inner<S> {
+    fn call_object(
+        &self,
+        kind: StoreKind,
+        id: String,
+        payload: TypedPayload,
+        timeout: Option<Duration>,
+    ) -> crate::mesh::handler::BoxFuture<Result<Option<TypedPayload>, CallError>> {
+        let this = self.this.get().and_then(std::sync::Weak::upgrade);
+        Box::pin(async move {
+            let Some(this) = this else {
+                return Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "object runtime stopped",
+                ));
+            };
+            this.call(kind, &id, payload, None, timeout).await
+        })
+    }
+}
+
 impl<S: LocationStore> ObjectSink for Inner<S> {
     fn deliver(&self, d: ObjectDelivery) {
         let admitted = self.admit(&d.route);
@@ -276,7 +374,9 @@ impl<S: LocationStore> ObjectRuntime<S> {
             live: Mutex::new(HashMap::new()),
             creating: tokio::sync::Mutex::new(HashMap::new()),
             stats: RuntimeStats::default(),
+            this: std::sync::OnceLock::new(),
         });
+        let _ = inner.this.set(Arc::downgrade(&inner));
         mesh.set_object_sink(Arc::clone(&inner) as Arc<dyn ObjectSink>)
             .map_err(RuntimeError::Attach)?;
         Ok(Self { inner })
@@ -463,7 +563,9 @@ impl<S: LocationStore> ObjectRuntime<S> {
                     object_generation: generation,
                     init,
                 },
-                Binding::new(Arc::clone(&inner.objects), key.clone(), generation),
+                Binding::new(Arc::clone(&inner.objects), key.clone(), generation).with_caller(
+                    Arc::downgrade(&(Arc::clone(inner) as Arc<dyn ObjectCaller>)),
+                ),
             )
             .await;
         let obj: Arc<dyn LiveObject> = match made {
@@ -627,64 +729,6 @@ impl<S: LocationStore> ObjectRuntime<S> {
         metadata: Option<Metadata>,
         timeout: Option<Duration>,
     ) -> Result<Option<TypedPayload>, CallError> {
-        let inner = &self.inner;
-        let key = AuthorityKey::new(kind, id)
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        let route = match inner.resolver.resolve(&key).await {
-            Resolution::ReadyRoute(r) => r,
-            Resolution::Missing => {
-                return Err(CallError::new(
-                    ErrorKind::NotFound,
-                    format!("{id} does not exist"),
-                ));
-            }
-            Resolution::Unavailable { reason, .. } => {
-                return Err(CallError::new(
-                    ErrorKind::Unavailable,
-                    format!("{id} cannot be used now ({reason:?})"),
-                ));
-            }
-            Resolution::StoreFailure(e) => return Err(store_error(e)),
-        };
-        let fence = route_fence(&route, kind, id);
-        let me = inner.mesh.fence();
-        let local = route.owner_node.rid == me.rid
-            && route.owner_node.lifecycle_generation == me.lifecycle_generation;
-        let out = if local {
-            inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
-            match inner.admit(&fence) {
-                Ok(obj) => match timeout {
-                    None => obj.send(payload).map(|()| None),
-                    Some(t) => match tokio::time::timeout(t, obj.request(payload)).await {
-                        Ok(r) => r.map(Some),
-                        Err(_) => Err(CallError::new(
-                            ErrorKind::DeadlineExceeded,
-                            format!("no reply from {id} within {t:?}"),
-                        )),
-                    },
-                },
-                Err(e) => Err(e),
-            }
-        } else {
-            inner.stats.remote_calls.fetch_add(1, Ordering::Relaxed);
-            match timeout {
-                None => inner
-                    .mesh
-                    .object_send(&fence, payload, metadata)
-                    .await
-                    .map(|()| None),
-                Some(t) => inner
-                    .mesh
-                    .object_request(&fence, payload, metadata, t)
-                    .await
-                    .map(Some),
-            }
-        };
-        if let Err(e) = &out
-            && e.kind() == ErrorKind::StaleRoute
-        {
-            inner.resolver.cache().stale_route(&route.fence());
-        }
-        out
+        self.inner.call(kind, id, payload, metadata, timeout).await
     }
 }
