@@ -1,7 +1,7 @@
 //! Location Store benchmark against a real `redis-server` on loopback.
 //!
-//! Measures ops/s and p50/p99 latency of `read_authority`, `reserve` + `commit_ready` and
-//! `transfer_owner`, next to plain `GET` / `SET` issued through the same client library
+//! Measures ops/s and p50/p99 latency of `read_authority`, `read_route` (one route-cache
+//! miss), `reserve` + `commit_ready` and `transfer_owner`, next to plain `GET` / `SET` issued through the same client library
 //! (`redis` crate `ConnectionManager`) at the same concurrency in the same run. The ratio is our
 //! cost per operation over one raw Redis round trip. Each workload runs `ROUNDS` times and the
 //! median round is reported.
@@ -214,6 +214,26 @@ async fn main() {
         );
     }
     rows.push(("read_authority", median(reads)));
+
+    // read_route: the resolver's only read, i.e. the cost of one route-cache miss
+    // (authority record + the owner's live lease in one script).
+    let mut routes = Vec::new();
+    for _ in 0..rounds {
+        let s = Arc::clone(&store);
+        let key = key.clone();
+        routes.push(
+            run(ops, concurrency, move |_| {
+                let s = Arc::clone(&s);
+                let key = key.clone();
+                async move {
+                    let r = s.read_route(&key).await.unwrap();
+                    assert!(r.owner_lease.is_some(), "the bench owner's lease is live");
+                }
+            })
+            .await,
+        );
+    }
+    rows.push(("read_route (route-cache miss)", median(routes)));
 
     if std::env::var("ZLINK_BENCH_ONLY").as_deref() == Ok("read") {
         print_rows(&rows);
