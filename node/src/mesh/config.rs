@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use thiserror::Error;
-use zlink_protocol::generated::{ChannelMembership, ChannelRole, ObjectRole};
+use zlink_protocol::generated::{ChannelMembership, ChannelRole, ObjectCapability, ObjectRole};
 use zlink_protocol::ids;
 
 use super::auth::MeshSecret;
@@ -126,6 +126,10 @@ pub struct MeshNodeConfig {
     pub placement_weight: u16,
     /// Channel memberships (a Server membership makes Client–Client pairs connect).
     pub channels: Vec<ChannelMembership>,
+    /// Object kinds and stable types this node can host, announced in its descriptor (fixed for
+    /// the lifecycle: a change needs re-admission, wire §4). Usually
+    /// `object::registry::Registry::capabilities()`.
+    pub object_capabilities: Vec<ObjectCapability>,
     /// Security identity proven in admission.
     pub security_identity: String,
     /// Mesh secret.
@@ -157,6 +161,7 @@ impl MeshNodeConfig {
             maintenance_wave: String::new(),
             placement_weight: 100,
             channels: Vec::new(),
+            object_capabilities: Vec::new(),
             security_identity: "zlink-node".into(),
             secret,
             manual_peers: Vec::new(),

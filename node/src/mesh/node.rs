@@ -550,7 +550,7 @@ impl MeshNode {
             placement_weight: config.placement_weight,
             entry_spot_id: String::new(),
             channels: config.channels.clone(),
-            object_capabilities: vec![],
+            object_capabilities: config.object_capabilities.clone(),
         };
 
         // Lease, RID claim and first descriptor before anyone can discover us.

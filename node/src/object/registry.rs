@@ -532,6 +532,29 @@ impl Registry {
         }
     }
 
+    /// What this registry lets a node host, for its descriptor
+    /// (`MeshNodeConfig::object_capabilities`): Actors and User / Instance Spots by stable type
+    /// with their relocation policy; capacity unlimited (`0`). Entry Spots are never placed.
+    pub fn capabilities(&self) -> Vec<zlink_protocol::generated::ObjectCapability> {
+        use zlink_protocol::generated::{ObjectCapability, ObjectKind};
+        self.types
+            .values()
+            .filter_map(|t| {
+                let kind = match t.kind() {
+                    ObjectTypeKind::Actor => ObjectKind::Actor,
+                    ObjectTypeKind::UserSpot | ObjectTypeKind::InstanceSpot => ObjectKind::Spot,
+                    ObjectTypeKind::EntrySpot => return None,
+                };
+                Some(ObjectCapability {
+                    object_kind: kind,
+                    stable_type: t.stable_type().to_owned(),
+                    relocation_policy: t.policy(),
+                    capacity_limit: 0,
+                })
+            })
+            .collect()
+    }
+
     /// Freeze: the first registration error, or the type table.
     ///
     /// # Errors
@@ -650,6 +673,14 @@ mod tests {
             .register();
         r.instance_spot("inst", factory, player_handlers).register();
         r.entry_spot("entry", factory, player_handlers).register();
+        let caps = r.capabilities();
+        assert_eq!(
+            caps.iter()
+                .map(|c| c.stable_type.as_str())
+                .collect::<Vec<_>>(),
+            vec!["a", "inst", "per", "wide"],
+            "Entry Spots are not placeable"
+        );
         let t = r.build().unwrap();
         let mode = |n: &str| t[n].exec_mode();
         assert_eq!(mode("a"), ExecMode::Serial);
