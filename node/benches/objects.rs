@@ -72,6 +72,7 @@ struct World {
 async fn node(rid: &str, store: &Arc<MemoryStore>) -> Arc<MeshNode> {
     let mut c = MeshNodeConfig::new("bench", MeshSecret::from_bytes(SECRET).unwrap());
     c.rid = RidConfig::Fixed(rid.into());
+    c.object_capabilities = registry().capabilities();
     let mut h = Handlers::new();
     h.on_request_raw(ECHO, 64, |_, b| async move { Ok::<_, CallError>(b) });
     Arc::new(

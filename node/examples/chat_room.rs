@@ -178,6 +178,8 @@ async fn node(
         MeshSecret::from_bytes(b"example-secret-0123456789")?,
     );
     c.rid = RidConfig::Fixed(rid.into());
+    // Announce what this node can host, so peers may place rooms on it.
+    c.object_capabilities = registry().capabilities();
     let store: Arc<dyn DiscoveryBackend> = Arc::clone(store) as Arc<dyn DiscoveryBackend>;
     Ok(Arc::new(
         MeshNode::start(c, Handlers::new(), Some(store)).await?,

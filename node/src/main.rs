@@ -151,6 +151,10 @@ async fn peer(args: PeerArgs) -> Result<()> {
     cfg.timings.discovery_poll = Duration::from_millis(args.discovery_poll_ms);
     cfg.timings.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
     cfg.timings.lease_renew = Duration::from_millis((args.lease_ttl_ms / 3).max(1));
+    // The fencing margin scales with short test leases (renewals every third of the TTL must
+    // land inside TTL − margin); the spec default otherwise.
+    cfg.timings.fencing_margin = Duration::from_millis((args.lease_ttl_ms / 5).max(1))
+        .min(zlink_node::config::defaults::FENCING_MARGIN);
     for p in &args.peers {
         let (endpoint, rid) = match p.rsplit_once('@') {
             Some((ep, rid)) => (ep.to_owned(), Some(rid.to_owned())),

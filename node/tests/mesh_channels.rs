@@ -174,7 +174,7 @@ impl Cluster {
 fn weight_of(d: &zlink_protocol::generated::NodeDescriptor) -> u16 {
     d.channels
         .iter()
-        .find(|c| c.channel_name == CH)
+        .find(|c| c.channel_name == CH && c.role == zlink_protocol::generated::ChannelRole::Server)
         .map(|c| c.weight)
         .unwrap()
 }
@@ -447,4 +447,44 @@ async fn channel_registrations_are_checked_at_start() {
         msg.contains("duplicate handler") && msg.contains(CH),
         "{msg}"
     );
+}
+
+/// A node may hold both roles of one Channel; its `update` carries Server weights only, and a
+/// peer applies them to the Server membership (not to the Client entry listed first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_change_of_a_node_that_is_client_and_server_reaches_its_server_membership() {
+    let seen = Arc::new(Seen::default());
+    let both = start(
+        config("m", "srv-a")
+            .channel_client(CH)
+            .channel_server(CH, 100),
+        server_handlers("srv-a", &seen),
+    )
+    .await;
+    let other_seen = Arc::new(Seen::default());
+    let other = start(
+        config("m", "srv-b").channel_server(CH, 100),
+        server_handlers("srv-b", &other_seen),
+    )
+    .await;
+    let mut cfg = config("m", "cli").channel_client(CH);
+    for s in [&both, &other] {
+        cfg.manual_peers.push(ManualPeer {
+            endpoint: s.endpoint().to_owned(),
+            expected_rid: Some(s.rid().to_owned()),
+        });
+    }
+    let client = Arc::new(start(cfg, Handlers::new()).await);
+    client.wait_ready("srv-a", WAIT).await.unwrap();
+    client.wait_ready("srv-b", WAIT).await.unwrap();
+    let c = Cluster {
+        client,
+        servers: vec![(both, seen), (other, other_seen)],
+    };
+    c.servers[0].0.set_channel_weight(CH, 0).unwrap();
+    c.client_sees("srv-a", |d| weight_of(d) == 0).await;
+    for n in 0..10 {
+        assert_eq!(c.who(n).await.unwrap(), "srv-b");
+    }
+    c.shutdown().await;
 }

@@ -284,3 +284,35 @@ async fn missing_handlers_panics_and_close_end_requests_with_one_typed_error() {
         ErrorKind::Unavailable
     );
 }
+
+/// Closing an object while a handler is yielded ends that request with one typed error instead
+/// of leaving it waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_an_object_ends_a_yielded_request_instead_of_hanging() {
+    let overlap = Arc::new(Overlap::default());
+    let gate = Arc::new(Notify::new());
+    let exec = Arc::new(ObjectExecutor::start(
+        Obj::default(),
+        handlers(&overlap, &gate),
+        ExecMode::Yielding,
+    ));
+    let e = Arc::clone(&exec);
+    let slow = tokio::spawn(async move { e.request::<Slow, Log>(&Slow { tag: "s".into() }).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !exec.with_state(|o| o.log.iter().any(|e| e == "s start")) {
+        assert!(tokio::time::Instant::now() < deadline, "slow never started");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    exec.close().await;
+    // The gate opens after the close: the continuation finds the object gone.
+    gate.notify_one();
+    let out = tokio::time::timeout(Duration::from_secs(10), slow)
+        .await
+        .expect("the yielded request must end")
+        .unwrap();
+    let err = out.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::ShuttingDown | ErrorKind::Unavailable),
+        "{err}"
+    );
+}

@@ -271,12 +271,16 @@ impl MeshNodeConfig {
                 "lease_renew must be positive and shorter than lease_ttl".into(),
             ));
         }
-        if t.fencing_margin >= t.lease_ttl {
+        // Healthy renewals must land before the admission window closes: renew period <
+        // lease TTL − fencing margin.
+        if t.fencing_margin >= t.lease_ttl
+            || t.lease_renew >= t.lease_ttl.saturating_sub(t.fencing_margin)
+        {
             return Err(bad(
                 "timings.fencing_margin",
                 format!(
-                    "{:?} must be shorter than lease_ttl {:?}",
-                    t.fencing_margin, t.lease_ttl
+                    "lease_renew {:?} must be shorter than lease_ttl {:?} minus fencing_margin {:?}",
+                    t.lease_renew, t.lease_ttl, t.fencing_margin
                 ),
             ));
         }

@@ -358,6 +358,18 @@ pub(crate) fn send_reply(
     req: &RequestHeader,
     result: Result<TypedPayload, CallError>,
 ) {
+    send_reply_tail(inner, source, req, result.map(Some), ReplyResult::None);
+}
+
+/// [`send_reply`] with an optional application payload and the operation-specific success
+/// tail of command 20 (wire §8.1; ignored on an error).
+pub(crate) fn send_reply_tail(
+    inner: &Inner,
+    source: &NodeFence,
+    req: &RequestHeader,
+    result: Result<Option<TypedPayload>, CallError>,
+    tail: ReplyResult,
+) {
     let conn = {
         let peers = inner.peers();
         peers
@@ -373,12 +385,13 @@ pub(crate) fn send_reply(
             .fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let (status, detail, payload) = match result {
-        Ok(p) => (TerminalStatus::Ok, String::new(), Some(p)),
+    let (status, detail, payload, tail) = match result {
+        Ok(p) => (TerminalStatus::Ok, String::new(), p, tail),
         Err(e) => (
             e.kind().to_status(),
             e.detail().chars().take(1024).collect(),
             None,
+            ReplyResult::None,
         ),
     };
     let mut record = Record::new(CommandBody::Reply(zlink_protocol::generated::Reply {
@@ -387,7 +400,7 @@ pub(crate) fn send_reply(
         correlation_id: req.correlation_id.clone(),
         status,
         detail,
-        result: ReplyResult::None,
+        result: tail,
     }));
     record.payload = payload;
     inner.metrics.replies_sent.fetch_add(1, Ordering::Relaxed);

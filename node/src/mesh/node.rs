@@ -22,8 +22,8 @@ use zlink_protocol::codec::Writer;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     ActorRequest, ActorSend, ChannelRequest, ChannelRole, ChannelSend, CommandBody, NodeDescriptor,
-    NodeFence, NodeRequest, NodeSend, RequestHeader, RouteFence, RuntimeState, SpotRequest,
-    SpotSend, Update,
+    NodeFence, NodeRequest, NodeSend, ReplyResult, RequestHeader, ReservationFence, RouteFence,
+    RuntimeState, SpotRequest, SpotSend, Update, UserSpotCreate,
 };
 use zlink_protocol::ids;
 use zlink_protocol::metadata::Metadata;
@@ -98,6 +98,9 @@ pub struct MeshMetrics {
     pub reply_unroutable: AtomicU64,
     /// Commands this node does not serve (yet) that arrived anyway.
     pub unserved_commands: AtomicU64,
+    /// Spot / Actor records whose route named an earlier lifecycle of this node (a sender's
+    /// stale cache; answered `StaleRoute` for requests, dropped for sends).
+    pub stale_object_routes: AtomicU64,
     /// Repeated `hello` on a live connection answered with the same generation.
     pub idempotent_admissions: AtomicU64,
     /// `update` records applied.
@@ -183,10 +186,28 @@ pub struct ObjectDelivery {
     pub payload: TypedPayload,
 }
 
+/// An admitted remote User Spot create (command 47, wire §8.1): the source reserved the slot
+/// for this node; this node runs the factory and commits, then answers once.
+#[derive(Debug)]
+pub struct CreateDelivery {
+    /// The sending node.
+    pub source: Arc<NodeFence>,
+    /// Terminal identity of the create request.
+    pub request: RequestHeader,
+    /// The Spot ID.
+    pub spot_id: String,
+    /// Its stable type.
+    pub stable_type: String,
+    /// The provider-issued reservation fence the source holds.
+    pub reservation: ReservationFence,
+}
+
 /// The receiver of admitted object commands: the object runtime of this node.
 pub trait ObjectSink: Send + Sync + 'static {
     /// Take one delivery. Must not block: the reactor calls it.
     fn deliver(&self, delivery: ObjectDelivery);
+    /// Take one remote create. Must not block; answers with [`MeshNode::reply_create`].
+    fn create(&self, delivery: CreateDelivery);
 }
 
 /// Smooth weighted round-robin state of one Channel, with the peer-table version its
@@ -910,7 +931,7 @@ impl MeshNode {
                     target,
                 })
             },
-            payload,
+            Some(payload),
             metadata,
             timeout,
         )
@@ -960,7 +981,7 @@ impl MeshNode {
                     target,
                 })
             },
-            payload,
+            Some(payload),
             metadata,
             timeout,
         )
@@ -1002,6 +1023,11 @@ impl MeshNode {
         .with_payload(payload);
         record.metadata = metadata;
         self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// The configured fencing margin (glossary §8).
+    pub fn fencing_margin(&self) -> Duration {
+        self.inner.config.timings.fencing_margin
     }
 
     /// Whether this host may admit new object work now: its owner lease was last confirmed
@@ -1101,7 +1127,7 @@ impl MeshNode {
                     })
                 }
             },
-            payload,
+            Some(payload),
             metadata,
             timeout,
         )
@@ -1117,6 +1143,63 @@ impl MeshNode {
         result: Result<TypedPayload, CallError>,
     ) {
         super::dispatch::send_reply(&self.inner, source, request, result);
+    }
+
+    /// Ask node `target` to create User Spot `spot_id` into the slot reserved by `reservation`
+    /// (command 47, wire §8.1). Ok means the target committed it (Created).
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that lifecycle), `DeadlineExceeded` (outcome
+    /// unknown: reconcile by reading the authority), the target's error.
+    pub async fn user_spot_create(
+        &self,
+        target: &NodeFence,
+        spot_id: &str,
+        stable_type: &str,
+        reservation: ReservationFence,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.inner.ready_conn(&target.rid)?;
+        if conn.peer().lifecycle_generation != target.lifecycle_generation {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("node {} restarted since it was chosen", target.rid),
+            ));
+        }
+        self.request_on(
+            conn,
+            |request, source, _| {
+                CommandBody::UserSpotCreate(UserSpotCreate {
+                    request,
+                    source,
+                    spot_id: spot_id.to_owned(),
+                    stable_type: stable_type.to_owned(),
+                    reservation,
+                })
+            },
+            None,
+            None,
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Answer a [`CreateDelivery`] once: `Ok(tail)` carries the operation's success tail
+    /// (e.g. `ReplyResult::UserSpotCreate { outcome: Created, spot }`).
+    pub fn reply_create(
+        &self,
+        source: &NodeFence,
+        request: &RequestHeader,
+        result: Result<ReplyResult, CallError>,
+    ) {
+        match result {
+            Ok(tail) => {
+                super::dispatch::send_reply_tail(&self.inner, source, request, Ok(None), tail)
+            }
+            Err(e) => super::dispatch::send_reply(&self.inner, source, request, Err(e)),
+        }
     }
 
     /// This node's fence (RID and lifecycle generation).
@@ -1138,23 +1221,26 @@ impl MeshNode {
                 format!("channel weight {weight} is outside 0..=10000"),
             ));
         }
-        let mut found = false;
+        let serves = self
+            .inner
+            .config
+            .channels
+            .iter()
+            .any(|c| c.channel_name == channel && c.role == ChannelRole::Server);
+        if !serves {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!("this node has no Server membership of channel {channel:?}"),
+            ));
+        }
         self.update_descriptor(|d| {
             for c in &mut d.channels {
                 if c.channel_name == channel && c.role == ChannelRole::Server {
                     c.weight = weight;
-                    found = true;
                 }
             }
         });
-        if found {
-            Ok(())
-        } else {
-            Err(CallError::new(
-                ErrorKind::InvalidOperation,
-                format!("this node has no Server membership of channel {channel:?}"),
-            ))
-        }
+        Ok(())
     }
 
     /// The request path shared by node direct, select-one and object requests: `conn` is the
@@ -1164,7 +1250,7 @@ impl MeshNode {
         &self,
         conn: ConnRef,
         body: impl FnOnce(RequestHeader, NodeFence, NodeFence) -> CommandBody,
-        payload: TypedPayload,
+        payload: Option<TypedPayload>,
         metadata: Option<Metadata>,
         timeout: Duration,
     ) -> Result<TypedPayload, CallError> {
@@ -1216,7 +1302,8 @@ impl MeshNode {
             deadline_unix_ms,
         };
         let body = body(request, self.inner.fence(), conn.peer().clone());
-        let mut record = Record::new(body).with_payload(payload);
+        let mut record = Record::new(body);
+        record.payload = payload;
         record.metadata = metadata;
         let sent = tokio::time::timeout_at(
             deadline,

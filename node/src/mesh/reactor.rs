@@ -831,6 +831,7 @@ impl Reactor {
                 | CommandBody::SpotRequest(_)
                 | CommandBody::ActorSend(_)
                 | CommandBody::ActorRequest(_)
+                | CommandBody::UserSpotCreate(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -845,6 +846,7 @@ impl Reactor {
                 CommandBody::SpotRequest(r) => Some(&r.source),
                 CommandBody::ActorSend(s) => Some(&s.source),
                 CommandBody::ActorRequest(r) => Some(&r.source),
+                CommandBody::UserSpotCreate(c) => Some(&c.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1054,6 +1056,28 @@ impl Reactor {
                     record.payload,
                 );
             }
+            CommandBody::UserSpotCreate(c) => {
+                self.consumed(&conn, stamp.charge);
+                let source = Arc::clone(conn.peer_shared());
+                match self.inner.object_sink.get() {
+                    Some(sink) => sink.create(super::node::CreateDelivery {
+                        source,
+                        request: c.request,
+                        spot_id: c.spot_id,
+                        stable_type: c.stable_type,
+                        reservation: c.reservation,
+                    }),
+                    None => super::dispatch::send_reply(
+                        &self.inner,
+                        &source,
+                        &c.request,
+                        Err(CallError::new(
+                            crate::call::error::ErrorKind::NotFound,
+                            format!("node {} hosts no objects", self.inner.rid),
+                        )),
+                    ),
+                }
+            }
             CommandBody::Reply(reply) => {
                 let outcome = match CallError::from_status(reply.status, reply.detail.clone()) {
                     None => Ok(record.payload.unwrap_or_default()),
@@ -1106,7 +1130,8 @@ impl Reactor {
         if route.target_node.rid != self.inner.rid
             || route.target_node.lifecycle_generation != self.inner.lifecycle
         {
-            self.inner.metrics.protocol_error("stale_target");
+            // A route cached before this node restarted: legitimate traffic, not a wire break.
+            inc(&self.inner.metrics.stale_object_routes);
             refuse(
                 &self.inner,
                 crate::call::error::ErrorKind::StaleRoute,
@@ -1606,9 +1631,11 @@ impl Reactor {
                 && d.placement_weight == u.placement_weight
                 && d.maintenance_wave == u.maintenance_wave
                 && u.channel_weights.iter().all(|cw| {
-                    d.channels
-                        .iter()
-                        .any(|c| c.channel_name == cw.channel_name && c.weight == cw.weight)
+                    d.channels.iter().any(|c| {
+                        c.channel_name == cw.channel_name
+                            && c.role == ChannelRole::Server
+                            && c.weight == cw.weight
+                    })
                 })
         };
         let verdict = match &e.last_update {
@@ -1738,7 +1765,7 @@ fn apply_update(d: &mut NodeDescriptor, u: &Update) {
         if let Some(c) = d
             .channels
             .iter_mut()
-            .find(|c| c.channel_name == cw.channel_name)
+            .find(|c| c.channel_name == cw.channel_name && c.role == ChannelRole::Server)
         {
             c.weight = cw.weight;
         }
@@ -1811,6 +1838,11 @@ pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
                     inner
                         .fencing_deadline_ms
                         .store(sent_ms.saturating_add(delay), Ordering::Release);
+                }
+                Err(zlink_store::StoreError::Stale { .. }) => {
+                    // The lease is gone for good (expired or replaced): fence at once.
+                    inner.fencing_deadline_ms.store(0, Ordering::Release);
+                    tracing::error!("owner lease lost: this host admits no new object work");
                 }
                 Err(e) => tracing::warn!(error = %e, "owner lease renewal failed"),
             }

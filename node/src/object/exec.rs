@@ -57,6 +57,9 @@ pub enum ExecMode {
 
 type Reply = oneshot::Sender<Result<TypedPayload, CallError>>;
 
+/// The receiving end of a request's single terminal reply (dropped sender: the object closed).
+pub type ReplyReceiver = oneshot::Receiver<Result<TypedPayload, CallError>>;
+
 /// One unit of queue work.
 pub(crate) enum Work {
     Send(TypedPayload),
@@ -284,7 +287,17 @@ impl<S> Clone for Ctx<S> {
 impl<S: Send + 'static> Ctx<S> {
     /// The object's state, for the current turn. Drop the guard before the next `.await` (the
     /// compiler insists: a handler future holding it is not `Send`).
+    ///
+    /// # Panics
+    /// When called without the turn: inside the future given to [`Ctx::yield_on`] (the turn is
+    /// given back then) or from a task that outlived its handler. Turns never overlap, so the
+    /// state is never touched by two of them; a handler panic ends as `HandlerFailed`.
     pub fn state(&self) -> MutexGuard<'_, S> {
+        assert!(
+            lock(&self.ender).is_some(),
+            "object state used outside the object's turn (inside yield_on, or after the handler \
+             returned)"
+        );
         lock(&self.shared.state)
     }
 
@@ -307,14 +320,25 @@ impl<S: Send + 'static> Ctx<S> {
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let (grant_tx, grant_rx) = oneshot::channel();
         lock(&self.shared.resume).insert(token, grant_tx);
+        // If this future is dropped or panics before it has its turn back, the continuation is
+        // forgotten, so the object still reaches a handler boundary (capture) afterwards.
+        let mut guard = YieldGuard {
+            shared: &self.shared,
+            token,
+            armed: true,
+        };
         self.end_turn(TurnEnd::Yielded);
         let out = fut.await;
         // Queue the continuation behind what was accepted meanwhile, then wait for its turn.
-        let _ = self.shared.with_queue(|q| q.resume(token));
+        let queued = self.shared.with_queue(|q| q.resume(token).is_ok());
+        if queued != Some(true) {
+            return Err(CallError::new(ErrorKind::ShuttingDown, "object closed"));
+        }
         self.shared.wake.notify_one();
         let ender = grant_rx
             .await
             .map_err(|_| CallError::new(ErrorKind::ShuttingDown, "object closed"))?;
+        guard.armed = false;
         *lock(&self.ender) = Some(ender);
         Ok(out)
     }
@@ -449,6 +473,23 @@ impl<S: Send + 'static> Ctx<S> {
     }
 }
 
+/// Forgets a yielded continuation that never got its turn back (see [`Ctx::yield_on`]).
+struct YieldGuard<'a, S> {
+    shared: &'a Shared<S>,
+    token: ResumeToken,
+    armed: bool,
+}
+
+impl<S> Drop for YieldGuard<'_, S> {
+    fn drop(&mut self) {
+        if self.armed {
+            lock(&self.shared.resume).remove(&self.token);
+            let _ = self.shared.with_queue(|q| q.forget(self.token));
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -526,10 +567,20 @@ impl<S: Send + 'static> ObjectExecutor<S> {
     /// # Errors
     /// As [`ObjectExecutor::request`].
     pub async fn request_payload(&self, payload: TypedPayload) -> Result<TypedPayload, CallError> {
+        self.request_start(payload)?
+            .await
+            .map_err(|_| CallError::new(ErrorKind::Unavailable, "object closed"))?
+    }
+
+    /// Accept a request now (it takes its place in the queue before this returns) and return
+    /// the receiver of its single terminal reply.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    pub fn request_start(&self, payload: TypedPayload) -> Result<ReplyReceiver, CallError> {
         let (tx, rx) = oneshot::channel();
         self.shared.push(Work::Request(payload, tx))?;
-        rx.await
-            .map_err(|_| CallError::new(ErrorKind::Unavailable, "object closed"))?
+        Ok(rx)
     }
 
     /// Read the state outside any handler (inspection, tests).
@@ -561,6 +612,8 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         if let Some(t) = task {
             let _ = t.await;
         }
+        // Continuations waiting for a turn end with ShuttingDown (their grant senders drop).
+        lock(&self.shared.resume).clear();
         let home = &self.shared.home;
         let left = home
             .objects

@@ -253,6 +253,17 @@ impl<W> ExecQueue<W> {
         Ok(())
     }
 
+    /// Forget a yielded continuation that will never continue (its handler was dropped or
+    /// panicked while yielded): it leaves the outstanding set and, if its resume was queued
+    /// already, the application lane. Returns whether anything was removed.
+    pub fn forget(&mut self, token: ResumeToken) -> bool {
+        let was_outstanding = self.outstanding.remove(&token);
+        let before = self.app.len();
+        self.app
+            .retain(|e| !matches!(e, Entry::Resume(t) if *t == token));
+        was_outstanding || self.app.len() != before
+    }
+
     /// Whether a turn runs now.
     pub fn is_running(&self) -> bool {
         self.turn != Turn::Idle
@@ -431,6 +442,26 @@ mod tests {
         // Resumed continuations queue behind work accepted before the resume.
         assert_eq!(run_all(&mut q), vec!["c", "resume"]);
         assert!(q.at_boundary());
+        // A continuation that will never continue is forgotten, queued or not.
+        q.push(Lane::Application, "d");
+        assert!(matches!(
+            q.next_turn(),
+            Some(Picked::Work { item: "d", .. })
+        ));
+        let t = q.yield_turn().unwrap();
+        assert!(!q.at_boundary());
+        assert!(q.forget(t));
+        assert!(q.at_boundary());
+        q.push(Lane::Application, "e");
+        assert!(matches!(
+            q.next_turn(),
+            Some(Picked::Work { item: "e", .. })
+        ));
+        let t = q.yield_turn().unwrap();
+        q.resume(t).unwrap();
+        assert!(q.forget(t));
+        assert!(!q.forget(t));
+        assert!(q.at_boundary() && q.is_empty());
     }
 
     #[test]

@@ -22,7 +22,7 @@ use thiserror::Error;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::RelocationPolicy as WirePolicy;
 
-use super::exec::{Binding, ExecMode, ObjectExecutor, ObjectHandlers};
+use super::exec::{Binding, ExecMode, ObjectExecutor, ObjectHandlers, ReplyReceiver};
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::BoxFuture;
 
@@ -180,6 +180,12 @@ pub trait LiveObject: Send + Sync + 'static {
     fn send(&self, payload: TypedPayload) -> Result<(), CallError>;
     /// Accept a request; the future is its single terminal reply.
     fn request(&self, payload: TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>>;
+    /// Accept a request now (queued before this returns, so it keeps its order with sends
+    /// accepted after it) and return the receiver of its terminal reply.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    fn request_start(&self, payload: TypedPayload) -> Result<ReplyReceiver, CallError>;
     /// The state as bytes per the policy: `Some` with `PreserveWith`, `None` otherwise.
     ///
     /// # Errors
@@ -212,6 +218,9 @@ impl<S: Send + 'static> LiveObject for Live<S> {
     fn request(&self, payload: TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>> {
         let exec = Arc::clone(&self.exec);
         Box::pin(async move { exec.request_payload(payload).await })
+    }
+    fn request_start(&self, payload: TypedPayload) -> Result<ReplyReceiver, CallError> {
+        self.exec.request_start(payload)
     }
     fn capture_state(&self) -> Result<Option<Bytes>, CallError> {
         if self.disabled {

@@ -30,7 +30,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 use zlink_protocol::envelope::TypedPayload;
-use zlink_protocol::generated::{ObjectKind as WireKind, RouteFence};
+use zlink_protocol::generated::{
+    ObjectKind as WireKind, ReplyResult, ReservationFence, RouteFence,
+};
 use zlink_protocol::metadata::Metadata;
 use zlink_store::types::{
     AuthorityKey, NodeRef, ObjectKind as StoreKind, OwnerToken, ReserveRequest, TargetFence,
@@ -44,10 +46,13 @@ use super::registry::{
 };
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
-use crate::mesh::{MeshNode, ObjectDelivery, ObjectSink};
+use crate::mesh::{CreateDelivery, MeshNode, ObjectDelivery, ObjectSink};
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
 };
+
+/// How long a remote create may take before the source reconciles with the store.
+pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An object runtime could not start.
 #[derive(Debug, Error)]
@@ -61,6 +66,14 @@ pub enum RuntimeError {
     /// Another runtime is attached to the node.
     #[error("{0}")]
     Attach(CallError),
+    /// The route-cache settings break a rule of the spec (routing §2.5).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A registered placeable type is missing from the node's descriptor capabilities, so no
+    /// peer would ever place it here (set `MeshNodeConfig::object_capabilities` to
+    /// `Registry::capabilities()`).
+    #[error("stable type {0:?} is registered but not in the node's object_capabilities")]
+    CapabilityMissing(String),
 }
 
 /// A reference to one created incarnation (returned by create; never needed to address it).
@@ -90,12 +103,16 @@ pub struct RuntimeStats {
     pub factory_runs: AtomicU64,
     /// Objects created here.
     pub created: AtomicU64,
+    /// Objects this node placed on another node (remote create, command 47).
+    pub created_remotely: AtomicU64,
     /// Deliveries refused by target admission (stale routes).
     pub stale_routes: AtomicU64,
     /// Calls served on this node without the mesh.
     pub local_calls: AtomicU64,
     /// Calls sent to another owner over the mesh.
     pub remote_calls: AtomicU64,
+    /// One-way messages dropped by target admission (stale route).
+    pub dropped_sends: AtomicU64,
 }
 
 struct LiveEntry {
@@ -116,6 +133,8 @@ struct Inner<S> {
     stats: RuntimeStats,
     /// Itself, weakly (so handler calls can run on an owned handle).
     this: std::sync::OnceLock<std::sync::Weak<Inner<S>>>,
+    /// Placement state per stable type.
+    placement: Mutex<HashMap<String, crate::select::SmoothWeighted<String>>>,
 }
 
 /// The object runtime attached to one MeshNode.
@@ -220,10 +239,20 @@ impl<S: LocationStore> Inner<S> {
         }
         let live = self.live();
         match live.get(&key) {
-            Some(e) if e.authority_owner_generation == route.authority_owner_generation => {
+            // Same incarnation: the owner generation must still be the route's (a transfer
+            // away and back would change it).
+            Some(e)
+                if e.generation == route.object_generation
+                    && e.authority_owner_generation == route.authority_owner_generation =>
+            {
                 Ok(Arc::clone(&e.obj))
             }
-            Some(_) => Err(stale("the authority owner generation changed")),
+            Some(e) if e.generation == route.object_generation => {
+                Err(stale("the authority owner generation changed"))
+            }
+            // A newer incarnation of the ID under this same owner and lease: ObjectGeneration
+            // is not a target-match condition for messages (routing §2.6), so it receives it.
+            Some(e) => Ok(Arc::clone(&e.obj)),
             None => Err(stale("the object is not live here")),
         }
     }
@@ -296,11 +325,314 @@ impl<S: LocationStore> Inner<S> {
             }
         };
         if let Err(e) = &out
-            && e.kind() == ErrorKind::StaleRoute
+            && matches!(e.kind(), ErrorKind::StaleRoute | ErrorKind::Unavailable)
         {
+            // StaleRoute: the owner refused the route. Unavailable: no connection to that
+            // owner lifecycle (it restarted or left). Either way the next call resolves again.
             inner.resolver.cache().stale_route(&route.fence());
         }
         out
+    }
+}
+
+impl<S: LocationStore> Inner<S> {
+    /// The registered type `stable_type`, checked against `kind`.
+    fn type_of(
+        &self,
+        kind: StoreKind,
+        stable_type: &str,
+    ) -> Result<Arc<dyn ObjectType>, CallError> {
+        let bad = |d: String| CallError::new(ErrorKind::InvalidOperation, d);
+        let ty = self.types.get(stable_type).ok_or_else(|| {
+            bad(format!(
+                "no factory is registered for stable type {stable_type:?}"
+            ))
+        })?;
+        let kind_ok = match kind {
+            StoreKind::Actor => ty.kind() == ObjectTypeKind::Actor,
+            StoreKind::Spot => ty.kind() == ObjectTypeKind::UserSpot,
+        };
+        if !kind_ok {
+            return Err(bad(format!(
+                "stable type {stable_type:?} is a {:?}, not a {kind:?}",
+                ty.kind()
+            )));
+        }
+        Ok(Arc::clone(ty))
+    }
+
+    /// Reserve `key` for `target` (its node and owner lease).
+    async fn reserve(
+        &self,
+        key: &AuthorityKey,
+        kind: StoreKind,
+        stable_type: &str,
+        target: &zlink_protocol::generated::NodeFence,
+        owner: OwnerToken,
+    ) -> Result<zlink_store::types::Reservation, CallError> {
+        let me = self.mesh.fence();
+        let reservation_id = format!(
+            "{}-{}",
+            me.rid,
+            zlink_protocol::codec::hex::encode(
+                &crate::mesh::auth::random_bytes::<12>()
+                    .map_err(|_| CallError::new(ErrorKind::Unavailable, "no randomness"))?
+            )
+        );
+        self.store
+            .reserve(&ReserveRequest {
+                key: key.clone(),
+                reservation_id,
+                object_kind: kind,
+                stable_type: stable_type.to_owned(),
+                target: TargetFence {
+                    node: NodeRef {
+                        mesh: self.mesh.descriptor().mesh_name,
+                        rid: target.rid.clone(),
+                        lifecycle_generation: target.lifecycle_generation,
+                    },
+                    owner,
+                },
+                capacity_delta: 1,
+                content: None,
+                payload: Bytes::new(),
+            })
+            .await
+            .map_err(store_error)
+    }
+
+    /// On this node, for a reservation that names it: open the queue (work may queue before
+    /// the instance exists), run the factory, commit Ready with the reservation fence, make the
+    /// queue Ready. A factory failure aborts the reservation under its fence.
+    async fn materialize(
+        &self,
+        ty: &Arc<dyn ObjectType>,
+        kind: StoreKind,
+        id: &str,
+        init: Option<TypedPayload>,
+        reservation: zlink_store::types::Reservation,
+    ) -> Result<ObjectRef, CallError> {
+        let key = reservation.key.clone();
+        let generation = reservation.object_generation;
+        self.objects
+            .open(&key, generation)
+            .map_err(|e| CallError::new(ErrorKind::Conflict, e.to_string()))?;
+        self.stats.factory_runs.fetch_add(1, Ordering::Relaxed);
+        let caller = self
+            .this
+            .get()
+            .cloned()
+            .map(|w| w as std::sync::Weak<dyn ObjectCaller>);
+        let mut home = Binding::new(Arc::clone(&self.objects), key.clone(), generation);
+        if let Some(c) = caller {
+            home = home.with_caller(c);
+        }
+        // A factory may fail or panic; either way the reservation is given back.
+        let made = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(ty.create(
+            FactoryInput {
+                id: id.to_owned(),
+                stable_type: ty.stable_type().to_owned(),
+                object_generation: generation,
+                init,
+            },
+            home,
+        )))
+        .await
+        .unwrap_or_else(|_| {
+            Err(CallError::new(
+                ErrorKind::HandlerFailed,
+                "the factory panicked",
+            ))
+        });
+        let obj: Arc<dyn LiveObject> = match made {
+            Ok(o) => Arc::from(o),
+            Err(e) => {
+                let _ = self.store.abort(&reservation).await;
+                let _ = self.objects.remove(&key, generation);
+                return Err(CallError::new(
+                    ErrorKind::HandlerFailed,
+                    format!(
+                        "factory of {:?} failed for {id}: {}",
+                        ty.stable_type(),
+                        e.detail()
+                    ),
+                ));
+            }
+        };
+        let snapshot = match self.store.commit_ready(&reservation, Bytes::new()).await {
+            Ok(s) => s,
+            Err(e) => {
+                // The commit may have happened (e.g. the reply was lost): read to reconcile
+                // (wire §7) before giving up the instance.
+                match self.store.read_authority(&key).await {
+                    Ok(zlink_store::types::AuthorityRead::Found(a))
+                        if a.state == zlink_store::types::AuthorityState::Ready
+                            && a.object_generation == generation
+                            && a.owner == reservation.target.owner =>
+                    {
+                        *a
+                    }
+                    _ => {
+                        obj.close().await;
+                        let _ = self.objects.remove(&key, generation);
+                        let _ = self.store.abort(&reservation).await;
+                        return Err(store_error(e));
+                    }
+                }
+            }
+        };
+        self.live().insert(
+            key.clone(),
+            LiveEntry {
+                generation,
+                authority_owner_generation: snapshot.authority_owner_generation,
+                obj,
+            },
+        );
+        let _ = self.objects.mark_ready(&key, generation);
+        self.stats.created.fetch_add(1, Ordering::Relaxed);
+        Ok(ObjectRef {
+            kind,
+            id: id.to_owned(),
+            object_generation: generation,
+        })
+    }
+
+    /// Placement (glossary §6 "Weight"): smooth weighted round-robin by placement weight over
+    /// this node and its ready peers whose descriptor is an Object Server, `Serving`, with a
+    /// capability for (`kind`, `stable_type`). The maintenance wave does not exclude creation
+    /// targets.
+    fn choose_target(
+        &self,
+        kind: StoreKind,
+        stable_type: &str,
+    ) -> Result<zlink_protocol::generated::NodeFence, CallError> {
+        use zlink_protocol::generated::{ObjectRole, RuntimeState};
+        let wk = wire_kind(kind);
+        let hosts = |d: &zlink_protocol::generated::NodeDescriptor| {
+            d.object_role == ObjectRole::Server
+                && d.state == RuntimeState::Serving
+                && d.object_capabilities
+                    .iter()
+                    .any(|c| c.object_kind == wk && c.stable_type == stable_type)
+        };
+        let mut candidates: Vec<(String, u16, zlink_protocol::generated::NodeFence)> = Vec::new();
+        let me = self.mesh.descriptor();
+        if hosts(&me) {
+            candidates.push((me.node.rid.clone(), me.placement_weight, me.node.clone()));
+        }
+        for p in self.mesh.peers() {
+            if p.state != crate::mesh::PeerState::Ready {
+                continue;
+            }
+            if let Some(d) = p.descriptor.filter(|d| hosts(d)) {
+                candidates.push((d.node.rid.clone(), d.placement_weight, d.node));
+            }
+        }
+        candidates.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut selectors = self
+            .placement
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sel = selectors.entry(stable_type.to_owned()).or_default();
+        let _ = sel.set_candidates(candidates.iter().map(|(rid, w, _)| (rid.clone(), *w)));
+        let picked = sel.pick();
+        picked
+            .and_then(|rid| candidates.into_iter().find(|c| c.0 == rid))
+            .map(|c| c.2)
+            .ok_or_else(|| {
+                CallError::new(
+                    ErrorKind::Unavailable,
+                    format!("no serving Object Server can host stable type {stable_type:?}"),
+                )
+            })
+    }
+
+    /// The owner lease of node `target` (from its MeshNode descriptor in the store).
+    async fn owner_of(
+        &self,
+        target: &zlink_protocol::generated::NodeFence,
+    ) -> Result<OwnerToken, CallError> {
+        let records = self
+            .store
+            .list_descriptors(
+                zlink_store::types::DescriptorKind::MeshNode,
+                &self.mesh.descriptor().mesh_name,
+            )
+            .await
+            .map_err(store_error)?;
+        records
+            .into_iter()
+            .find(|r| {
+                r.key.rid == target.rid && r.lifecycle_generation == target.lifecycle_generation
+            })
+            .map(|r| r.owner)
+            .ok_or_else(|| {
+                CallError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "node {} has no live descriptor for its lifecycle",
+                        target.rid
+                    ),
+                )
+            })
+    }
+
+    /// Serve a remote User Spot create (command 47) that names this node.
+    async fn create_for(&self, d: &CreateDelivery) -> Result<ReplyResult, CallError> {
+        let me = self.mesh.fence();
+        let owner = self.owner()?;
+        let f = &d.reservation;
+        if f.target_node != me || f.owner_lease_generation != owner.lease_generation {
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                "the reservation names another node lifecycle or owner lease",
+            ));
+        }
+        let ty = self.type_of(StoreKind::Spot, &d.stable_type)?;
+        let key = AuthorityKey::new(StoreKind::Spot, &d.spot_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let zlink_store::types::AuthorityRead::Found(a) =
+            self.store.read_authority(&key).await.map_err(store_error)?
+        else {
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                "the reservation is gone",
+            ));
+        };
+        let current = a.state == zlink_store::types::AuthorityState::Creating
+            && a.store_version == f.store_version
+            && a.object_generation == f.object_generation
+            && a.authority_owner_generation == f.authority_owner_generation;
+        let Some(pending) = a.pending_creation.clone().filter(|_| current) else {
+            return Err(CallError::new(
+                ErrorKind::Conflict,
+                "the reservation is no longer the current creation of this ID",
+            ));
+        };
+        let reservation = zlink_store::types::Reservation {
+            key,
+            reservation_id: pending.reservation_id,
+            store_version: a.store_version,
+            object_generation: a.object_generation,
+            authority_owner_generation: a.authority_owner_generation,
+            reservation_version: pending.reservation_version,
+            target: pending.target,
+        };
+        let made = self
+            .materialize(&ty, StoreKind::Spot, &d.spot_id, None, reservation)
+            .await?;
+        Ok(ReplyResult::UserSpotCreate(
+            zlink_protocol::generated::ReplyResultUserSpotCreate {
+                outcome: zlink_protocol::generated::CreateOutcome::Created,
+                spot: zlink_protocol::generated::SpotRef {
+                    spot_id: made.id,
+                    object_generation: made.object_generation,
+                    mesh_name: self.mesh.descriptor().mesh_name,
+                    node_rid: me.rid,
+                },
+            },
+        ))
     }
 }
 
@@ -325,7 +657,41 @@ impl<S: LocationStore> ObjectCaller for Inner<S> {
     }
 }
 
+/// The sink the MeshNode holds: a weak handle on the runtime.
+struct SinkRef<S: LocationStore>(std::sync::Weak<Inner<S>>);
+
+impl<S: LocationStore> ObjectSink for SinkRef<S> {
+    fn create(&self, d: CreateDelivery) {
+        if let Some(inner) = self.0.upgrade() {
+            ObjectSink::create(inner.as_ref(), d);
+        }
+    }
+    fn deliver(&self, d: ObjectDelivery) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.deliver(d);
+        }
+    }
+}
+
 impl<S: LocationStore> ObjectSink for Inner<S> {
+    fn create(&self, d: CreateDelivery) {
+        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            self.mesh.reply_create(
+                &d.source,
+                &d.request,
+                Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "object runtime stopped",
+                )),
+            );
+            return;
+        };
+        tokio::spawn(async move {
+            let result = this.create_for(&d).await;
+            this.mesh.reply_create(&d.source, &d.request, result);
+        });
+    }
+
     fn deliver(&self, d: ObjectDelivery) {
         let admitted = self.admit(&d.route);
         match (d.request, admitted) {
@@ -334,14 +700,42 @@ impl<S: LocationStore> ObjectSink for Inner<S> {
                     tracing::debug!(error = %e, "object send refused after admission");
                 }
             }
-            (None, Err(e)) => tracing::debug!(error = %e, "object send on a stale route dropped"),
+            (None, Err(e)) => {
+                // A one-way message on a stale route has no one to answer: counted as a drop
+                // event (wire §7); the sender's cache entry lapses with its lifetime.
+                self.stats.dropped_sends.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "object send on a stale route dropped");
+            }
             (Some(req), Ok(obj)) => {
-                let mesh = Arc::clone(&self.mesh);
-                let source = d.source;
-                tokio::spawn(async move {
-                    let result = obj.request(d.payload).await;
-                    mesh.reply_to(&source, &req, result);
-                });
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                if req.deadline_unix_ms <= now_ms {
+                    self.mesh.reply_to(
+                        &d.source,
+                        &req,
+                        Err(CallError::new(
+                            ErrorKind::DeadlineExceeded,
+                            "the request's deadline passed before it was admitted",
+                        )),
+                    );
+                    return;
+                }
+                // Queued now, in arrival order with later records of the same sender; only the
+                // wait for the reply runs on its own task.
+                match obj.request_start(d.payload) {
+                    Ok(rx) => {
+                        let mesh = Arc::clone(&self.mesh);
+                        let source = d.source;
+                        tokio::spawn(async move {
+                            let result = rx.await.unwrap_or_else(|_| {
+                                Err(CallError::new(ErrorKind::Unavailable, "object closed"))
+                            });
+                            mesh.reply_to(&source, &req, result);
+                        });
+                    }
+                    Err(e) => self.mesh.reply_to(&d.source, &req, Err(e)),
+                }
             }
             (Some(req), Err(e)) => self.mesh.reply_to(&d.source, &req, Err(e)),
         }
@@ -363,7 +757,26 @@ impl<S: LocationStore> ObjectRuntime<S> {
         if mesh.owner_token().is_none() {
             return Err(RuntimeError::NoOwnerLease);
         }
+        crate::config::validate_route_cache_vs_follow(cache.max_age, cache.message_follow)?;
+        let me = mesh.descriptor();
+        let announced = if me.object_role == zlink_protocol::generated::ObjectRole::Server {
+            me.object_capabilities
+        } else {
+            // An Object Client hosts nothing; its registrations only type its calls.
+            registry.capabilities()
+        };
+        for c in registry.capabilities() {
+            if !announced
+                .iter()
+                .any(|a| a.object_kind == c.object_kind && a.stable_type == c.stable_type)
+            {
+                return Err(RuntimeError::CapabilityMissing(c.stable_type));
+            }
+        }
         let types = registry.build()?;
+        // A cached route must never outlive the owner's own admission window.
+        let mut cache = cache;
+        cache.fencing_margin = cache.fencing_margin.max(mesh.fencing_margin());
         let source: Arc<dyn RouteSource> = Arc::clone(&store) as Arc<dyn RouteSource>;
         let inner = Arc::new(Inner {
             resolver: Resolver::new(source, cache),
@@ -375,11 +788,23 @@ impl<S: LocationStore> ObjectRuntime<S> {
             creating: tokio::sync::Mutex::new(HashMap::new()),
             stats: RuntimeStats::default(),
             this: std::sync::OnceLock::new(),
+            placement: Mutex::new(HashMap::new()),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
-        mesh.set_object_sink(Arc::clone(&inner) as Arc<dyn ObjectSink>)
+        // The node holds the runtime weakly: no reference cycle through the sink.
+        mesh.set_object_sink(Arc::new(SinkRef(Arc::downgrade(&inner))) as Arc<dyn ObjectSink>)
             .map_err(RuntimeError::Attach)?;
         Ok(Self { inner })
+    }
+
+    /// Stop every live object of this node (waiting requests end with `Unavailable`). The
+    /// authority records stay: the objects become Unavailable until the lease lapses and a
+    /// fenced cleanup removes them. Call before shutting the MeshNode down.
+    pub async fn shutdown(&self) {
+        let live: Vec<LiveEntry> = self.inner.live().drain().map(|(_, e)| e).collect();
+        for e in live {
+            e.obj.close().await;
+        }
     }
 
     /// The resolver (its cache counters and invalidation triggers).
@@ -445,10 +870,33 @@ impl<S: LocationStore> ObjectRuntime<S> {
             let mut creating = self.inner.creating.lock().await;
             Arc::clone(creating.entry(key.clone()).or_default())
         };
-        let _one_at_a_time = gate.lock().await;
+        let guard = gate.lock().await;
+        let out = self
+            .get_or_create_locked(&key, stable_type, id, init, deadline, timeout)
+            .await;
+        drop(guard);
+        // Forget the gate once nobody else holds or waits for it.
+        let mut creating = self.inner.creating.lock().await;
+        if Arc::strong_count(&gate) == 2 {
+            creating.remove(&key);
+        }
+        out
+    }
+
+    async fn get_or_create_locked(
+        &self,
+        key: &AuthorityKey,
+        stable_type: &str,
+        id: &str,
+        init: Option<TypedPayload>,
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<(ObjectRef, Creation), CallError> {
         let mut pause = Duration::from_millis(5);
         loop {
-            match self.inner.resolver.resolve(&key).await {
+            // The store's current answer, not a cached route (it may point at a destroyed
+            // incarnation).
+            match self.inner.resolver.resolve_fresh(key).await {
                 Resolution::ReadyRoute(r) => {
                     return Ok((
                         ObjectRef {
@@ -501,108 +949,90 @@ impl<S: LocationStore> ObjectRuntime<S> {
         init: Option<TypedPayload>,
     ) -> Result<ObjectRef, CallError> {
         let inner = &self.inner;
-        let bad = |d: String| CallError::new(ErrorKind::InvalidOperation, d);
-        let key = AuthorityKey::new(kind, id).map_err(|e| bad(e.to_string()))?;
-        let ty = inner.types.get(stable_type).ok_or_else(|| {
-            bad(format!(
-                "no factory is registered for stable type {stable_type:?}"
-            ))
-        })?;
-        let kind_ok = match kind {
-            StoreKind::Actor => ty.kind() == ObjectTypeKind::Actor,
-            StoreKind::Spot => ty.kind() == ObjectTypeKind::UserSpot,
-        };
-        if !kind_ok {
-            return Err(bad(format!(
-                "stable type {stable_type:?} is a {:?}, not a {kind:?}",
-                ty.kind()
-            )));
+        let key = AuthorityKey::new(kind, id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let ty = inner.type_of(kind, stable_type)?;
+        if !inner.mesh.admission_open() {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                "this host is past its fencing deadline and creates nothing",
+            ));
         }
-        let owner = inner.owner()?;
         let me = inner.mesh.fence();
-        let reservation_id = format!(
-            "{}-{}",
-            me.rid,
-            zlink_protocol::codec::hex::encode(
-                &crate::mesh::auth::random_bytes::<12>()
-                    .map_err(|_| CallError::new(ErrorKind::Unavailable, "no randomness"))?
-            )
-        );
-        let reservation = inner
-            .store
-            .reserve(&ReserveRequest {
-                key: key.clone(),
-                reservation_id,
-                object_kind: kind,
-                stable_type: stable_type.to_owned(),
-                target: TargetFence {
-                    node: NodeRef {
-                        mesh: inner.mesh.descriptor().mesh_name,
-                        rid: me.rid.clone(),
-                        lifecycle_generation: me.lifecycle_generation,
-                    },
-                    owner,
-                },
-                capacity_delta: 1,
-                content: None,
-                payload: Bytes::new(),
-            })
-            .await
-            .map_err(store_error)?;
-        let generation = reservation.object_generation;
-        inner
-            .objects
-            .open(&key, generation)
-            .map_err(|e| CallError::new(ErrorKind::Conflict, e.to_string()))?;
-        inner.stats.factory_runs.fetch_add(1, Ordering::Relaxed);
-        let made = ty
-            .create(
-                FactoryInput {
-                    id: id.to_owned(),
-                    stable_type: stable_type.to_owned(),
-                    object_generation: generation,
-                    init,
-                },
-                Binding::new(Arc::clone(&inner.objects), key.clone(), generation).with_caller(
-                    Arc::downgrade(&(Arc::clone(inner) as Arc<dyn ObjectCaller>)),
-                ),
-            )
-            .await;
-        let obj: Arc<dyn LiveObject> = match made {
-            Ok(o) => Arc::from(o),
-            Err(e) => {
-                // The factory failed: give the ID back under the reservation fence.
-                let _ = inner.store.abort(&reservation).await;
-                let _ = inner.objects.remove(&key, generation);
+        // Placement: User Spots go to a node chosen by placement weight among those that can
+        // host the type. Actors stay here until Entry Spot membership exists, and so does a
+        // creation with an initial payload (a remote target reads it from the Relocation
+        // Store; not built yet).
+        let target = if kind == StoreKind::Spot && init.is_none() {
+            inner.choose_target(kind, stable_type)?
+        } else {
+            me.clone()
+        };
+        if target == me {
+            if inner.mesh.descriptor().object_role != zlink_protocol::generated::ObjectRole::Server
+            {
                 return Err(CallError::new(
-                    ErrorKind::HandlerFailed,
-                    format!("factory of {stable_type:?} failed for {id}: {}", e.detail()),
+                    ErrorKind::InvalidOperation,
+                    "this node is not an Object Server and hosts no objects",
                 ));
             }
+            let reservation = inner
+                .reserve(&key, kind, stable_type, &me, inner.owner()?)
+                .await?;
+            return inner.materialize(&ty, kind, id, init, reservation).await;
+        }
+        let owner = inner.owner_of(&target).await?;
+        let reservation = inner
+            .reserve(&key, kind, stable_type, &target, owner)
+            .await?;
+        let deadline_unix_ms = std::time::SystemTime::now()
+            .checked_add(CREATE_TIMEOUT)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(u64::MAX, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+            });
+        let fence = ReservationFence {
+            store_version: reservation.store_version,
+            object_generation: reservation.object_generation,
+            authority_owner_generation: reservation.authority_owner_generation,
+            target_node: target.clone(),
+            owner_lease_generation: reservation.target.owner.lease_generation,
+            pending_capacity: 1,
+            deadline_unix_ms,
         };
-        let snapshot = match inner.store.commit_ready(&reservation, Bytes::new()).await {
-            Ok(s) => s,
-            Err(e) => {
-                obj.close().await;
-                let _ = inner.store.abort(&reservation).await;
-                return Err(store_error(e));
-            }
-        };
-        inner.live().insert(
-            key.clone(),
-            LiveEntry {
-                generation,
-                authority_owner_generation: snapshot.authority_owner_generation,
-                obj,
-            },
-        );
-        let _ = inner.objects.mark_ready(&key, generation);
-        inner.stats.created.fetch_add(1, Ordering::Relaxed);
-        Ok(ObjectRef {
+        let sent = inner
+            .mesh
+            .user_spot_create(&target, id, stable_type, fence, CREATE_TIMEOUT)
+            .await;
+        let made = ObjectRef {
             kind,
             id: id.to_owned(),
-            object_generation: generation,
-        })
+            object_generation: reservation.object_generation,
+        };
+        match sent {
+            Ok(()) => {
+                inner.stats.created_remotely.fetch_add(1, Ordering::Relaxed);
+                Ok(made)
+            }
+            Err(e) => {
+                // The outcome may be unknown (reply lost, deadline): reconcile with the store.
+                match inner.store.read_authority(&key).await {
+                    Ok(zlink_store::types::AuthorityRead::Found(a))
+                        if a.state == zlink_store::types::AuthorityState::Ready
+                            && a.object_generation == reservation.object_generation =>
+                    {
+                        inner.stats.created_remotely.fetch_add(1, Ordering::Relaxed);
+                        Ok(made)
+                    }
+                    _ => {
+                        // Not committed: give the slot back under its fence (a commit that
+                        // races this abort makes the abort fail harmlessly).
+                        let _ = inner.store.abort(&reservation).await;
+                        Err(e)
+                    }
+                }
+            }
+        }
     }
 
     /// Destroy Actor `id` (owned by this node): its authority is deleted under the full fence,
@@ -644,6 +1074,22 @@ impl<S: LocationStore> ObjectRuntime<S> {
                 format!("{id} is not owned by this node"),
             ));
         };
+        // Delete only our own incarnation: the record must name this host's lease, this node
+        // lifecycle and the live entry's ObjectGeneration. Anything else means our entry is
+        // stale (the ID lives elsewhere now): it is dropped here, the record is left alone.
+        let me = self.inner.mesh.fence();
+        let ours = self.inner.owner().is_ok_and(|o| o == snapshot.owner)
+            && snapshot.owner_node.rid == me.rid
+            && snapshot.owner_node.lifecycle_generation == me.lifecycle_generation
+            && snapshot.object_generation == entry.generation;
+        if !ours {
+            entry.obj.close().await;
+            let _ = self.inner.objects.remove(&key, entry.generation);
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                format!("{id} is no longer owned by this node's incarnation of it"),
+            ));
+        }
         if let Err(e) = self.inner.store.delete_fenced(&snapshot.fence()).await {
             // Keep serving it: the authority still names us.
             self.inner.live().insert(key, entry);
@@ -660,7 +1106,6 @@ impl<S: LocationStore> ObjectRuntime<S> {
                 owner_lifecycle_generation: snapshot.owner_node.lifecycle_generation,
                 owner_lease_generation: snapshot.owner.lease_generation,
             });
-        let _ = entry.generation;
         entry.obj.close().await;
         Ok(())
     }

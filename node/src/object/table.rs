@@ -82,8 +82,8 @@ pub struct Slot<W> {
     generation: u64,
     state: SlotState,
     queue: ExecQueue<W>,
-    /// `Some` while admission is sealed: the ingress hold, unbounded.
-    hold: Option<VecDeque<W>>,
+    /// `Some` while admission is sealed: the ingress hold (with each item's lane), unbounded.
+    hold: Option<VecDeque<(Lane, W)>>,
 }
 
 impl<W> Slot<W> {
@@ -178,7 +178,7 @@ impl<W> ObjectTable<W> {
         match self.slots.get_mut(key) {
             Some(slot) => match &mut slot.hold {
                 Some(hold) => {
-                    hold.push_back(item);
+                    hold.push_back((lane, item));
                     Dispatched::Held
                 }
                 None => Dispatched::Queued(slot.queue.push(lane, item)),
@@ -235,7 +235,7 @@ impl<W> ObjectTable<W> {
         Ok(slot
             .hold
             .as_mut()
-            .map(|h| h.drain(..).collect())
+            .map(|h| h.drain(..).map(|(_, w)| w).collect())
             .unwrap_or_default())
     }
 
@@ -248,8 +248,8 @@ impl<W> ObjectTable<W> {
         let slot = self.slot_of(key, generation)?;
         let held = slot.hold.take().unwrap_or_default();
         let n = held.len();
-        for item in held {
-            slot.queue.push(Lane::Application, item);
+        for (lane, item) in held {
+            slot.queue.push(lane, item);
         }
         Ok(n)
     }
@@ -346,7 +346,13 @@ impl<W> ObjectTable<W> {
             return Err(TableError::Missing(key.as_str().to_owned()));
         };
         let mut out = slot.queue.drain();
-        out.extend(slot.hold.take().unwrap_or_default());
+        out.extend(
+            slot.hold
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(_, w)| w),
+        );
         Ok(out)
     }
 
@@ -417,6 +423,8 @@ mod tests {
         t.open(&k, 1).unwrap();
         t.dispatch(&k, Lane::Application, "before");
         t.seal(&k, 1).unwrap();
+        assert_eq!(t.dispatch(&k, Lane::Lifecycle, "ctl"), Dispatched::Held);
+        assert_eq!(t.take_held(&k, 1).unwrap(), vec!["ctl"]);
         for m in ["h1", "h2", "h3"] {
             assert_eq!(t.dispatch(&k, Lane::Application, m), Dispatched::Held);
         }

@@ -192,7 +192,14 @@ pub struct RouteCache {
     hits: u64,
     misses: u64,
     removed: [u64; 6],
+    /// Increases with every invalidation, so a read that was in flight across one can tell
+    /// (see [`RouteCache::invalidation_epoch`]).
+    epoch: u64,
+    inserts: u64,
 }
+
+/// Expired entries are swept once per this many inserts, so IDs looked up once do not pile up.
+const SWEEP_EVERY: u64 = 1024;
 
 impl RouteCache {
     /// An empty cache.
@@ -203,7 +210,16 @@ impl RouteCache {
             hits: 0,
             misses: 0,
             removed: [0; 6],
+            epoch: 0,
+            inserts: 0,
         }
+    }
+
+    /// A counter that changes with every invalidation. A resolver takes it before a store read
+    /// and inserts the result only if it is unchanged afterwards: an invalidation that landed
+    /// while the read was in flight must not be undone by the older read.
+    pub fn invalidation_epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Change the lifetime settings; entries already cached keep their expiry (routing §2.2
@@ -263,12 +279,19 @@ impl RouteCache {
         let expires = read_at + life;
         self.entries
             .insert(route.key.clone(), Entry { route, expires });
+        self.inserts += 1;
+        if self.inserts.is_multiple_of(SWEEP_EVERY) {
+            let before = self.entries.len();
+            self.entries.retain(|_, e| e.expires > read_at);
+            self.removed[Invalidation::Expired as usize] += (before - self.entries.len()) as u64;
+        }
         Some(expires)
     }
 
     /// A StoreVersion of `key` was observed (e.g. in a reply or a write); an entry with a lower
     /// one is removed.
     pub fn observe_store_version(&mut self, key: &AuthorityKey, store_version: u64) -> bool {
+        self.epoch += 1;
         if self
             .entries
             .get(key)
@@ -295,6 +318,7 @@ impl RouteCache {
     pub fn store_recovered(&mut self) -> usize {
         let n = self.entries.len();
         self.entries.clear();
+        self.epoch += 1;
         self.removed[Invalidation::StoreRecovery as usize] += n as u64;
         n
     }
@@ -305,6 +329,7 @@ impl RouteCache {
         self.entries.retain(|_, e| e.route.owner != *token);
         let n = before - self.entries.len();
         self.removed[Invalidation::OwnerLease as usize] += n as u64;
+        self.epoch += 1;
         n
     }
 
@@ -332,6 +357,8 @@ impl RouteCache {
     }
 
     fn remove_matching(&mut self, fence: &RouteFence, why: Invalidation) -> bool {
+        // Even when nothing is cached yet: a read in flight for this route must not insert it.
+        self.epoch += 1;
         if self
             .entries
             .get(&fence.key)

@@ -175,6 +175,14 @@ impl Resolver {
             self.count(0);
             return Resolution::ReadyRoute(route);
         }
+        self.resolve_fresh(key).await
+    }
+
+    /// Resolve `key` from the store, skipping the cache lookup (the creation coordinator needs
+    /// the store's current answer, not a cached route). A Ready result is cached as usual.
+    pub async fn resolve_fresh(&self, key: &AuthorityKey) -> Resolution {
+        self.check_recovery();
+        let epoch = self.cache().invalidation_epoch();
         let read_at = (self.clock)();
         self.stats.store_reads.fetch_add(1, Ordering::Relaxed);
         let out = match self.source.read_route(key).await {
@@ -183,10 +191,14 @@ impl Resolver {
         };
         match &out {
             Resolution::ReadyRoute(route) => {
-                // A recovery signalled while the read was in flight invalidates everything
-                // learned before it; this read is newer, so it may be cached after the purge.
+                // An invalidation (or a store recovery) that landed while the read was in
+                // flight wins: the result is returned but not cached.
                 self.check_recovery();
-                self.cache().insert(route.clone(), read_at);
+                let mut cache = self.cache();
+                if cache.invalidation_epoch() == epoch {
+                    cache.insert(route.clone(), read_at);
+                }
+                drop(cache);
                 self.count(0);
             }
             Resolution::Missing => self.count(1),
