@@ -1,0 +1,251 @@
+//! Publisher and subscriber settings. Every interval and deadline is a setting whose default is
+//! the spec's (wire §5: beacon every 5 s, not-ready 15 s after the last valid receive), so tests
+//! run the real code paths with millisecond timings.
+
+use std::time::Duration;
+
+use zlink_store::types::OwnerToken;
+
+use super::error::FanoutError;
+use crate::config::defaults::{FANOUT_BEACON_INTERVAL, FANOUT_SUBSCRIBER_NOT_READY_AFTER};
+
+/// Whose owner lease a publisher's descriptor hangs on (glossary §6 "Descriptor": an ephemeral
+/// record tied to the host owner lease).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerLease {
+    /// The publisher claims its own lease for this host owner ID, renews it and releases it on
+    /// shutdown. Claiming issues a new lease generation and makes any older token of the same
+    /// owner ID stale, so do not use the owner ID of a MeshNode running in the same host.
+    Claim {
+        /// Host owner ID; `None` = `host-<publisher RID>`.
+        owner_id: Option<String>,
+    },
+    /// Publish under the host's existing lease (for example the MeshNode's
+    /// [`owner_token`](crate::mesh::MeshNode::owner_token)); its holder renews and releases it.
+    /// On shutdown the publisher only removes its descriptor.
+    Shared(OwnerToken),
+}
+
+/// Settings of a [`Publisher`](super::Publisher).
+#[derive(Debug, Clone)]
+pub struct PublisherConfig {
+    /// The fanout ChannelName (descriptor scope).
+    pub channel_name: String,
+    /// The publisher RID; `None` = an automatic RID `<rid_prefix>-<uuid v4>`.
+    pub rid: Option<String>,
+    /// Prefix of an automatic RID.
+    pub rid_prefix: String,
+    /// Host to bind the PUB socket on.
+    pub bind_host: String,
+    /// Port to bind (0 = an ephemeral port, read back after bind).
+    pub port: u16,
+    /// Host advertised in the descriptor; `None` = `bind_host` (must not be a wildcard then).
+    pub advertise_host: Option<String>,
+    /// Beacon period (wire §5; default 5 s).
+    pub beacon_interval: Duration,
+    /// Security identity written to the descriptor.
+    pub security_identity: String,
+    /// The owner lease the descriptor hangs on (used only with a store).
+    pub owner: OwnerLease,
+    /// Owner lease TTL when the publisher claims its own lease.
+    pub lease_ttl: Duration,
+    /// Owner lease renewal period (shorter than the TTL).
+    pub lease_renew: Duration,
+    /// ZeroMQ send high-water mark per subscriber, in messages. A PUB socket *drops* messages
+    /// for a subscriber whose pipe is full; the subscriber sees a gap, never a reorder.
+    pub send_hwm: i32,
+    /// Byte cap of the outbound queue between `publish` callers and the socket thread;
+    /// `publish` waits for room.
+    pub queue_cap_bytes: usize,
+    /// How long the socket may keep flushing queued messages after shutdown.
+    pub linger: Duration,
+}
+
+impl PublisherConfig {
+    /// Defaults for a publisher of `channel_name` on `127.0.0.1`, ephemeral port.
+    pub fn new(channel_name: impl Into<String>) -> Self {
+        Self {
+            channel_name: channel_name.into(),
+            rid: None,
+            rid_prefix: "fanout".into(),
+            bind_host: "127.0.0.1".into(),
+            port: 0,
+            advertise_host: None,
+            beacon_interval: FANOUT_BEACON_INTERVAL,
+            security_identity: String::new(),
+            owner: OwnerLease::Claim { owner_id: None },
+            lease_ttl: Duration::from_secs(10),
+            lease_renew: Duration::from_secs(3),
+            send_hwm: 100_000,
+            queue_cap_bytes: 8 * 1024 * 1024,
+            linger: Duration::from_secs(1),
+        }
+    }
+
+    /// Check every setting.
+    ///
+    /// # Errors
+    /// [`FanoutError::Config`] naming the first bad setting.
+    pub fn validate(&self) -> Result<(), FanoutError> {
+        let bad = |field, reason: &str| {
+            Err(FanoutError::Config {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.channel_name.is_empty() {
+            return bad("channel_name", "empty");
+        }
+        if let Some(rid) = &self.rid {
+            zlink_protocol::ids::validate_rid(rid).map_err(|e| FanoutError::Config {
+                field: "rid",
+                reason: e.to_string(),
+            })?;
+        }
+        if self.beacon_interval.is_zero() {
+            return bad("beacon_interval", "must be positive");
+        }
+        if self.lease_renew.is_zero() || self.lease_renew >= self.lease_ttl {
+            return bad("lease_renew", "must be positive and shorter than lease_ttl");
+        }
+        if self.send_hwm < 0 {
+            return bad("send_hwm", "negative");
+        }
+        if self.queue_cap_bytes == 0 {
+            return bad("queue_cap_bytes", "zero");
+        }
+        let advertise = self.advertise_host.as_deref().unwrap_or(&self.bind_host);
+        if matches!(advertise, "0.0.0.0" | "::" | "[::]" | "*" | "") {
+            return bad(
+                "advertise_host",
+                "a wildcard or empty host cannot be advertised (glossary §9)",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Settings of a [`Subscriber`](super::Subscriber).
+#[derive(Debug, Clone)]
+pub struct SubscriberConfig {
+    /// The fanout ChannelName whose publisher descriptors are discovered.
+    pub channel_name: String,
+    /// Publisher endpoints configured by hand (glossary §6 "Manual endpoint"), each with its
+    /// own SUB socket.
+    pub manual_endpoints: Vec<String>,
+    /// How often the Location Store is polled for publisher descriptors (with a store).
+    pub discovery_poll: Duration,
+    /// A publisher turns not-ready this long after its last valid receive (wire §5; 15 s).
+    pub not_ready_after: Duration,
+    /// ZeroMQ receive high-water mark per SUB socket, in messages.
+    pub recv_hwm: i32,
+    /// Largest inbound message accepted (`ZMQ_MAXMSGSIZE`); a larger one closes that
+    /// connection. A resource guard against a hostile publisher.
+    pub max_message_bytes: i64,
+    /// Records read per socket per wake-up, and the largest batch handed to tokio.
+    pub batch: usize,
+    /// Capacity of the channel from the socket thread to the dispatcher, in batches. When the
+    /// handlers fall behind the socket thread blocks, ZeroMQ buffers up to `recv_hwm` and then
+    /// the publisher drops (PUB/SUB has no backpressure).
+    pub inbound_batches: usize,
+    /// ZeroMQ reconnect interval of the SUB sockets.
+    pub reconnect_ivl: Duration,
+}
+
+impl SubscriberConfig {
+    /// Defaults for a subscriber of `channel_name`.
+    pub fn new(channel_name: impl Into<String>) -> Self {
+        Self {
+            channel_name: channel_name.into(),
+            manual_endpoints: Vec::new(),
+            discovery_poll: Duration::from_secs(1),
+            not_ready_after: FANOUT_SUBSCRIBER_NOT_READY_AFTER,
+            recv_hwm: 100_000,
+            max_message_bytes: 64 * 1024 * 1024,
+            batch: 256,
+            inbound_batches: 64,
+            reconnect_ivl: Duration::from_millis(100),
+        }
+    }
+
+    /// Check every setting.
+    ///
+    /// # Errors
+    /// [`FanoutError::Config`] naming the first bad setting.
+    pub fn validate(&self) -> Result<(), FanoutError> {
+        let bad = |field, reason: &str| {
+            Err(FanoutError::Config {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.channel_name.is_empty() {
+            return bad("channel_name", "empty");
+        }
+        if self.discovery_poll.is_zero() {
+            return bad("discovery_poll", "must be positive");
+        }
+        if self.not_ready_after.is_zero() {
+            return bad("not_ready_after", "must be positive");
+        }
+        if self.recv_hwm < 0 {
+            return bad("recv_hwm", "negative");
+        }
+        if self.batch == 0 || self.inbound_batches == 0 {
+            return bad("batch", "batch and inbound_batches must be positive");
+        }
+        if let Some(e) = self
+            .manual_endpoints
+            .iter()
+            .find(|e| !e.starts_with("tcp://"))
+        {
+            return Err(FanoutError::Config {
+                field: "manual_endpoints",
+                reason: format!("{e:?} is not tcp://host:port"),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_spec_defaults_and_valid() {
+        let p = PublisherConfig::new("c");
+        assert_eq!(p.beacon_interval, Duration::from_secs(5));
+        assert!(p.validate().is_ok());
+        let s = SubscriberConfig::new("c");
+        assert_eq!(s.not_ready_after, Duration::from_secs(15));
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_settings_name_their_field() {
+        let field = |r: Result<(), FanoutError>| match r {
+            Err(FanoutError::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let mut p = PublisherConfig::new("c");
+        p.beacon_interval = Duration::ZERO;
+        assert_eq!(field(p.validate()), "beacon_interval");
+        let mut p = PublisherConfig::new("c");
+        p.bind_host = "0.0.0.0".into();
+        assert_eq!(field(p.validate()), "advertise_host");
+        p.advertise_host = Some("10.0.0.1".into());
+        assert!(p.validate().is_ok());
+        let mut p = PublisherConfig::new("");
+        assert_eq!(field(p.validate()), "channel_name");
+        p = PublisherConfig::new("c");
+        p.lease_renew = p.lease_ttl;
+        assert_eq!(field(p.validate()), "lease_renew");
+        let mut s = SubscriberConfig::new("c");
+        s.not_ready_after = Duration::ZERO;
+        assert_eq!(field(s.validate()), "not_ready_after");
+        let mut s = SubscriberConfig::new("c");
+        s.manual_endpoints.push("ipc:///x".into());
+        assert_eq!(field(s.validate()), "manual_endpoints");
+    }
+}

@@ -1,0 +1,489 @@
+//! The classic fanout publisher (glossary §4 "Classic fanout"; wire §5 "Classic fanout
+//! beacon"; glossary §6 "Fanout publisher descriptor").
+//!
+//! One **socket thread** owns the ZeroMQ `PUB` socket. `publish` callers encode the record on
+//! their own task (topic check, typed payload envelope, metadata — a bad topic never reaches the
+//! queue), push it onto a byte-bounded queue and wake the thread through a pipe, at most once
+//! per drain. The thread sleeps in `zmq::poll` on that pipe with a timeout equal to the time
+//! left until the next beacon (no busy-spin), drains the whole queue per wake-up and writes each
+//! record with `DONTWAIT`. It sends the beacon on its own clock, whatever the application
+//! traffic. A `PUB` socket never blocks: a subscriber whose pipe is at the high-water mark loses
+//! records (ZeroMQ PUB/SUB semantics), which the publisher cannot observe.
+//!
+//! With a store, the publisher publishes its descriptor after the bind (revision 1, state
+//! `serving`) under its owner lease, renews a lease it claimed itself, and on graceful shutdown
+//! removes the descriptor (and releases its own lease) *before* closing the socket.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::fanout::{BEACON_PAYLOAD, BEACON_TOPIC};
+use zlink_protocol::generated::RuntimeState;
+use zlink_protocol::metadata::Metadata;
+use zlink_store::types::OwnerToken;
+
+use super::config::{OwnerLease, PublisherConfig};
+use super::descriptor::{
+    DESCRIPTOR_FORMAT_VERSION, FanoutPublisherDescriptor, FanoutStore, descriptor_key,
+    encode_descriptor,
+};
+use super::error::{FanoutError, zerr};
+use super::record::encode_application;
+use crate::mesh::JsonMessage;
+use crate::mesh::handler::encode_json;
+
+/// Counters of one publisher.
+#[derive(Debug, Default)]
+pub struct PublisherMetrics {
+    /// Application records written to the PUB socket.
+    pub published: AtomicU64,
+    /// `publish` calls refused before transport (bad topic, envelope over its bounds, codec).
+    pub refused: AtomicU64,
+    /// Beacons written to the PUB socket.
+    pub beacons_sent: AtomicU64,
+    /// Socket writes that failed (the record or beacon is lost).
+    pub send_failures: AtomicU64,
+    /// Owner lease renewals that failed.
+    pub lease_renew_failures: AtomicU64,
+}
+
+struct Queue {
+    records: VecDeque<Vec<Vec<u8>>>,
+    bytes: usize,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    cap: usize,
+    room: Notify,
+    woken: AtomicBool,
+    wake_tx: Mutex<std::io::PipeWriter>,
+    stopping: AtomicBool,
+    beacons_paused: AtomicBool,
+    metrics: PublisherMetrics,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section is a single push/pop/swap: a panic cannot leave it half-done.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    fn wake(&self) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            // The pipe holds at most a couple of unread bytes (guarded by `woken`).
+            let _ = lock(&self.wake_tx).write_all(&[1]);
+        }
+    }
+}
+
+/// A running classic fanout publisher.
+pub struct Publisher {
+    shared: Arc<Shared>,
+    channel_name: String,
+    rid: String,
+    lifecycle_generation: u64,
+    endpoint: String,
+    descriptor: Option<FanoutPublisherDescriptor>,
+    store: Option<Arc<dyn FanoutStore>>,
+    lease: Mutex<Option<OwnerToken>>,
+    owns_lease: bool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    lease_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    shut: AtomicBool,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("channel_name", &self.channel_name)
+            .field("rid", &self.rid)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    /// Bind the PUB socket, start the socket thread (the first beacon goes out at once), and
+    /// with a store publish the descriptor under the owner lease.
+    ///
+    /// # Errors
+    /// [`FanoutError`] for bad configuration, a socket failure or a store failure (the socket
+    /// is closed again then).
+    pub async fn start(
+        config: PublisherConfig,
+        store: Option<Arc<dyn FanoutStore>>,
+    ) -> Result<Self, FanoutError> {
+        config.validate()?;
+        let rid = match &config.rid {
+            Some(rid) => rid.clone(),
+            None => {
+                let r = crate::mesh::auth::random_bytes::<16>().map_err(|_| FanoutError::Random)?;
+                zlink_protocol::ids::automatic_rid(&config.rid_prefix, r).map_err(|e| {
+                    FanoutError::Config {
+                        field: "rid_prefix",
+                        reason: e.to_string(),
+                    }
+                })?
+            }
+        };
+        let lifecycle_generation =
+            crate::mesh::node::new_lifecycle_generation().map_err(|_| FanoutError::Random)?;
+
+        let ctx = crate::mesh::node::process_context();
+        let socket = ctx.socket(zmq::PUB).map_err(zerr("socket"))?;
+        socket.set_sndhwm(config.send_hwm).map_err(zerr("sndhwm"))?;
+        let linger = i32::try_from(config.linger.as_millis()).unwrap_or(i32::MAX);
+        socket.set_linger(linger).map_err(zerr("linger"))?;
+        socket
+            .bind(&format!(
+                "tcp://{}:{}",
+                bracket(&config.bind_host),
+                config.port
+            ))
+            .map_err(zerr("bind"))?;
+        let bound = socket
+            .get_last_endpoint()
+            .map_err(zerr("last endpoint"))?
+            .map_err(|_| FanoutError::Config {
+                field: "bind_host",
+                reason: "bound endpoint is not UTF-8".into(),
+            })?;
+        let port = bound
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .ok_or_else(|| FanoutError::Config {
+                field: "bind_host",
+                reason: format!("bound endpoint {bound:?} has no port"),
+            })?;
+        let advertise = config
+            .advertise_host
+            .clone()
+            .unwrap_or_else(|| config.bind_host.clone());
+        let endpoint = format!("tcp://{}:{port}", bracket(&advertise));
+
+        let (wake_rx, wake_tx) = std::io::pipe().map_err(|source| FanoutError::Io {
+            op: "wake-up pipe",
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                records: VecDeque::new(),
+                bytes: 0,
+            }),
+            cap: config.queue_cap_bytes,
+            room: Notify::new(),
+            woken: AtomicBool::new(false),
+            wake_tx: Mutex::new(wake_tx),
+            stopping: AtomicBool::new(false),
+            beacons_paused: AtomicBool::new(false),
+            metrics: PublisherMetrics::default(),
+        });
+        let thread = {
+            let shared = Arc::clone(&shared);
+            let interval = config.beacon_interval;
+            std::thread::Builder::new()
+                .name("zlink-fanout-pub".into())
+                .spawn(move || run(&shared, &socket, wake_rx, interval))
+                .map_err(|source| FanoutError::Io {
+                    op: "socket thread",
+                    source,
+                })?
+        };
+        let mut publisher = Self {
+            shared,
+            channel_name: config.channel_name.clone(),
+            rid,
+            lifecycle_generation,
+            endpoint,
+            descriptor: None,
+            store: store.clone(),
+            lease: Mutex::new(None),
+            owns_lease: matches!(config.owner, OwnerLease::Claim { .. }),
+            thread: Mutex::new(Some(thread)),
+            lease_task: Mutex::new(None),
+            shut: AtomicBool::new(false),
+        };
+        if let Some(store) = store
+            && let Err(e) = publisher.publish_descriptor(&config, &store).await
+        {
+            publisher.stop_thread().await;
+            return Err(e);
+        }
+        Ok(publisher)
+    }
+
+    async fn publish_descriptor(
+        &mut self,
+        config: &PublisherConfig,
+        store: &Arc<dyn FanoutStore>,
+    ) -> Result<(), FanoutError> {
+        let token = match &config.owner {
+            OwnerLease::Claim { owner_id } => {
+                let owner_id = owner_id
+                    .clone()
+                    .unwrap_or_else(|| format!("host-{}", self.rid));
+                store.claim_lease(&owner_id, config.lease_ttl).await?.token
+            }
+            OwnerLease::Shared(token) => token.clone(),
+        };
+        let descriptor = FanoutPublisherDescriptor {
+            v: DESCRIPTOR_FORMAT_VERSION,
+            channel_name: self.channel_name.clone(),
+            publisher_rid: self.rid.clone(),
+            lifecycle_generation: self.lifecycle_generation,
+            descriptor_revision: 1,
+            endpoint: self.endpoint.clone(),
+            state: RuntimeState::Serving,
+            security_identity: config.security_identity.clone(),
+            owner_id: token.owner_id.clone(),
+            lease_generation: token.lease_generation,
+        };
+        let published = store
+            .publish_descriptor(
+                &token,
+                &descriptor_key(&self.channel_name, &self.rid),
+                self.lifecycle_generation,
+                descriptor.descriptor_revision,
+                encode_descriptor(&descriptor),
+            )
+            .await;
+        if let Err(e) = published {
+            if self.owns_lease {
+                let _ = store.release_lease(&token).await;
+            }
+            return Err(e.into());
+        }
+        self.descriptor = Some(descriptor);
+        if self.owns_lease {
+            let store = Arc::clone(store);
+            let shared = Arc::clone(&self.shared);
+            let (renew, ttl) = (config.lease_renew, config.lease_ttl);
+            let token = token.clone();
+            *lock(&self.lease_task) = Some(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(renew).await;
+                    if let Err(e) = store.renew_lease(&token, ttl).await {
+                        shared
+                            .metrics
+                            .lease_renew_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, "fanout publisher lease renewal failed");
+                    }
+                }
+            }));
+        }
+        *lock(&self.lease) = Some(token);
+        Ok(())
+    }
+
+    /// Publish JSON event `event` on `topic`.
+    ///
+    /// # Errors
+    /// [`FanoutError::Topic`] for a topic refused before transport (empty, too long, or equal
+    /// to the reserved beacon topic), [`FanoutError::Serialize`], [`FanoutError::Encode`],
+    /// [`FanoutError::ShuttingDown`].
+    pub async fn publish<M: JsonMessage>(&self, topic: &str, event: &M) -> Result<(), FanoutError> {
+        let payload = encode_json(event).map_err(|e| {
+            self.shared.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            FanoutError::Serialize(e)
+        })?;
+        self.publish_payload(topic, &payload, None).await
+    }
+
+    /// Publish a typed payload (any packet name, content type and bytes) with optional
+    /// metadata. Waits while the outbound queue is over its byte cap.
+    ///
+    /// # Errors
+    /// As [`Publisher::publish`].
+    pub async fn publish_payload(
+        &self,
+        topic: &str,
+        payload: &TypedPayload,
+        metadata: Option<&Metadata>,
+    ) -> Result<(), FanoutError> {
+        let frames = encode_application(topic, payload, metadata).map_err(|e| {
+            self.shared.metrics.refused.fetch_add(1, Ordering::Relaxed);
+            FanoutError::from(e)
+        })?;
+        self.enqueue(frames).await
+    }
+
+    async fn enqueue(&self, frames: Vec<Vec<u8>>) -> Result<(), FanoutError> {
+        let len: usize = frames.iter().map(Vec::len).sum();
+        let mut frames = Some(frames);
+        loop {
+            if self.shared.stopping.load(Ordering::Acquire) {
+                return Err(FanoutError::ShuttingDown);
+            }
+            let room = self.shared.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let mut q = lock(&self.shared.queue);
+                // An empty queue takes any record, so one larger than the cap still goes.
+                if q.bytes == 0 || q.bytes.saturating_add(len) <= self.shared.cap {
+                    if let Some(f) = frames.take() {
+                        q.records.push_back(f);
+                        q.bytes += len;
+                    }
+                    break;
+                }
+            }
+            room.await;
+        }
+        self.shared.wake();
+        Ok(())
+    }
+
+    /// The fanout ChannelName.
+    pub fn channel_name(&self) -> &str {
+        &self.channel_name
+    }
+
+    /// The publisher RID.
+    pub fn rid(&self) -> &str {
+        &self.rid
+    }
+
+    /// This lifecycle's generation (non-zero, at most `i64::MAX`, random per start).
+    pub fn lifecycle_generation(&self) -> u64 {
+        self.lifecycle_generation
+    }
+
+    /// The advertised PUB endpoint.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The descriptor published to the store (with a store).
+    pub fn descriptor(&self) -> Option<&FanoutPublisherDescriptor> {
+        self.descriptor.as_ref()
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &PublisherMetrics {
+        &self.shared.metrics
+    }
+
+    /// Fault injection for tests and diagnostics: stop (or resume) sending beacons while the
+    /// socket stays open, as a frozen publisher would.
+    pub fn set_beacons_paused(&self, paused: bool) {
+        self.shared.beacons_paused.store(paused, Ordering::Release);
+        self.shared.wake();
+    }
+
+    /// Graceful shutdown: refuse new publishes, remove the descriptor and release a lease the
+    /// publisher claimed, then let the socket thread write what is queued and close the socket.
+    pub async fn shutdown(&self) {
+        if self.shut.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(t) = lock(&self.lease_task).take() {
+            t.abort();
+        }
+        let token = lock(&self.lease).take();
+        if let (Some(store), Some(token)) = (&self.store, token) {
+            let key = descriptor_key(&self.channel_name, &self.rid);
+            if let Err(e) = store.remove_descriptor(&token, &key).await {
+                tracing::warn!(error = %e, "fanout descriptor removal failed");
+            }
+            if self.owns_lease {
+                let _ = store.release_lease(&token).await;
+            }
+        }
+        self.stop_thread().await;
+    }
+
+    async fn stop_thread(&self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.room.notify_waiters();
+        self.shared.wake();
+        let thread = lock(&self.thread).take();
+        if let Some(t) = thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        // Without `shutdown` the descriptor lapses with the lease (or stays until its holder
+        // removes it); the thread still stops and closes the socket.
+        if let Some(t) = lock(&self.lease_task).take() {
+            t.abort();
+        }
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.wake();
+    }
+}
+
+/// The socket thread.
+fn run(
+    shared: &Shared,
+    socket: &zmq::Socket,
+    mut wake_rx: std::io::PipeReader,
+    beacon_interval: Duration,
+) {
+    let mut next_beacon = Instant::now();
+    let mut records = VecDeque::new();
+    loop {
+        let now = Instant::now();
+        if now >= next_beacon {
+            if !shared.beacons_paused.load(Ordering::Acquire) {
+                let counter = match socket
+                    .send_multipart([&BEACON_TOPIC[..], &BEACON_PAYLOAD[..]], zmq::DONTWAIT)
+                {
+                    Ok(()) => &shared.metrics.beacons_sent,
+                    Err(_) => &shared.metrics.send_failures,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            next_beacon = now + beacon_interval;
+        }
+        // Clear before draining, so a producer that pushes after the drain wakes us again.
+        shared.woken.store(false, Ordering::Release);
+        {
+            let mut q = lock(&shared.queue);
+            std::mem::swap(&mut q.records, &mut records);
+            q.bytes = 0;
+        }
+        if !records.is_empty() {
+            shared.room.notify_waiters();
+            for frames in records.drain(..) {
+                let counter = match socket.send_multipart(frames, zmq::DONTWAIT) {
+                    Ok(()) => &shared.metrics.published,
+                    Err(_) => &shared.metrics.send_failures,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if shared.stopping.load(Ordering::Acquire) && lock(&shared.queue).records.is_empty() {
+            return;
+        }
+        let wait = next_beacon.saturating_duration_since(Instant::now());
+        // Round up so the thread does not wake a fraction of a millisecond early and spin.
+        let timeout = i64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i64::MAX);
+        let mut items = [zmq::PollItem::from_fd(wake_rx.as_raw_fd(), zmq::POLLIN)];
+        if zmq::poll(&mut items, timeout).is_ok() && items[0].is_readable() {
+            let mut buf = [0u8; 64];
+            let _ = wake_rx.read(&mut buf);
+        }
+    }
+}
+
+fn bracket(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}

@@ -1,0 +1,633 @@
+//! The classic fanout subscriber (wire §5 "Subscriber ready 판정"; glossary §6 "Automatic
+//! discovery", "Manual endpoint", "Ready target"; §7 "Liveness와 liveness beacon").
+//!
+//! Tasks of a running subscriber:
+//!
+//! * the **socket thread** owns one ZeroMQ `SUB` socket *per publisher* (wire §5) and sleeps in
+//!   `zmq::poll` on all of them plus a wake-up pipe, with a timeout equal to the nearest
+//!   not-ready deadline. Per wake-up it reads up to `batch` records per socket and decodes each
+//!   ([`super::record::decode`]): a valid beacon or application record feeds that publisher's
+//!   [`PublisherLiveness`]; a malformed record is counted by kind and dropped — it never
+//!   reaches a handler and never makes a publisher ready or refreshes it. Valid application
+//!   records go to tokio as one `Vec` per wake-up on a bounded channel.
+//! * the **dispatcher** task runs the handler of each record's (topic, packet name), one record
+//!   at a time, so events of one publisher reach handlers in publish order.
+//! * with a store, the **discovery** task polls the publisher descriptors of the ChannelName and
+//!   [`reconcile`]s them into socket changes: a vanished descriptor closes its socket, a new
+//!   lifecycle generation for the same RID replaces the old socket.
+//!
+//! Each socket subscribes to the handlers' wire topics and then to the beacon topic. ZeroMQ
+//! matches subscriptions by prefix, so a socket may receive records on longer topics; those are
+//! counted as `no_handler` (handlers match the topic exactly), and a beacon is recognised by
+//! exact frame-0 equality whichever subscription let it through.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use tokio::sync::{mpsc, watch};
+use zlink_protocol::fanout::BEACON_TOPIC;
+
+use super::config::SubscriberConfig;
+use super::descriptor::{Change, DiscoveredPublisher, FanoutStore, desired_publishers, reconcile};
+use super::error::{FanoutError, zerr};
+use super::handler::{FanoutContext, FanoutHandlers, HandlerFailure, HandlerTable, PublisherRef};
+use super::readiness::{PublisherLiveness, Transition};
+use super::record::{ApplicationRecord, Received, decode};
+
+/// Counters of one subscriber.
+#[derive(Debug, Default)]
+pub struct SubscriberMetrics {
+    /// Valid beacons received.
+    pub beacons_received: AtomicU64,
+    /// Valid application records received.
+    pub records_received: AtomicU64,
+    /// Records whose application handler ran (successfully or not).
+    pub delivered: AtomicU64,
+    /// Valid records with no handler for their (topic, packet name).
+    pub no_handler: AtomicU64,
+    /// Records whose payload did not decode as the handler's type (the handler never ran).
+    pub undecodable: AtomicU64,
+    /// Handler runs that returned an error.
+    pub handler_failures: AtomicU64,
+    /// Handler runs that panicked.
+    pub handler_panics: AtomicU64,
+    /// NotReady → Ready transitions, all publishers.
+    pub became_ready: AtomicU64,
+    /// Ready → NotReady transitions, all publishers.
+    pub became_not_ready: AtomicU64,
+    /// Store descriptors refused as unusable (counted per discovery poll).
+    pub descriptor_errors: AtomicU64,
+    /// Discovery polls that failed (the last publisher set is kept).
+    pub discovery_failures: AtomicU64,
+    /// SUB sockets that could not be set up.
+    pub socket_errors: AtomicU64,
+    protocol_errors: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl SubscriberMetrics {
+    fn protocol_error(&self, kind: &'static str) {
+        *lock(&self.protocol_errors).entry(kind).or_insert(0) += 1;
+    }
+
+    /// Protocol errors counted by kind (`ProtocolError::kind()` names, e.g. `MalformedBeacon`,
+    /// `WrongFrameCount`, `Incomplete`).
+    pub fn protocol_errors(&self) -> BTreeMap<&'static str, u64> {
+        lock(&self.protocol_errors).clone()
+    }
+
+    /// All protocol errors.
+    pub fn protocol_error_total(&self) -> u64 {
+        lock(&self.protocol_errors).values().sum()
+    }
+}
+
+/// How a publisher became known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublisherSource {
+    /// A configured manual endpoint.
+    Manual,
+    /// A descriptor in the Location Store.
+    Discovered,
+}
+
+/// What a subscriber knows about one publisher (one SUB socket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublisherSnapshot {
+    /// Identity of this socket within the subscriber (a replaced lifecycle gets a new one).
+    pub id: u64,
+    /// RID, lifecycle generation and endpoint.
+    pub publisher: Arc<PublisherRef>,
+    /// How it became known.
+    pub source: PublisherSource,
+    /// Whether the publisher is a ready target (wire §5).
+    pub ready: bool,
+    /// The last valid beacon or application record.
+    pub last_valid_receive: Option<Instant>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section is a single update: a panic cannot leave it half-done.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+enum Command {
+    Add {
+        id: u64,
+        publisher: Arc<PublisherRef>,
+    },
+    Remove {
+        id: u64,
+    },
+    Stop,
+}
+
+struct Shared {
+    commands: Mutex<VecDeque<Command>>,
+    woken: AtomicBool,
+    wake_tx: Mutex<std::io::PipeWriter>,
+    view: Mutex<BTreeMap<u64, PublisherSnapshot>>,
+    changed: watch::Sender<u64>,
+    metrics: SubscriberMetrics,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn command(&self, c: Command) {
+        lock(&self.commands).push_back(c);
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            let _ = lock(&self.wake_tx).write_all(&[1]);
+        }
+    }
+
+    /// Show the publisher (not ready) at once and have the socket thread open its socket.
+    fn add(&self, publisher: Arc<PublisherRef>, source: PublisherSource) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.view).insert(
+            id,
+            PublisherSnapshot {
+                id,
+                publisher: Arc::clone(&publisher),
+                source,
+                ready: false,
+                last_valid_receive: None,
+            },
+        );
+        self.command(Command::Add { id, publisher });
+        self.changed();
+        id
+    }
+
+    fn changed(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+/// One valid application record on its way to a handler.
+struct Delivery {
+    publisher: Arc<PublisherRef>,
+    record: ApplicationRecord,
+}
+
+/// A running classic fanout subscriber.
+pub struct Subscriber {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    shut: AtomicBool,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber").finish_non_exhaustive()
+    }
+}
+
+impl Subscriber {
+    /// Start the socket thread and the dispatcher, connect the manual endpoints, and with a
+    /// store start discovery.
+    ///
+    /// # Errors
+    /// [`FanoutError`] for bad configuration, a bad handler topic or a duplicate handler.
+    pub fn start(
+        config: SubscriberConfig,
+        handlers: FanoutHandlers,
+        store: Option<Arc<dyn FanoutStore>>,
+    ) -> Result<Self, FanoutError> {
+        config.validate()?;
+        let mut topics: Vec<Vec<u8>> = handlers.topics().map(<[u8]>::to_vec).collect();
+        topics.sort();
+        let table = handlers.build()?;
+        let (wake_rx, wake_tx) = std::io::pipe().map_err(|source| FanoutError::Io {
+            op: "wake-up pipe",
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            commands: Mutex::new(VecDeque::new()),
+            woken: AtomicBool::new(false),
+            wake_tx: Mutex::new(wake_tx),
+            view: Mutex::new(BTreeMap::new()),
+            changed: watch::channel(0).0,
+            metrics: SubscriberMetrics::default(),
+            next_id: AtomicU64::new(1),
+        });
+        let (tx, rx) = mpsc::channel(config.inbound_batches);
+        let thread = {
+            let shared = Arc::clone(&shared);
+            let socket_config = SocketThread {
+                ctx: crate::mesh::node::process_context(),
+                topics,
+                recv_hwm: config.recv_hwm,
+                max_message_bytes: config.max_message_bytes,
+                reconnect_ivl: i32::try_from(config.reconnect_ivl.as_millis()).unwrap_or(i32::MAX),
+                batch: config.batch,
+                not_ready_after: config.not_ready_after,
+            };
+            std::thread::Builder::new()
+                .name("zlink-fanout-sub".into())
+                .spawn(move || socket_config.run(&shared, wake_rx, &tx))
+                .map_err(|source| FanoutError::Io {
+                    op: "socket thread",
+                    source,
+                })?
+        };
+        for endpoint in &config.manual_endpoints {
+            shared.add(
+                Arc::new(PublisherRef {
+                    rid: None,
+                    lifecycle_generation: None,
+                    endpoint: endpoint.clone(),
+                }),
+                PublisherSource::Manual,
+            );
+        }
+        let mut tasks = vec![tokio::spawn(dispatch(rx, table, Arc::clone(&shared)))];
+        if let Some(store) = store {
+            tasks.push(tokio::spawn(discover(
+                store,
+                config.channel_name.clone(),
+                config.discovery_poll,
+                Arc::clone(&shared),
+            )));
+        }
+        Ok(Self {
+            shared,
+            thread: Mutex::new(Some(thread)),
+            tasks: Mutex::new(tasks),
+            shut: AtomicBool::new(false),
+        })
+    }
+
+    /// Every publisher this subscriber holds a socket for, by socket id.
+    pub fn publishers(&self) -> Vec<PublisherSnapshot> {
+        lock(&self.shared.view).values().cloned().collect()
+    }
+
+    /// A receiver that changes whenever a publisher is added, removed, or changes readiness.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+
+    /// Wait until `condition` holds for the publisher set, re-checking on every change;
+    /// `None` after `timeout`.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        condition: impl Fn(&[PublisherSnapshot]) -> bool,
+    ) -> Option<Vec<PublisherSnapshot>> {
+        let mut rx = self.changes();
+        tokio::time::timeout(timeout, async {
+            loop {
+                rx.borrow_and_update();
+                let now = self.publishers();
+                if condition(&now) {
+                    return now;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
+        .await
+        .ok()
+    }
+
+    /// Wait until exactly `n` publishers are known and all of them are ready.
+    pub async fn wait_all_ready(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Option<Vec<PublisherSnapshot>> {
+        self.wait_until(timeout, |p| p.len() == n && p.iter().all(|p| p.ready))
+            .await
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &SubscriberMetrics {
+        &self.shared.metrics
+    }
+
+    /// Graceful shutdown: stop discovery and the dispatcher, close every SUB socket.
+    pub async fn shutdown(&self) {
+        if self.shut.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let tasks = std::mem::take(&mut *lock(&self.tasks));
+        for t in tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        self.shared.command(Command::Stop);
+        let thread = lock(&self.thread).take();
+        if let Some(t) = thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        self.shared.command(Command::Stop);
+    }
+}
+
+/// One SUB socket and its publisher's readiness.
+struct Slot {
+    id: u64,
+    publisher: Arc<PublisherRef>,
+    socket: zmq::Socket,
+    liveness: PublisherLiveness,
+    touched: bool,
+}
+
+/// Settings the socket thread needs.
+struct SocketThread {
+    ctx: zmq::Context,
+    topics: Vec<Vec<u8>>,
+    recv_hwm: i32,
+    max_message_bytes: i64,
+    reconnect_ivl: i32,
+    batch: usize,
+    not_ready_after: Duration,
+}
+
+impl SocketThread {
+    fn open(&self, endpoint: &str) -> Result<zmq::Socket, FanoutError> {
+        let s = self.ctx.socket(zmq::SUB).map_err(zerr("socket"))?;
+        s.set_rcvhwm(self.recv_hwm).map_err(zerr("rcvhwm"))?;
+        s.set_maxmsgsize(self.max_message_bytes)
+            .map_err(zerr("maxmsgsize"))?;
+        s.set_linger(0).map_err(zerr("linger"))?;
+        s.set_reconnect_ivl(self.reconnect_ivl)
+            .map_err(zerr("reconnect ivl"))?;
+        s.set_reconnect_ivl_max(self.reconnect_ivl.saturating_mul(10))
+            .map_err(zerr("reconnect ivl max"))?;
+        for t in &self.topics {
+            s.set_subscribe(t).map_err(zerr("subscribe"))?;
+        }
+        // Last: once a beacon arrives, the publisher has processed every subscription above
+        // (one pipe, in order), so "ready" also means "application topics flow".
+        s.set_subscribe(&BEACON_TOPIC).map_err(zerr("subscribe"))?;
+        s.connect(endpoint).map_err(zerr("connect"))?;
+        Ok(s)
+    }
+
+    fn run(
+        &self,
+        shared: &Shared,
+        mut wake_rx: std::io::PipeReader,
+        tx: &mpsc::Sender<Vec<Delivery>>,
+    ) {
+        let mut slots: Vec<Slot> = Vec::new();
+        loop {
+            let timeout = slots
+                .iter()
+                .filter_map(|s| s.liveness.next_deadline())
+                .min()
+                .map_or(-1, |d| {
+                    let wait = d.saturating_duration_since(Instant::now());
+                    i64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
+                });
+            let (wake_in, readable) = {
+                let mut items = Vec::with_capacity(slots.len() + 1);
+                items.push(zmq::PollItem::from_fd(wake_rx.as_raw_fd(), zmq::POLLIN));
+                items.extend(slots.iter().map(|s| s.socket.as_poll_item(zmq::POLLIN)));
+                if zmq::poll(&mut items, timeout).is_err() {
+                    continue; // EINTR
+                }
+                let readable: Vec<bool> =
+                    items[1..].iter().map(zmq::PollItem::is_readable).collect();
+                (items[0].is_readable(), readable)
+            };
+            if wake_in {
+                let mut buf = [0u8; 64];
+                let _ = wake_rx.read(&mut buf);
+            }
+            shared.woken.store(false, Ordering::Release);
+            let commands: Vec<Command> = lock(&shared.commands).drain(..).collect();
+            let mut changed = false;
+            let mut stop = false;
+            for c in commands {
+                match c {
+                    Command::Add { id, publisher } => match self.open(&publisher.endpoint) {
+                        Ok(socket) => {
+                            slots.push(Slot {
+                                id,
+                                publisher,
+                                socket,
+                                liveness: PublisherLiveness::new(self.not_ready_after),
+                                touched: false,
+                            });
+                        }
+                        Err(e) => {
+                            lock(&shared.view).remove(&id);
+                            changed = true;
+                            shared.metrics.socket_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(error = %e, endpoint = %publisher.endpoint, "fanout SUB socket failed");
+                        }
+                    },
+                    Command::Remove { id } => {
+                        slots.retain(|s| s.id != id);
+                        lock(&shared.view).remove(&id);
+                        changed = true;
+                    }
+                    Command::Stop => stop = true,
+                }
+            }
+            if stop {
+                return;
+            }
+            let mut out = Vec::new();
+            let now = Instant::now();
+            // `readable` was taken before the commands ran: only slots that existed then.
+            for (slot, _) in slots.iter_mut().zip(&readable).filter(|(_, r)| **r) {
+                changed |= self.read(slot, shared, now, &mut out);
+            }
+            for slot in &mut slots {
+                if slot.liveness.poll(now) == Some(Transition::BecameNotReady) {
+                    shared
+                        .metrics
+                        .became_not_ready
+                        .fetch_add(1, Ordering::Relaxed);
+                    slot.touched = true;
+                    changed = true;
+                }
+            }
+            if slots.iter().any(|s| s.touched) {
+                let mut view = lock(&shared.view);
+                for slot in slots.iter_mut().filter(|s| s.touched) {
+                    slot.touched = false;
+                    if let Some(v) = view.get_mut(&slot.id) {
+                        v.ready = slot.liveness.is_ready();
+                        v.last_valid_receive = slot.liveness.last_valid_receive();
+                    }
+                }
+            }
+            if changed {
+                shared.changed();
+            }
+            if !out.is_empty() && tx.blocking_send(out).is_err() {
+                // The dispatcher is gone (shutdown): records are dropped, sockets still drain.
+            }
+        }
+    }
+
+    /// Read up to `batch` records from one socket. Returns whether readiness changed.
+    fn read(
+        &self,
+        slot: &mut Slot,
+        shared: &Shared,
+        now: Instant,
+        out: &mut Vec<Delivery>,
+    ) -> bool {
+        let m = &shared.metrics;
+        let mut changed = false;
+        for _ in 0..self.batch {
+            let frames = match slot.socket.recv_multipart(zmq::DONTWAIT) {
+                Ok(f) => f,
+                Err(zmq::Error::EAGAIN) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "fanout SUB receive failed");
+                    break;
+                }
+            };
+            let frames: Vec<Bytes> = frames.into_iter().map(Bytes::from).collect();
+            let record = match decode(&frames) {
+                Ok(Received::Beacon) => {
+                    m.beacons_received.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+                Ok(Received::Application(r)) => {
+                    m.records_received.fetch_add(1, Ordering::Relaxed);
+                    Some(r)
+                }
+                Err(e) => {
+                    // Never delivered, and not a valid receive: readiness is untouched.
+                    m.protocol_error(e.kind());
+                    continue;
+                }
+            };
+            slot.touched = true;
+            if slot.liveness.on_valid_receive(now) == Some(Transition::BecameReady) {
+                m.became_ready.fetch_add(1, Ordering::Relaxed);
+                changed = true;
+            }
+            if let Some(record) = record {
+                out.push(Delivery {
+                    publisher: Arc::clone(&slot.publisher),
+                    record,
+                });
+            }
+        }
+        changed
+    }
+}
+
+/// Run each record's handler, one at a time in arrival order.
+async fn dispatch(mut rx: mpsc::Receiver<Vec<Delivery>>, table: HandlerTable, shared: Arc<Shared>) {
+    let m = &shared.metrics;
+    while let Some(batch) = rx.recv().await {
+        for d in batch {
+            let Some((topic, handler)) = table
+                .get(&d.record.topic[..])
+                .and_then(|by_name| by_name.get(d.record.payload.packet_name.as_str()))
+            else {
+                m.no_handler.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let ctx = FanoutContext {
+                publisher: d.publisher,
+                topic: Arc::clone(topic),
+                packet_name: d.record.payload.packet_name.clone(),
+                metadata: d.record.metadata,
+            };
+            match AssertUnwindSafe(handler(ctx, d.record.payload))
+                .catch_unwind()
+                .await
+            {
+                Ok(Ok(())) => {
+                    m.delivered.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Err(HandlerFailure::Undecodable(e))) => {
+                    m.undecodable.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "fanout event did not decode");
+                }
+                Ok(Err(HandlerFailure::Failed(e))) => {
+                    m.delivered.fetch_add(1, Ordering::Relaxed);
+                    m.handler_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "fanout handler failed");
+                }
+                Err(_) => {
+                    m.handler_panics.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Poll the store and reconcile the discovered publishers into socket changes.
+async fn discover(
+    store: Arc<dyn FanoutStore>,
+    channel_name: String,
+    poll: Duration,
+    shared: Arc<Shared>,
+) {
+    let mut current: BTreeMap<String, (DiscoveredPublisher, u64)> = BTreeMap::new();
+    let mut tick = tokio::time::interval(poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let records = match store.list_publishers(&channel_name).await {
+            Ok(r) => r,
+            Err(e) => {
+                shared
+                    .metrics
+                    .discovery_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "fanout discovery poll failed; keeping the last set");
+                continue;
+            }
+        };
+        let (desired, errors) = desired_publishers(&records, &channel_name);
+        if !errors.is_empty() {
+            shared
+                .metrics
+                .descriptor_errors
+                .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        }
+        let have: BTreeMap<String, DiscoveredPublisher> = current
+            .iter()
+            .map(|(rid, (p, _))| (rid.clone(), p.clone()))
+            .collect();
+        for change in reconcile(&have, &desired) {
+            match change {
+                Change::Remove { rid } => {
+                    if let Some((_, id)) = current.remove(&rid) {
+                        shared.command(Command::Remove { id });
+                    }
+                }
+                Change::Add { rid, publisher } => {
+                    let id = shared.add(
+                        Arc::new(PublisherRef {
+                            rid: Some(rid.clone()),
+                            lifecycle_generation: Some(publisher.lifecycle_generation),
+                            endpoint: publisher.endpoint.clone(),
+                        }),
+                        PublisherSource::Discovered,
+                    );
+                    current.insert(rid, (publisher, id));
+                }
+            }
+        }
+    }
+}
