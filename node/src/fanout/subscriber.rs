@@ -192,7 +192,8 @@ impl std::fmt::Debug for Subscriber {
 
 impl Subscriber {
     /// Start the socket thread and the dispatcher, connect the manual endpoints, and with a
-    /// store start discovery.
+    /// store start discovery. Call it from within a tokio runtime (it spawns the dispatcher and
+    /// discovery tasks there).
     ///
     /// # Errors
     /// [`FanoutError`] for bad configuration, a bad handler topic or a duplicate handler.
