@@ -65,6 +65,11 @@ struct Shared {
     room: Notify,
     woken: AtomicBool,
     wake_tx: Mutex<std::io::PipeWriter>,
+    /// A second handle on the pipe's read end, held as long as `Shared`: a late wake-up
+    /// (`set_beacons_paused` after shutdown, a drop racing the thread's exit) then writes into
+    /// a pipe that still has a reader instead of failing with `EPIPE` / raising `SIGPIPE` in a
+    /// host that does not ignore it. `woken` keeps it at one unread byte.
+    _wake_rx_keepalive: std::io::PipeReader,
     stopping: AtomicBool,
     beacons_paused: AtomicBool,
     metrics: PublisherMetrics,
@@ -174,6 +179,10 @@ impl Publisher {
             op: "wake-up pipe",
             source,
         })?;
+        let wake_rx_keepalive = wake_rx.try_clone().map_err(|source| FanoutError::Io {
+            op: "wake-up pipe",
+            source,
+        })?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 records: VecDeque::new(),
@@ -183,6 +192,7 @@ impl Publisher {
             room: Notify::new(),
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
+            _wake_rx_keepalive: wake_rx_keepalive,
             stopping: AtomicBool::new(false),
             beacons_paused: AtomicBool::new(false),
             metrics: PublisherMetrics::default(),
@@ -421,8 +431,12 @@ impl Drop for Publisher {
         if let Some(t) = lock(&self.lease_task).take() {
             t.abort();
         }
-        self.shared.stopping.store(true, Ordering::Release);
-        self.shared.wake();
+        // Only a thread that still runs needs the signal (as `Pump::drop`): after `shutdown`,
+        // or after a failed `start` (which stops the thread), it has exited already.
+        if lock(&self.thread).take().is_some() {
+            self.shared.stopping.store(true, Ordering::Release);
+            self.shared.wake();
+        }
     }
 }
 

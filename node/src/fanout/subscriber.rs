@@ -133,6 +133,10 @@ struct Shared {
     commands: Mutex<VecDeque<Command>>,
     woken: AtomicBool,
     wake_tx: Mutex<std::io::PipeWriter>,
+    /// A second handle on the pipe's read end, held as long as `Shared`, so a late command (a
+    /// discovery task that was aborted mid-poll, a drop racing the thread's exit) never writes
+    /// into a pipe without a reader (`EPIPE` / `SIGPIPE`). `woken` keeps it at one unread byte.
+    _wake_rx_keepalive: std::io::PipeReader,
     view: Mutex<BTreeMap<u64, PublisherSnapshot>>,
     changed: watch::Sender<u64>,
     metrics: SubscriberMetrics,
@@ -210,10 +214,15 @@ impl Subscriber {
             op: "wake-up pipe",
             source,
         })?;
+        let wake_rx_keepalive = wake_rx.try_clone().map_err(|source| FanoutError::Io {
+            op: "wake-up pipe",
+            source,
+        })?;
         let shared = Arc::new(Shared {
             commands: Mutex::new(VecDeque::new()),
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
+            _wake_rx_keepalive: wake_rx_keepalive,
             view: Mutex::new(BTreeMap::new()),
             changed: watch::channel(0).0,
             metrics: SubscriberMetrics::default(),
@@ -338,7 +347,11 @@ impl Drop for Subscriber {
         for t in lock(&self.tasks).drain(..) {
             t.abort();
         }
-        self.shared.command(Command::Stop);
+        // Only a thread that still runs needs the signal (as `Pump::drop`): after `shutdown`
+        // it has exited already.
+        if lock(&self.thread).take().is_some() {
+            self.shared.command(Command::Stop);
+        }
     }
 }
 
