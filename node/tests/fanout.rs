@@ -624,3 +624,56 @@ async fn discovery_finds_the_publisher_and_follows_a_new_lifecycle() {
         .expect("vanished publisher dropped");
     sub.shutdown().await;
 }
+
+/// glossary §6 "Automatic discovery": a discovered publisher whose SUB socket cannot be opened
+/// (here an endpoint ZeroMQ refuses to connect to) is retried on every discovery poll instead of
+/// being forgotten after the first failure; each attempt is counted in `socket_errors`, and the
+/// publisher never shows up as known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_retries_a_socket_that_failed_to_open() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use zlink_node::fanout::descriptor::{
+        DESCRIPTOR_FORMAT_VERSION, FanoutPublisherDescriptor, descriptor_key, encode_descriptor,
+    };
+    let store: Arc<dyn FanoutStore> = Arc::new(MemoryStore::default());
+    let grant = store
+        .claim_lease("host-bad", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let d = FanoutPublisherDescriptor {
+        v: DESCRIPTOR_FORMAT_VERSION,
+        channel_name: "prices".into(),
+        publisher_rid: "pub-bad".into(),
+        lifecycle_generation: 5,
+        descriptor_revision: 1,
+        // Passes descriptor validation (tcp://), but ZeroMQ refuses the port at connect.
+        endpoint: "tcp://127.0.0.1:notaport".into(),
+        state: zlink_protocol::generated::RuntimeState::Serving,
+        security_identity: String::new(),
+        owner_id: grant.token.owner_id.clone(),
+        lease_generation: grant.token.lease_generation,
+    };
+    store
+        .publish_descriptor(
+            &grant.token,
+            &descriptor_key("prices", "pub-bad"),
+            5,
+            1,
+            encode_descriptor(&d),
+        )
+        .await
+        .unwrap();
+    let (h, _rx) = collecting_handlers();
+    let sub = Subscriber::start(sub_config(&[]), h, Some(Arc::clone(&store))).unwrap();
+    // Discovery polls every 50 ms: three failed opens mean it retried at least twice.
+    eventually("three open attempts", || {
+        sub.metrics().socket_errors.load(Relaxed) >= 3
+    })
+    .await;
+    assert!(
+        sub.publishers().is_empty() || sub.publishers().iter().all(|p| !p.ready),
+        "a socket that never opened is never ready"
+    );
+    assert_eq!(sub.metrics().descriptor_errors.load(Relaxed), 0);
+    sub.shutdown().await;
+}

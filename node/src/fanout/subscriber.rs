@@ -619,6 +619,15 @@ async fn discover(
                 .descriptor_errors
                 .fetch_add(errors.len() as u64, Ordering::Relaxed);
         }
+        // A socket the thread could not open was dropped from the view: forget it here too, so
+        // `reconcile` adds it again and this poll retries the open.
+        let retry = {
+            let view = lock(&shared.view);
+            forget_closed(&mut current, |id| view.contains_key(&id))
+        };
+        if !retry.is_empty() {
+            tracing::debug!(rids = ?retry, "fanout discovery retries SUB sockets that failed to open");
+        }
         let have: BTreeMap<String, DiscoveredPublisher> = current
             .iter()
             .map(|(rid, (p, _))| (rid.clone(), p.clone()))
@@ -643,5 +652,43 @@ async fn discover(
                 }
             }
         }
+    }
+}
+
+/// Drop the discovered publishers whose socket id is no longer `live` (the socket thread
+/// could not open it and removed it from the view) and return their RIDs, so the next
+/// reconcile adds them again (pure).
+fn forget_closed<T>(
+    current: &mut BTreeMap<String, (T, u64)>,
+    live: impl Fn(u64) -> bool,
+) -> Vec<String> {
+    let gone: Vec<String> = current
+        .iter()
+        .filter(|(_, (_, id))| !live(*id))
+        .map(|(rid, _)| rid.clone())
+        .collect();
+    for rid in &gone {
+        current.remove(rid);
+    }
+    gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishers_whose_socket_failed_are_forgotten_so_the_next_poll_retries() {
+        let mut current: BTreeMap<String, ((), u64)> = [
+            ("a".to_owned(), ((), 1)),
+            ("b".to_owned(), ((), 2)),
+            ("c".to_owned(), ((), 3)),
+        ]
+        .into();
+        let gone = forget_closed(&mut current, |id| id != 2);
+        assert_eq!(gone, vec!["b".to_owned()]);
+        assert_eq!(current.keys().collect::<Vec<_>>(), vec!["a", "c"]);
+        assert!(forget_closed(&mut current, |_| true).is_empty());
+        assert_eq!(current.len(), 2);
     }
 }
