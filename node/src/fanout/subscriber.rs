@@ -111,6 +111,10 @@ pub struct PublisherSnapshot {
     pub ready: bool,
     /// The last valid beacon or application record.
     pub last_valid_receive: Option<Instant>,
+    /// NotReady → Ready transitions of this publisher (this socket).
+    pub became_ready: u64,
+    /// Ready → NotReady transitions of this publisher (this socket).
+    pub became_not_ready: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -162,6 +166,8 @@ impl Shared {
                 source,
                 ready: false,
                 last_valid_receive: None,
+                became_ready: 0,
+                became_not_ready: 0,
             },
         );
         self.command(Command::Add { id, publisher });
@@ -362,6 +368,8 @@ struct Slot {
     socket: zmq::Socket,
     liveness: PublisherLiveness,
     touched: bool,
+    became_ready: u64,
+    became_not_ready: u64,
 }
 
 /// Settings the socket thread needs.
@@ -441,6 +449,8 @@ impl SocketThread {
                                 socket,
                                 liveness: PublisherLiveness::new(self.not_ready_after),
                                 touched: false,
+                                became_ready: 0,
+                                became_not_ready: 0,
                             });
                         }
                         Err(e) => {
@@ -473,6 +483,7 @@ impl SocketThread {
                         .metrics
                         .became_not_ready
                         .fetch_add(1, Ordering::Relaxed);
+                    slot.became_not_ready += 1;
                     slot.touched = true;
                     changed = true;
                 }
@@ -484,6 +495,8 @@ impl SocketThread {
                     if let Some(v) = view.get_mut(&slot.id) {
                         v.ready = slot.liveness.is_ready();
                         v.last_valid_receive = slot.liveness.last_valid_receive();
+                        v.became_ready = slot.became_ready;
+                        v.became_not_ready = slot.became_not_ready;
                     }
                 }
             }
@@ -534,6 +547,7 @@ impl SocketThread {
             slot.touched = true;
             if slot.liveness.on_valid_receive(now) == Some(Transition::BecameReady) {
                 m.became_ready.fetch_add(1, Ordering::Relaxed);
+                slot.became_ready += 1;
                 changed = true;
             }
             if let Some(record) = record {
