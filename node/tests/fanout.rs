@@ -690,3 +690,77 @@ async fn discovery_retries_a_socket_that_failed_to_open() {
     assert_eq!(sub.metrics().descriptor_errors.load(Relaxed), 0);
     sub.shutdown().await;
 }
+
+/// wire §5 "Subscriber ready 판정" with a handler that does not return: the socket thread
+/// hands batches over with `try_send`, so once the dispatcher's channel is full it keeps the
+/// batch, stops reading (ZeroMQ's high-water mark holds the rest) and still runs the readiness
+/// deadlines — a publisher that goes silent turns not-ready on time. (With a blocking send the
+/// thread would sit in the full channel and the publisher would stay ready forever.) When the
+/// handler is released, every event arrives in publish order: nothing was lost below the HWM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_handler_does_not_freeze_readiness() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const N: u64 = 20;
+    let publisher = Publisher::start(pub_config(), None).await.unwrap();
+    let (gate_tx, gate_rx) = watch::channel(false);
+    let (seen_tx, mut seen_rx) = watch::channel(Vec::<u64>::new());
+    let seen_tx = Arc::new(seen_tx);
+    let mut h = FanoutHandlers::new();
+    h.on_event("prices", move |_, p: Price| {
+        let (mut gate, seen) = (gate_rx.clone(), Arc::clone(&seen_tx));
+        async move {
+            // Blocks until the test opens the gate.
+            let _ = gate.wait_for(|open| *open).await;
+            seen.send_modify(|v| v.push(p.seq));
+            Ok(())
+        }
+    });
+    let mut cfg = sub_config(&[publisher.endpoint()]);
+    cfg.batch = 1;
+    cfg.inbound_batches = 1;
+    let sub = Subscriber::start(cfg, h, None).unwrap();
+    sub.wait_all_ready(1, WAIT).await.expect("ready");
+    for seq in 0..N {
+        publisher
+            .publish(
+                "prices",
+                &Price {
+                    seq,
+                    symbol: "B".into(),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    // One record in the blocked handler, one batch in the channel, one held by the thread.
+    eventually("the socket thread stalls", || {
+        sub.metrics().inbound_stalls.load(Relaxed) >= 1
+    })
+    .await;
+    publisher.set_beacons_paused(true);
+    let paused_at = Instant::now();
+    let snap = sub
+        .wait_until(WAIT, |p| !p[0].ready)
+        .await
+        .expect("not-ready while the handler is blocked");
+    let took = paused_at.elapsed();
+    assert!(
+        took < NOT_READY_AFTER + Duration::from_secs(2),
+        "not-ready late: {took:?}"
+    );
+    assert!(snap[0].last_valid_receive.unwrap().elapsed() >= NOT_READY_AFTER);
+    assert!(seen_rx.borrow().is_empty(), "the handler is still blocked");
+
+    // Release: everything arrives, in order, and the publisher is ready again once it beacons.
+    gate_tx.send_replace(true);
+    publisher.set_beacons_paused(false);
+    let got = tokio::time::timeout(WAIT, seen_rx.wait_for(|v| v.len() >= N as usize))
+        .await
+        .expect("all events after the release")
+        .unwrap()
+        .clone();
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    sub.wait_all_ready(1, WAIT).await.expect("ready again");
+    sub.shutdown().await;
+    publisher.shutdown().await;
+}

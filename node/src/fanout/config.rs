@@ -145,8 +145,9 @@ pub struct SubscriberConfig {
     /// Records read per socket per wake-up, and the largest batch handed to tokio.
     pub batch: usize,
     /// Capacity of the channel from the socket thread to the dispatcher, in batches. When the
-    /// handlers fall behind the socket thread blocks, ZeroMQ buffers up to `recv_hwm` and then
-    /// the publisher drops (PUB/SUB has no backpressure).
+    /// handlers fall behind and it is full, the socket thread holds one more batch and stops
+    /// reading the SUB sockets (readiness deadlines still run); ZeroMQ buffers up to
+    /// `recv_hwm` per socket and then the publisher drops (PUB/SUB has no backpressure).
     pub inbound_batches: usize,
     /// ZeroMQ reconnect interval of the SUB sockets.
     pub reconnect_ivl: Duration,

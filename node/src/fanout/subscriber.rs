@@ -9,7 +9,13 @@
 //!   ([`super::record::decode`]): a valid beacon or application record feeds that publisher's
 //!   [`PublisherLiveness`]; a malformed record is counted by kind and dropped — it never
 //!   reaches a handler and never makes a publisher ready or refreshes it. Valid application
-//!   records go to tokio as one `Vec` per wake-up on a bounded channel.
+//!   records go to tokio as one `Vec` per wake-up on a bounded channel, offered with
+//!   `try_send`: when the handlers are behind and the channel is full, the thread keeps that
+//!   batch, stops reading the SUB sockets (so ZeroMQ buffers up to `recv_hwm` and then the
+//!   publisher drops — PUB/SUB has no backpressure across the wire) and still runs commands and
+//!   the readiness deadlines; the dispatcher wakes it when it takes a batch. A slow handler
+//!   therefore never freezes readiness, and while records wait unread a publisher turns
+//!   not-ready on time — the subscriber is not receiving from it.
 //! * the **dispatcher** task runs the handler of each record's (topic, packet name), one record
 //!   at a time, so events of one publisher reach handlers in publish order.
 //! * with a store, the **discovery** task polls the publisher descriptors of the ChannelName and
@@ -69,6 +75,11 @@ pub struct SubscriberMetrics {
     pub discovery_failures: AtomicU64,
     /// SUB sockets that could not be set up.
     pub socket_errors: AtomicU64,
+    /// Times the socket thread found the dispatcher's channel full (handlers behind) and
+    /// stopped reading the SUB sockets until it had room.
+    pub inbound_stalls: AtomicU64,
+    /// `zmq::poll` calls of the socket thread that failed (other than `EINTR`).
+    pub poll_failures: AtomicU64,
     protocol_errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -145,11 +156,18 @@ struct Shared {
     changed: watch::Sender<u64>,
     metrics: SubscriberMetrics,
     next_id: AtomicU64,
+    /// Set by the socket thread before it offers a batch; the dispatcher clears it after each
+    /// receive and wakes the thread when it was set, so a stalled thread retries at once.
+    stalled: AtomicBool,
 }
 
 impl Shared {
     fn command(&self, c: Command) {
         lock(&self.commands).push_back(c);
+        self.wake();
+    }
+
+    fn wake(&self) {
         if !self.woken.swap(true, Ordering::AcqRel) {
             let _ = lock(&self.wake_tx).write_all(&[1]);
         }
@@ -233,6 +251,7 @@ impl Subscriber {
             changed: watch::channel(0).0,
             metrics: SubscriberMetrics::default(),
             next_id: AtomicU64::new(1),
+            stalled: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel(config.inbound_batches);
         let thread = {
@@ -411,8 +430,13 @@ impl SocketThread {
         tx: &mpsc::Sender<Vec<Delivery>>,
     ) {
         let mut slots: Vec<Slot> = Vec::new();
+        // A batch the dispatcher had no room for. While it waits, the SUB sockets are not read
+        // (ZeroMQ buffers up to `recv_hwm`, then the publisher drops), but commands and the
+        // readiness deadlines still run.
+        let mut pending: Option<Vec<Delivery>> = None;
+        let mut poll_backoff = POLL_BACKOFF_MIN;
         loop {
-            let timeout = slots
+            let mut timeout = slots
                 .iter()
                 .filter_map(|s| s.liveness.next_deadline())
                 .min()
@@ -420,22 +444,51 @@ impl SocketThread {
                     let wait = d.saturating_duration_since(Instant::now());
                     i64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
                 });
+            if pending.is_some() {
+                // The dispatcher wakes us when it takes a batch; this is only a safety net.
+                timeout = if timeout < 0 {
+                    STALL_RECHECK_MS
+                } else {
+                    timeout.min(STALL_RECHECK_MS)
+                };
+            }
             let (wake_in, readable) = {
                 let mut items = Vec::with_capacity(slots.len() + 1);
                 items.push(zmq::PollItem::from_fd(wake_rx.as_raw_fd(), zmq::POLLIN));
-                items.extend(slots.iter().map(|s| s.socket.as_poll_item(zmq::POLLIN)));
-                if zmq::poll(&mut items, timeout).is_err() {
-                    continue; // EINTR
+                if pending.is_none() {
+                    items.extend(slots.iter().map(|s| s.socket.as_poll_item(zmq::POLLIN)));
                 }
-                let readable: Vec<bool> =
-                    items[1..].iter().map(zmq::PollItem::is_readable).collect();
+                match zmq::poll(&mut items, timeout) {
+                    Ok(_) => poll_backoff = POLL_BACKOFF_MIN,
+                    Err(zmq::Error::EINTR) => continue,
+                    Err(e) => {
+                        // Not a signal: back off instead of spinning, and say so.
+                        let n = shared.metrics.poll_failures.fetch_add(1, Ordering::Relaxed);
+                        if n.is_power_of_two() || n == 0 {
+                            tracing::warn!(error = %e, failures = n + 1, "fanout SUB poll failed");
+                        }
+                        std::thread::sleep(poll_backoff);
+                        poll_backoff = (poll_backoff * 2).min(POLL_BACKOFF_MAX);
+                        continue;
+                    }
+                }
+                // Readable flags paired with the socket ids they belong to: the commands below
+                // may remove or add slots, so positions would not survive them.
+                let readable: Vec<u64> = slots
+                    .iter()
+                    .zip(&items[1..])
+                    .filter(|(_, item)| item.is_readable())
+                    .map(|(slot, _)| slot.id)
+                    .collect();
                 (items[0].is_readable(), readable)
             };
             if wake_in {
                 let mut buf = [0u8; 64];
                 let _ = wake_rx.read(&mut buf);
             }
-            shared.woken.store(false, Ordering::Release);
+            // Cleared before the commands are drained, so a command pushed after the drain
+            // wakes us again.
+            shared.woken.swap(false, Ordering::AcqRel);
             let commands: Vec<Command> = lock(&shared.commands).drain(..).collect();
             let mut changed = false;
             let mut stop = false;
@@ -471,10 +524,12 @@ impl SocketThread {
             if stop {
                 return;
             }
+            if let Some(batch) = pending.take() {
+                pending = offer(shared, tx, batch);
+            }
             let mut out = Vec::new();
             let now = Instant::now();
-            // `readable` was taken before the commands ran: only slots that existed then.
-            for (slot, _) in slots.iter_mut().zip(&readable).filter(|(_, r)| **r) {
+            for slot in slots.iter_mut().filter(|s| readable.contains(&s.id)) {
                 changed |= self.read(slot, shared, now, &mut out);
             }
             for slot in &mut slots {
@@ -503,8 +558,15 @@ impl SocketThread {
             if changed {
                 shared.changed();
             }
-            if !out.is_empty() && tx.blocking_send(out).is_err() {
-                // The dispatcher is gone (shutdown): records are dropped, sockets still drain.
+            // Sockets are read only when nothing was pending, so `out` never overtakes it.
+            if !out.is_empty() {
+                pending = offer(shared, tx, out);
+                if pending.is_some() {
+                    shared
+                        .metrics
+                        .inbound_stalls
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -561,10 +623,44 @@ impl SocketThread {
     }
 }
 
+/// Shortest and longest pause after a failed `zmq::poll`.
+const POLL_BACKOFF_MIN: Duration = Duration::from_millis(1);
+const POLL_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// While a batch waits for the dispatcher, the socket thread re-checks at least this often (ms)
+/// even if no wake-up comes.
+const STALL_RECHECK_MS: i64 = 50;
+
+/// Hand `batch` to the dispatcher without blocking; give it back when the channel is full. A
+/// gone dispatcher (shutdown) drops it.
+fn offer(
+    shared: &Shared,
+    tx: &mpsc::Sender<Vec<Delivery>>,
+    batch: Vec<Delivery>,
+) -> Option<Vec<Delivery>> {
+    // Set before trying, so a dispatcher that makes room after the failed try sees it.
+    shared.stalled.store(true, Ordering::SeqCst);
+    match tx.try_send(batch) {
+        Ok(()) => {
+            shared.stalled.store(false, Ordering::SeqCst);
+            None
+        }
+        Err(mpsc::error::TrySendError::Full(batch)) => Some(batch),
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            // The dispatcher is gone (shutdown): records are dropped, sockets still drain.
+            shared.stalled.store(false, Ordering::SeqCst);
+            None
+        }
+    }
+}
+
 /// Run each record's handler, one at a time in arrival order.
 async fn dispatch(mut rx: mpsc::Receiver<Vec<Delivery>>, table: HandlerTable, shared: Arc<Shared>) {
     let m = &shared.metrics;
     while let Some(batch) = rx.recv().await {
+        // Room was made: a socket thread holding a batch it could not hand over retries now.
+        if shared.stalled.swap(false, Ordering::SeqCst) {
+            shared.wake();
+        }
         for d in batch {
             let Some((topic, handler)) = table
                 .get(&d.record.topic[..])
