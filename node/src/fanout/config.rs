@@ -51,8 +51,9 @@ pub struct PublisherConfig {
     pub lease_ttl: Duration,
     /// Owner lease renewal period (shorter than the TTL).
     pub lease_renew: Duration,
-    /// ZeroMQ send high-water mark per subscriber, in messages. A PUB socket *drops* messages
-    /// for a subscriber whose pipe is full; the subscriber sees a gap, never a reorder.
+    /// ZeroMQ send high-water mark per subscriber, in messages (1 or more: 0 would mean
+    /// *unlimited* to ZeroMQ and is refused). A PUB socket *drops* messages for a subscriber
+    /// whose pipe is full; the subscriber sees a gap, never a reorder.
     pub send_hwm: i32,
     /// Byte cap of the outbound queue between `publish` callers and the socket thread;
     /// `publish` waits for room.
@@ -108,8 +109,11 @@ impl PublisherConfig {
         if self.lease_renew.is_zero() || self.lease_renew >= self.lease_ttl {
             return bad("lease_renew", "must be positive and shorter than lease_ttl");
         }
-        if self.send_hwm < 0 {
-            return bad("send_hwm", "negative");
+        if self.send_hwm <= 0 {
+            return bad(
+                "send_hwm",
+                "must be 1 or more (0 means unlimited to ZeroMQ)",
+            );
         }
         if self.queue_cap_bytes == 0 {
             return bad("queue_cap_bytes", "zero");
@@ -137,12 +141,16 @@ pub struct SubscriberConfig {
     pub discovery_poll: Duration,
     /// A publisher turns not-ready this long after its last valid receive (wire §5; 15 s).
     pub not_ready_after: Duration,
-    /// ZeroMQ receive high-water mark per SUB socket, in messages.
+    /// ZeroMQ receive high-water mark per SUB socket, in messages (1 or more: 0 would mean
+    /// *unlimited* to ZeroMQ and is refused).
     pub recv_hwm: i32,
-    /// Largest inbound message accepted (`ZMQ_MAXMSGSIZE`); a larger one closes that
-    /// connection. A resource guard against a hostile publisher.
+    /// Largest inbound frame accepted (`ZMQ_MAXMSGSIZE`, checked per frame by libzmq); a
+    /// larger one closes that connection. A resource guard against a hostile publisher.
+    /// Default 16 MiB; see [`SubscriberConfig::worst_case_buffered_bytes`] for what it bounds.
     pub max_message_bytes: i64,
-    /// Records read per socket per wake-up, and the largest batch handed to tokio.
+    /// Records read per socket per wake-up. One batch handed to tokio holds the records of
+    /// one wake-up from *every* socket, so it has up to `batch` × (number of publishers)
+    /// records.
     pub batch: usize,
     /// Capacity of the channel from the socket thread to the dispatcher, in batches. When the
     /// handlers fall behind and it is full, the socket thread holds one more batch and stops
@@ -162,7 +170,7 @@ impl SubscriberConfig {
             discovery_poll: Duration::from_secs(1),
             not_ready_after: FANOUT_SUBSCRIBER_NOT_READY_AFTER,
             recv_hwm: 100_000,
-            max_message_bytes: 64 * 1024 * 1024,
+            max_message_bytes: 16 * 1024 * 1024,
             batch: 256,
             inbound_batches: 64,
             reconnect_ivl: Duration::from_millis(100),
@@ -189,8 +197,17 @@ impl SubscriberConfig {
         if self.not_ready_after.is_zero() {
             return bad("not_ready_after", "must be positive");
         }
-        if self.recv_hwm < 0 {
-            return bad("recv_hwm", "negative");
+        if self.recv_hwm <= 0 {
+            return bad(
+                "recv_hwm",
+                "must be 1 or more (0 means unlimited to ZeroMQ)",
+            );
+        }
+        if self.max_message_bytes <= 0 {
+            return bad(
+                "max_message_bytes",
+                "must be 1 or more (-1 would mean unlimited to ZeroMQ)",
+            );
         }
         if self.batch == 0 || self.inbound_batches == 0 {
             return bad("batch", "batch and inbound_batches must be positive");
@@ -206,6 +223,21 @@ impl SubscriberConfig {
             });
         }
         Ok(())
+    }
+
+    /// The worst-case bytes one subscriber may hold for `publishers` publishers, as a bound of
+    /// the settings (not an estimate): each SUB socket buffers up to `recv_hwm` records, every
+    /// record is at most three frames of `max_message_bytes`, and on the tokio side there are
+    /// up to `inbound_batches` batches in the channel, one held by the socket thread and one
+    /// in the dispatcher, each of up to `batch` records per publisher. Kernel TCP buffers come
+    /// on top. With the defaults this is astronomically large (100,000 × 48 MiB per socket):
+    /// a deployment that must bound memory sets `recv_hwm` and `max_message_bytes` to its real
+    /// event sizes.
+    pub fn worst_case_buffered_bytes(&self, publishers: usize) -> u128 {
+        let record = 3 * u128::try_from(self.max_message_bytes.max(0)).unwrap_or(0);
+        let zmq = u128::try_from(self.recv_hwm.max(0)).unwrap_or(0) * record;
+        let tokio = (self.inbound_batches as u128 + 2) * self.batch as u128 * record;
+        (zmq + tokio) * publishers as u128
     }
 }
 
@@ -248,5 +280,28 @@ mod tests {
         let mut s = SubscriberConfig::new("c");
         s.manual_endpoints.push("ipc:///x".into());
         assert_eq!(field(s.validate()), "manual_endpoints");
+        // 0 is "unlimited" to ZeroMQ: refused for both high-water marks and the frame cap.
+        let mut p = PublisherConfig::new("c");
+        p.send_hwm = 0;
+        assert_eq!(field(p.validate()), "send_hwm");
+        let mut s = SubscriberConfig::new("c");
+        s.recv_hwm = 0;
+        assert_eq!(field(s.validate()), "recv_hwm");
+        let mut s = SubscriberConfig::new("c");
+        s.max_message_bytes = 0;
+        assert_eq!(field(s.validate()), "max_message_bytes");
+    }
+
+    #[test]
+    fn worst_case_bound_follows_the_settings() {
+        let mut s = SubscriberConfig::new("c");
+        assert_eq!(s.max_message_bytes, 16 * 1024 * 1024);
+        s.recv_hwm = 10;
+        s.max_message_bytes = 1000;
+        s.batch = 4;
+        s.inbound_batches = 2;
+        // Per publisher: 10 × 3000 in ZeroMQ + (2 + 2) × 4 × 3000 on the tokio side.
+        assert_eq!(s.worst_case_buffered_bytes(1), 30_000 + 48_000);
+        assert_eq!(s.worst_case_buffered_bytes(3), 3 * 78_000);
     }
 }
