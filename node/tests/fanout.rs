@@ -764,3 +764,94 @@ async fn a_blocked_handler_does_not_freeze_readiness() {
     sub.shutdown().await;
     publisher.shutdown().await;
 }
+
+/// glossary §6 "Descriptor" (tied to the owner lease), `OwnerLease::Claim`: when the store's
+/// clock passes the lease TTL, the lease and with it the descriptor lapse; the next renewal
+/// finds the lease gone, claims a new one for the same owner ID and publishes the descriptor
+/// again — same lifecycle generation, next revision, the new lease generation — so
+/// subscribers keep finding the publisher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (mem, clock) = MemoryStore::with_manual_clock();
+    let store: Arc<dyn FanoutStore> = Arc::new(mem);
+    let mut cfg = pub_config();
+    cfg.rid = Some("pub-lease".into());
+    cfg.lease_ttl = Duration::from_secs(10);
+    cfg.lease_renew = Duration::from_millis(50);
+    let publisher = Publisher::start(cfg, Some(Arc::clone(&store)))
+        .await
+        .unwrap();
+    let first = publisher.descriptor().unwrap();
+    assert_eq!(first.descriptor_revision, 1);
+    let listed = store.list_publishers("prices").await.unwrap();
+    assert_eq!(listed.len(), 1);
+
+    // Store time jumps past the TTL: the lease expires, and the descriptor with it.
+    clock.advance(Duration::from_secs(11));
+    let deadline = Instant::now() + WAIT;
+    let again = loop {
+        let listed = store.list_publishers("prices").await.unwrap();
+        if let Some(r) = listed.first()
+            && r.revision == 2
+        {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "descriptor never re-published");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(again.lifecycle_generation, first.lifecycle_generation);
+    assert_eq!(again.owner.owner_id, first.owner_id);
+    assert!(again.owner.lease_generation > first.lease_generation);
+    let now = publisher.descriptor().unwrap();
+    assert_eq!(now.descriptor_revision, 2);
+    assert_eq!(now.lease_generation, again.owner.lease_generation);
+    assert_eq!(
+        zlink_node::fanout::descriptor::decode_descriptor(&again.content).unwrap(),
+        now
+    );
+    assert_eq!(publisher.metrics().lease_reclaims.load(Relaxed), 1);
+
+    // The new lease is renewed from now on, and shutdown removes the re-published descriptor.
+    clock.advance(Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(store.list_publishers("prices").await.unwrap().len(), 1);
+    assert_eq!(publisher.metrics().lease_reclaims.load(Relaxed), 1);
+    publisher.shutdown().await;
+    assert!(store.list_publishers("prices").await.unwrap().is_empty());
+}
+
+/// `OwnerLease::Claim`: a lease *replaced* by another claim of the same owner ID (a newer holder,
+/// such as a restart of the same RID) is not fought over — the superseded publisher stops
+/// renewing and never re-claims, so the newer holder's token stays live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_lease_is_not_reclaimed() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use zlink_store::types::LeaseRead;
+    let store: Arc<dyn FanoutStore> = Arc::new(MemoryStore::default());
+    let mut cfg = pub_config();
+    cfg.rid = Some("pub-replaced".into());
+    cfg.lease_renew = Duration::from_millis(20);
+    let publisher = Publisher::start(cfg, Some(Arc::clone(&store)))
+        .await
+        .unwrap();
+    let owner = publisher.descriptor().unwrap().owner_id;
+    let newer = store
+        .claim_lease(&owner, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .token;
+    eventually("the renewal notices", || {
+        publisher.metrics().lease_renew_failures.load(Relaxed) >= 1
+    })
+    .await;
+    // Several more renewal periods: nothing re-claims.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(publisher.metrics().lease_reclaims.load(Relaxed), 0);
+    assert_eq!(publisher.metrics().lease_renew_failures.load(Relaxed), 1);
+    match store.read_lease(&owner).await.unwrap() {
+        LeaseRead::Found { token, .. } => assert_eq!(token, newer),
+        other => panic!("{other:?}"),
+    }
+    publisher.shutdown().await;
+}

@@ -16,6 +16,12 @@ pub enum OwnerLease {
     /// The publisher claims its own lease for this host owner ID, renews it and releases it on
     /// shutdown. Claiming issues a new lease generation and makes any older token of the same
     /// owner ID stale, so do not use the owner ID of a MeshNode running in the same host.
+    ///
+    /// **A stopgap** until the node host shares one host lease with everything it runs:
+    /// glossary §8 has one host owner token fence every descriptor of the host, and a
+    /// publisher-owned lease is a second fence beside it. If the lease is lost (it expired by
+    /// store time while renewals failed, or another claim replaced it), the publisher claims a
+    /// new one and publishes its descriptor again — same lifecycle generation, next revision.
     Claim {
         /// Host owner ID; `None` = `host-<publisher RID>`.
         owner_id: Option<String>,

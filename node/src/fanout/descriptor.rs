@@ -35,7 +35,8 @@ use thiserror::Error;
 use zlink_protocol::generated::RuntimeState;
 use zlink_protocol::ids;
 use zlink_store::types::{
-    DescriptorKey, DescriptorKind, DescriptorRecord, LeaseGrant, OwnerToken, PublishOutcome,
+    DescriptorKey, DescriptorKind, DescriptorRecord, LeaseGrant, LeaseRead, OwnerToken,
+    PublishOutcome,
 };
 use zlink_store::{LocationStore, StoreError};
 
@@ -266,6 +267,8 @@ pub trait FanoutStore: Send + Sync + 'static {
     fn renew_lease<'a>(&'a self, token: &'a OwnerToken, ttl: Duration) -> BoxFut<'a, LeaseGrant>;
     /// See [`LocationStore::release_lease`].
     fn release_lease<'a>(&'a self, token: &'a OwnerToken) -> BoxFut<'a, bool>;
+    /// See [`LocationStore::read_lease`].
+    fn read_lease<'a>(&'a self, owner_id: &'a str) -> BoxFut<'a, LeaseRead>;
     /// See [`LocationStore::publish_descriptor`].
     fn publish_descriptor<'a>(
         &'a self,
@@ -294,6 +297,9 @@ impl<S: LocationStore> FanoutStore for S {
     }
     fn release_lease<'a>(&'a self, token: &'a OwnerToken) -> BoxFut<'a, bool> {
         Box::pin(LocationStore::release_lease(self, token))
+    }
+    fn read_lease<'a>(&'a self, owner_id: &'a str) -> BoxFut<'a, LeaseRead> {
+        Box::pin(LocationStore::read_lease(self, owner_id))
     }
     fn publish_descriptor<'a>(
         &'a self,

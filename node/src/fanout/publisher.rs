@@ -27,7 +27,8 @@ use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::fanout::{BEACON_PAYLOAD, BEACON_TOPIC};
 use zlink_protocol::generated::RuntimeState;
 use zlink_protocol::metadata::Metadata;
-use zlink_store::types::OwnerToken;
+use zlink_store::StoreError;
+use zlink_store::types::{LeaseRead, OwnerToken};
 
 use super::config::{OwnerLease, PublisherConfig};
 use super::descriptor::{
@@ -52,6 +53,9 @@ pub struct PublisherMetrics {
     pub send_failures: AtomicU64,
     /// Owner lease renewals that failed.
     pub lease_renew_failures: AtomicU64,
+    /// Times a claimed lease was found lost (expired by store time or replaced) and the
+    /// publisher claimed a new one and published its descriptor again.
+    pub lease_reclaims: AtomicU64,
 }
 
 struct Queue {
@@ -96,9 +100,9 @@ pub struct Publisher {
     rid: String,
     lifecycle_generation: u64,
     endpoint: String,
-    descriptor: Option<FanoutPublisherDescriptor>,
+    descriptor: Arc<Mutex<Option<FanoutPublisherDescriptor>>>,
     store: Option<Arc<dyn FanoutStore>>,
-    lease: Mutex<Option<OwnerToken>>,
+    lease: Arc<Mutex<Option<OwnerToken>>>,
     owns_lease: bool,
     thread: Mutex<Option<JoinHandle<()>>>,
     lease_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -214,9 +218,9 @@ impl Publisher {
             rid,
             lifecycle_generation,
             endpoint,
-            descriptor: None,
+            descriptor: Arc::new(Mutex::new(None)),
             store: store.clone(),
-            lease: Mutex::new(None),
+            lease: Arc::new(Mutex::new(None)),
             owns_lease: matches!(config.owner, OwnerLease::Claim { .. }),
             thread: Mutex::new(Some(thread)),
             lease_task: Mutex::new(None),
@@ -257,41 +261,25 @@ impl Publisher {
             owner_id: token.owner_id.clone(),
             lease_generation: token.lease_generation,
         };
-        let published = store
-            .publish_descriptor(
-                &token,
-                &descriptor_key(&self.channel_name, &self.rid),
-                self.lifecycle_generation,
-                descriptor.descriptor_revision,
-                encode_descriptor(&descriptor),
-            )
-            .await;
-        if let Err(e) = published {
+        if let Err(e) = put_descriptor(&**store, &token, &descriptor).await {
             if self.owns_lease {
                 let _ = store.release_lease(&token).await;
             }
             return Err(e.into());
         }
-        self.descriptor = Some(descriptor);
-        if self.owns_lease {
-            let store = Arc::clone(store);
-            let shared = Arc::clone(&self.shared);
-            let (renew, ttl) = (config.lease_renew, config.lease_ttl);
-            let token = token.clone();
-            *lock(&self.lease_task) = Some(tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(renew).await;
-                    if let Err(e) = store.renew_lease(&token, ttl).await {
-                        shared
-                            .metrics
-                            .lease_renew_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(error = %e, "fanout publisher lease renewal failed");
-                    }
-                }
-            }));
-        }
+        *lock(&self.descriptor) = Some(descriptor);
         *lock(&self.lease) = Some(token);
+        if self.owns_lease {
+            let renewal = LeaseRenewal {
+                store: Arc::clone(store),
+                shared: Arc::clone(&self.shared),
+                lease: Arc::clone(&self.lease),
+                descriptor: Arc::clone(&self.descriptor),
+                renew: config.lease_renew,
+                ttl: config.lease_ttl,
+            };
+            *lock(&self.lease_task) = Some(tokio::spawn(renewal.run()));
+        }
         Ok(())
     }
 
@@ -374,9 +362,10 @@ impl Publisher {
         &self.endpoint
     }
 
-    /// The descriptor published to the store (with a store).
-    pub fn descriptor(&self) -> Option<&FanoutPublisherDescriptor> {
-        self.descriptor.as_ref()
+    /// The descriptor last published to the store (with a store). After a lost lease was
+    /// re-claimed it carries the new lease generation and the next descriptor revision.
+    pub fn descriptor(&self) -> Option<FanoutPublisherDescriptor> {
+        lock(&self.descriptor).clone()
     }
 
     /// The counters.
@@ -437,6 +426,112 @@ impl Drop for Publisher {
             self.shared.stopping.store(true, Ordering::Release);
             self.shared.wake();
         }
+    }
+}
+
+/// Publish `d` under `token` at its own revision.
+async fn put_descriptor(
+    store: &dyn FanoutStore,
+    token: &OwnerToken,
+    d: &FanoutPublisherDescriptor,
+) -> Result<(), StoreError> {
+    store
+        .publish_descriptor(
+            token,
+            &descriptor_key(&d.channel_name, &d.publisher_rid),
+            d.lifecycle_generation,
+            d.descriptor_revision,
+            encode_descriptor(d),
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Renews a lease the publisher claimed itself. When the store says the lease is gone and no
+/// one else holds the owner ID (it expired by store time while renewals failed), it claims a
+/// new lease for the same owner ID and publishes the descriptor again: same lifecycle
+/// generation, next revision, the new lease generation. A failure is retried on the next
+/// period. When another claim *replaced* the lease (a live lease of a newer generation — for
+/// example a restart of the same RID), this lifecycle is superseded: it does not fight back,
+/// it stops renewing and leaves the descriptor to the newer holder.
+struct LeaseRenewal {
+    store: Arc<dyn FanoutStore>,
+    shared: Arc<Shared>,
+    lease: Arc<Mutex<Option<OwnerToken>>>,
+    descriptor: Arc<Mutex<Option<FanoutPublisherDescriptor>>>,
+    renew: Duration,
+    ttl: Duration,
+}
+
+impl LeaseRenewal {
+    async fn run(self) {
+        let m = &self.shared.metrics;
+        loop {
+            tokio::time::sleep(self.renew).await;
+            let Some(token) = lock(&self.lease).clone() else {
+                return;
+            };
+            match self.store.renew_lease(&token, self.ttl).await {
+                Ok(_) => {}
+                Err(StoreError::Stale { .. }) => {
+                    m.lease_renew_failures.fetch_add(1, Ordering::Relaxed);
+                    match self.store.read_lease(&token.owner_id).await {
+                        Ok(LeaseRead::Found { token: holder, .. })
+                            if holder.lease_generation != token.lease_generation =>
+                        {
+                            tracing::warn!(
+                                owner_id = %token.owner_id,
+                                "fanout publisher lease was replaced by a newer claim; this lifecycle stops renewing"
+                            );
+                            lock(&self.lease).take();
+                            return;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "fanout publisher lease read failed; retrying");
+                            continue;
+                        }
+                    }
+                    match self.reclaim(&token).await {
+                        Ok(()) => {
+                            m.lease_reclaims.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(
+                                owner_id = %token.owner_id,
+                                "fanout publisher lease was lost; claimed a new one and published the descriptor again"
+                            );
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "fanout publisher lease lost and re-claim failed; retrying");
+                        }
+                    }
+                }
+                Err(e) => {
+                    m.lease_renew_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "fanout publisher lease renewal failed");
+                }
+            }
+        }
+    }
+
+    async fn reclaim(&self, lost: &OwnerToken) -> Result<(), StoreError> {
+        let Some(mut d) = lock(&self.descriptor).clone() else {
+            return Ok(());
+        };
+        let token = self
+            .store
+            .claim_lease(&lost.owner_id, self.ttl)
+            .await?
+            .token;
+        d.descriptor_revision += 1;
+        d.owner_id.clone_from(&token.owner_id);
+        d.lease_generation = token.lease_generation;
+        if let Err(e) = put_descriptor(&*self.store, &token, &d).await {
+            let _ = self.store.release_lease(&token).await;
+            return Err(e);
+        }
+        *lock(&self.descriptor) = Some(d);
+        *lock(&self.lease) = Some(token);
+        Ok(())
     }
 }
 
