@@ -855,3 +855,63 @@ async fn a_replaced_lease_is_not_reclaimed() {
     }
     publisher.shutdown().await;
 }
+
+/// glossary §6 "Manual endpoint" + "Automatic discovery": a publisher that is both configured
+/// by hand and discovered through its descriptor gets one SUB socket, not two (two would deliver
+/// every event twice); the discovered copy is skipped and counted as `duplicate_endpoints`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_endpoint_that_is_also_discovered_gets_one_socket() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const N: u64 = 10;
+    let store: Arc<dyn FanoutStore> = Arc::new(MemoryStore::default());
+    let publisher = Publisher::start(pub_config(), Some(Arc::clone(&store)))
+        .await
+        .unwrap();
+    let (h, mut rx) = collecting_handlers();
+    let sub = Subscriber::start(
+        sub_config(&[publisher.endpoint()]),
+        h,
+        Some(Arc::clone(&store)),
+    )
+    .unwrap();
+    sub.wait_all_ready(1, WAIT).await.expect("ready");
+    eventually("discovery saw the duplicate", || {
+        sub.metrics().duplicate_endpoints.load(Relaxed) >= 2
+    })
+    .await;
+    let snap = sub.publishers();
+    assert_eq!(snap.len(), 1, "{snap:?}");
+    assert_eq!(snap[0].source, PublisherSource::Manual);
+    for seq in 0..N {
+        publisher
+            .publish(
+                "prices",
+                &Price {
+                    seq,
+                    symbol: "D".into(),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    wait_len(&mut rx, N as usize).await;
+    // A marker after the events: every copy of them arrived before it.
+    publisher
+        .publish(
+            "prices",
+            &Price {
+                seq: N,
+                symbol: "D".into(),
+            },
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, rx.wait_for(|v| v.iter().any(|(s, _)| *s == N)))
+        .await
+        .unwrap()
+        .unwrap();
+    let got: Vec<u64> = rx.borrow().iter().map(|(s, _)| *s).collect();
+    assert_eq!(got, (0..=N).collect::<Vec<_>>(), "each event exactly once");
+    sub.shutdown().await;
+    publisher.shutdown().await;
+}

@@ -228,6 +228,14 @@ impl SubscriberConfig {
                 reason: format!("{e:?} is not tcp://host:port"),
             });
         }
+        // Two sockets on one publisher would deliver each of its events twice.
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(e) = self.manual_endpoints.iter().find(|e| !seen.insert(*e)) {
+            return Err(FanoutError::Config {
+                field: "manual_endpoints",
+                reason: format!("{e:?} is listed twice"),
+            });
+        }
         Ok(())
     }
 
@@ -285,6 +293,9 @@ mod tests {
         assert_eq!(field(s.validate()), "not_ready_after");
         let mut s = SubscriberConfig::new("c");
         s.manual_endpoints.push("ipc:///x".into());
+        assert_eq!(field(s.validate()), "manual_endpoints");
+        let mut s = SubscriberConfig::new("c");
+        s.manual_endpoints = vec!["tcp://127.0.0.1:1".into(), "tcp://127.0.0.1:1".into()];
         assert_eq!(field(s.validate()), "manual_endpoints");
         // 0 is "unlimited" to ZeroMQ: refused for both high-water marks and the frame cap.
         let mut p = PublisherConfig::new("c");

@@ -230,30 +230,53 @@ pub fn reconcile(
     out
 }
 
-/// The desired set of one listing: valid descriptors of `channel_name` that are not stopped.
-/// Refused records are returned beside it, for counting.
+/// One discovery listing, sorted out by [`desired_publishers`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Desired {
+    /// The publishers to hold a socket for, by RID.
+    pub publishers: BTreeMap<String, DiscoveredPublisher>,
+    /// Records refused as unusable.
+    pub errors: Vec<DescriptorError>,
+    /// RIDs skipped because their endpoint already has a socket: a manual endpoint, or a
+    /// discovered publisher with a lower RID at the same endpoint.
+    pub duplicate_endpoints: Vec<String>,
+}
+
+/// The desired set of one listing: valid descriptors of `channel_name` that are not stopped,
+/// at most one per endpoint, none at an endpoint in `taken` (the manual endpoints). One
+/// publisher never gets two SUB sockets, which would deliver each of its events twice.
+/// Endpoints compare as strings: `tcp://localhost:1` and `tcp://127.0.0.1:1` are not caught.
 pub fn desired_publishers(
     records: &[DescriptorRecord],
     channel_name: &str,
-) -> (BTreeMap<String, DiscoveredPublisher>, Vec<DescriptorError>) {
-    let mut desired = BTreeMap::new();
-    let mut errors = Vec::new();
+    taken: &[String],
+) -> Desired {
+    let mut out = Desired::default();
+    let mut endpoints: BTreeMap<String, ()> = taken.iter().map(|e| (e.clone(), ())).collect();
+    let mut valid: Vec<FanoutPublisherDescriptor> = Vec::new();
     for r in records {
         match descriptor_of_record(r, channel_name) {
             Ok(d) if d.state == RuntimeState::Stopped => {}
-            Ok(d) => {
-                desired.insert(
-                    d.publisher_rid,
-                    DiscoveredPublisher {
-                        lifecycle_generation: d.lifecycle_generation,
-                        endpoint: d.endpoint,
-                    },
-                );
-            }
-            Err(e) => errors.push(e),
+            Ok(d) => valid.push(d),
+            Err(e) => out.errors.push(e),
         }
     }
-    (desired, errors)
+    // Lowest RID first, whatever order the store listed them in.
+    valid.sort_by(|a, b| a.publisher_rid.cmp(&b.publisher_rid));
+    for d in valid {
+        if endpoints.insert(d.endpoint.clone(), ()).is_some() {
+            out.duplicate_endpoints.push(d.publisher_rid);
+            continue;
+        }
+        out.publishers.insert(
+            d.publisher_rid,
+            DiscoveredPublisher {
+                lifecycle_generation: d.lifecycle_generation,
+                endpoint: d.endpoint,
+            },
+        );
+    }
+    out
 }
 
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -452,9 +475,28 @@ mod tests {
         let mut garbled = rec(&d());
         garbled.key.rid = "pub-3".into();
         garbled.content = Bytes::from_static(b"{");
-        let (desired, errors) = desired_publishers(&[rec(&d()), rec(&stopped), garbled], "prices");
-        assert_eq!(desired.keys().collect::<Vec<_>>(), vec!["pub-1"]);
-        assert_eq!(errors.len(), 1);
+        let out = desired_publishers(&[rec(&d()), rec(&stopped), garbled], "prices", &[]);
+        assert_eq!(out.publishers.keys().collect::<Vec<_>>(), vec!["pub-1"]);
+        assert_eq!(out.errors.len(), 1);
+        assert!(out.duplicate_endpoints.is_empty());
+    }
+
+    #[test]
+    fn one_socket_per_endpoint() {
+        // pub-0 shares pub-1's endpoint (lower RID wins); pub-2 sits on a manual endpoint.
+        let mut twin = d();
+        twin.publisher_rid = "pub-0".into();
+        let mut manual = d();
+        manual.publisher_rid = "pub-2".into();
+        manual.endpoint = "tcp://127.0.0.1:5000".into();
+        let out = desired_publishers(
+            &[rec(&d()), rec(&twin), rec(&manual)],
+            "prices",
+            &["tcp://127.0.0.1:5000".to_owned()],
+        );
+        assert_eq!(out.publishers.keys().collect::<Vec<_>>(), vec!["pub-0"]);
+        assert_eq!(out.duplicate_endpoints, vec!["pub-1", "pub-2"]);
+        assert!(out.errors.is_empty());
     }
 
     #[test]

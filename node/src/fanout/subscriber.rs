@@ -42,7 +42,9 @@ use tokio::sync::{mpsc, watch};
 use zlink_protocol::fanout::BEACON_TOPIC;
 
 use super::config::SubscriberConfig;
-use super::descriptor::{Change, DiscoveredPublisher, FanoutStore, desired_publishers, reconcile};
+use super::descriptor::{
+    Change, Desired, DiscoveredPublisher, FanoutStore, desired_publishers, reconcile,
+};
 use super::error::{FanoutError, zerr};
 use super::handler::{FanoutContext, FanoutHandlers, HandlerFailure, HandlerTable, PublisherRef};
 use super::readiness::{PublisherLiveness, Transition};
@@ -71,6 +73,9 @@ pub struct SubscriberMetrics {
     pub became_not_ready: AtomicU64,
     /// Store descriptors refused as unusable (counted per discovery poll).
     pub descriptor_errors: AtomicU64,
+    /// Discovered publishers skipped (per poll) because their endpoint already has a socket:
+    /// a manual endpoint, or another discovered publisher with a lower RID.
+    pub duplicate_endpoints: AtomicU64,
     /// Discovery polls that failed (the last publisher set is kept).
     pub discovery_failures: AtomicU64,
     /// SUB sockets that could not be set up.
@@ -288,6 +293,7 @@ impl Subscriber {
             tasks.push(tokio::spawn(discover(
                 store,
                 config.channel_name.clone(),
+                config.manual_endpoints.clone(),
                 config.discovery_poll,
                 Arc::clone(&shared),
             )));
@@ -703,6 +709,7 @@ async fn dispatch(mut rx: mpsc::Receiver<Vec<Delivery>>, table: HandlerTable, sh
 async fn discover(
     store: Arc<dyn FanoutStore>,
     channel_name: String,
+    manual_endpoints: Vec<String>,
     poll: Duration,
     shared: Arc<Shared>,
 ) {
@@ -722,12 +729,22 @@ async fn discover(
                 continue;
             }
         };
-        let (desired, errors) = desired_publishers(&records, &channel_name);
+        let Desired {
+            publishers: desired,
+            errors,
+            duplicate_endpoints,
+        } = desired_publishers(&records, &channel_name, &manual_endpoints);
         if !errors.is_empty() {
             shared
                 .metrics
                 .descriptor_errors
                 .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        }
+        if !duplicate_endpoints.is_empty() {
+            shared
+                .metrics
+                .duplicate_endpoints
+                .fetch_add(duplicate_endpoints.len() as u64, Ordering::Relaxed);
         }
         // A socket the thread could not open was dropped from the view: forget it here too, so
         // `reconcile` adds it again and this poll retries the open.
