@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use zlink_node::call::error::ErrorKind;
-use zlink_node::fanout::descriptor::FanoutStore;
+use zlink_node::fanout::descriptor::list_publishers;
 use zlink_node::fanout::record::TopicError;
 use zlink_node::fanout::{
     FanoutError, FanoutHandlers, Publisher, PublisherConfig, PublisherSnapshot, PublisherSource,
     Subscriber, SubscriberConfig,
 };
 use zlink_node::mesh::JsonMessage;
+use zlink_node::mesh::discovery::DiscoveryBackend;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::fanout::{BEACON_PAYLOAD, BEACON_TOPIC};
 use zlink_protocol::metadata::Metadata;
@@ -539,7 +540,7 @@ async fn handler_context_carries_metadata_and_undecodable_events_are_counted() {
 /// socket, and its events carry the new generation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_finds_the_publisher_and_follows_a_new_lifecycle() {
-    let store: Arc<dyn FanoutStore> = Arc::new(MemoryStore::default());
+    let store: Arc<dyn DiscoveryBackend> = Arc::new(MemoryStore::default());
     let mut cfg = pub_config();
     cfg.rid = Some("pub-a".into());
     let first = Publisher::start(cfg.clone(), Some(Arc::clone(&store)))
@@ -624,14 +625,14 @@ async fn discovery_finds_the_publisher_and_follows_a_new_lifecycle() {
     assert!(!got.iter().any(|(s, _)| *s == 2), "{got:?}");
     // The stale first lifecycle cannot remove the new descriptor on its way out.
     first.shutdown().await;
-    let left = store.list_publishers("prices").await.unwrap();
+    let left = list_publishers(&*store, "prices").await.unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].key.kind, DescriptorKind::FanoutPublisher);
     assert_eq!(left[0].lifecycle_generation, want);
 
     // Graceful shutdown removes the descriptor; the subscriber drops the publisher.
     second.shutdown().await;
-    assert!(store.list_publishers("prices").await.unwrap().is_empty());
+    assert!(list_publishers(&*store, "prices").await.unwrap().is_empty());
     sub.wait_until(WAIT, <[_]>::is_empty)
         .await
         .expect("vanished publisher dropped");
@@ -648,7 +649,7 @@ async fn discovery_retries_a_socket_that_failed_to_open() {
     use zlink_node::fanout::descriptor::{
         DESCRIPTOR_FORMAT_VERSION, FanoutPublisherDescriptor, descriptor_key, encode_descriptor,
     };
-    let store: Arc<dyn FanoutStore> = Arc::new(MemoryStore::default());
+    let store: Arc<dyn DiscoveryBackend> = Arc::new(MemoryStore::default());
     let grant = store
         .claim_lease("host-bad", Duration::from_secs(30))
         .await
@@ -774,7 +775,7 @@ async fn a_blocked_handler_does_not_freeze_readiness() {
 async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
     use std::sync::atomic::Ordering::Relaxed;
     let (mem, clock) = MemoryStore::with_manual_clock();
-    let store: Arc<dyn FanoutStore> = Arc::new(mem);
+    let store: Arc<dyn DiscoveryBackend> = Arc::new(mem);
     let mut cfg = pub_config();
     cfg.rid = Some("pub-lease".into());
     cfg.lease_ttl = Duration::from_secs(10);
@@ -784,14 +785,14 @@ async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
         .unwrap();
     let first = publisher.descriptor().unwrap();
     assert_eq!(first.descriptor_revision, 1);
-    let listed = store.list_publishers("prices").await.unwrap();
+    let listed = list_publishers(&*store, "prices").await.unwrap();
     assert_eq!(listed.len(), 1);
 
     // Store time jumps past the TTL: the lease expires, and the descriptor with it.
     clock.advance(Duration::from_secs(11));
     let deadline = Instant::now() + WAIT;
     let again = loop {
-        let listed = store.list_publishers("prices").await.unwrap();
+        let listed = list_publishers(&*store, "prices").await.unwrap();
         if let Some(r) = listed.first()
             && r.revision == 2
         {
@@ -815,10 +816,10 @@ async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
     // The new lease is renewed from now on, and shutdown removes the re-published descriptor.
     clock.advance(Duration::from_secs(5));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(store.list_publishers("prices").await.unwrap().len(), 1);
+    assert_eq!(list_publishers(&*store, "prices").await.unwrap().len(), 1);
     assert_eq!(publisher.metrics().lease_reclaims.load(Relaxed), 1);
     publisher.shutdown().await;
-    assert!(store.list_publishers("prices").await.unwrap().is_empty());
+    assert!(list_publishers(&*store, "prices").await.unwrap().is_empty());
 }
 
 /// `OwnerLease::Claim`: a lease *replaced* by another claim of the same owner ID (a newer holder,
@@ -828,7 +829,7 @@ async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
 async fn a_replaced_lease_is_not_reclaimed() {
     use std::sync::atomic::Ordering::Relaxed;
     use zlink_store::types::LeaseRead;
-    let store: Arc<dyn FanoutStore> = Arc::new(MemoryStore::default());
+    let store: Arc<dyn DiscoveryBackend> = Arc::new(MemoryStore::default());
     let mut cfg = pub_config();
     cfg.rid = Some("pub-replaced".into());
     cfg.lease_renew = Duration::from_millis(20);
@@ -863,7 +864,7 @@ async fn a_replaced_lease_is_not_reclaimed() {
 async fn a_manual_endpoint_that_is_also_discovered_gets_one_socket() {
     use std::sync::atomic::Ordering::Relaxed;
     const N: u64 = 10;
-    let store: Arc<dyn FanoutStore> = Arc::new(MemoryStore::default());
+    let store: Arc<dyn DiscoveryBackend> = Arc::new(MemoryStore::default());
     let publisher = Publisher::start(pub_config(), Some(Arc::clone(&store)))
         .await
         .unwrap();

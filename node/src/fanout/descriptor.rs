@@ -25,20 +25,16 @@
 //! each as a [`DescriptorError`].
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use zlink_protocol::generated::RuntimeState;
 use zlink_protocol::ids;
-use zlink_store::types::{
-    DescriptorKey, DescriptorKind, DescriptorRecord, LeaseGrant, LeaseRead, OwnerToken,
-    PublishOutcome,
-};
-use zlink_store::{LocationStore, StoreError};
+use zlink_store::StoreError;
+use zlink_store::types::{DescriptorKey, DescriptorKind, DescriptorRecord};
+
+use crate::mesh::discovery::DiscoveryBackend;
 
 /// The content format version this runtime writes and reads.
 pub const DESCRIPTOR_FORMAT_VERSION: u8 = 1;
@@ -279,89 +275,24 @@ pub fn desired_publishers(
     out
 }
 
-type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// The part of the Location Store that fanout uses, object-safe so publishers and subscribers
-/// are not generic over the provider. Every [`LocationStore`] is one.
-pub trait FanoutStore: Send + Sync + 'static {
-    /// See [`LocationStore::claim_lease`].
-    fn claim_lease<'a>(&'a self, owner_id: &'a str, ttl: Duration) -> BoxFut<'a, LeaseGrant>;
-    /// See [`LocationStore::renew_lease`].
-    fn renew_lease<'a>(&'a self, token: &'a OwnerToken, ttl: Duration) -> BoxFut<'a, LeaseGrant>;
-    /// See [`LocationStore::release_lease`].
-    fn release_lease<'a>(&'a self, token: &'a OwnerToken) -> BoxFut<'a, bool>;
-    /// See [`LocationStore::read_lease`].
-    fn read_lease<'a>(&'a self, owner_id: &'a str) -> BoxFut<'a, LeaseRead>;
-    /// See [`LocationStore::publish_descriptor`].
-    fn publish_descriptor<'a>(
-        &'a self,
-        owner: &'a OwnerToken,
-        key: &'a DescriptorKey,
-        lifecycle_generation: u64,
-        revision: u64,
-        content: Bytes,
-    ) -> BoxFut<'a, PublishOutcome>;
-    /// See [`LocationStore::remove_descriptor`].
-    fn remove_descriptor<'a>(
-        &'a self,
-        owner: &'a OwnerToken,
-        key: &'a DescriptorKey,
-    ) -> BoxFut<'a, bool>;
-    /// [`LocationStore::list_descriptors`] of kind `FanoutPublisher` in `channel_name`.
-    fn list_publishers<'a>(&'a self, channel_name: &'a str) -> BoxFut<'a, Vec<DescriptorRecord>>;
-}
-
-impl<S: LocationStore> FanoutStore for S {
-    fn claim_lease<'a>(&'a self, owner_id: &'a str, ttl: Duration) -> BoxFut<'a, LeaseGrant> {
-        Box::pin(LocationStore::claim_lease(self, owner_id, ttl))
-    }
-    fn renew_lease<'a>(&'a self, token: &'a OwnerToken, ttl: Duration) -> BoxFut<'a, LeaseGrant> {
-        Box::pin(LocationStore::renew_lease(self, token, ttl))
-    }
-    fn release_lease<'a>(&'a self, token: &'a OwnerToken) -> BoxFut<'a, bool> {
-        Box::pin(LocationStore::release_lease(self, token))
-    }
-    fn read_lease<'a>(&'a self, owner_id: &'a str) -> BoxFut<'a, LeaseRead> {
-        Box::pin(LocationStore::read_lease(self, owner_id))
-    }
-    fn publish_descriptor<'a>(
-        &'a self,
-        owner: &'a OwnerToken,
-        key: &'a DescriptorKey,
-        lifecycle_generation: u64,
-        revision: u64,
-        content: Bytes,
-    ) -> BoxFut<'a, PublishOutcome> {
-        Box::pin(LocationStore::publish_descriptor(
-            self,
-            owner,
-            key,
-            lifecycle_generation,
-            revision,
-            content,
-        ))
-    }
-    fn remove_descriptor<'a>(
-        &'a self,
-        owner: &'a OwnerToken,
-        key: &'a DescriptorKey,
-    ) -> BoxFut<'a, bool> {
-        Box::pin(LocationStore::remove_descriptor(self, owner, key))
-    }
-    fn list_publishers<'a>(&'a self, channel_name: &'a str) -> BoxFut<'a, Vec<DescriptorRecord>> {
-        Box::pin(LocationStore::list_descriptors(
-            self,
-            DescriptorKind::FanoutPublisher,
-            channel_name,
-        ))
-    }
+/// The live fanout publisher descriptors of `channel_name`, ordered by RID.
+///
+/// # Errors
+/// The store's error.
+pub async fn list_publishers(
+    store: &dyn DiscoveryBackend,
+    channel_name: &str,
+) -> Result<Vec<DescriptorRecord>, StoreError> {
+    store
+        .list_descriptors(DescriptorKind::FanoutPublisher, channel_name)
+        .await
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use zlink_store::types::StoreTime;
+    use zlink_store::types::{OwnerToken, StoreTime};
 
     fn d() -> FanoutPublisherDescriptor {
         FanoutPublisherDescriptor {

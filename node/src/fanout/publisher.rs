@@ -32,12 +32,12 @@ use zlink_store::types::{LeaseRead, OwnerToken};
 
 use super::config::{OwnerLease, PublisherConfig};
 use super::descriptor::{
-    DESCRIPTOR_FORMAT_VERSION, FanoutPublisherDescriptor, FanoutStore, descriptor_key,
-    encode_descriptor,
+    DESCRIPTOR_FORMAT_VERSION, FanoutPublisherDescriptor, descriptor_key, encode_descriptor,
 };
 use super::error::{FanoutError, zerr};
 use super::record::encode_application;
 use crate::mesh::JsonMessage;
+use crate::mesh::discovery::DiscoveryBackend;
 use crate::mesh::handler::encode_json;
 
 /// Counters of one publisher.
@@ -58,6 +58,11 @@ pub struct PublisherMetrics {
     pub lease_reclaims: AtomicU64,
 }
 
+// The queue + `woken` flag + wake-up pipe below repeat the pattern of the mesh socket pump
+// (`transport/pump.rs`: one thread per socket, a byte-bounded queue, a pipe written at most once
+// per drain). It is kept separate on purpose for now: the pump is built around a ROUTER socket,
+// its commands, credit and batching, and a PUB socket needs none of that. If a third socket
+// thread appears, extract the shared "queue + wake pipe" piece instead of copying it again.
 struct Queue {
     records: VecDeque<Vec<Vec<u8>>>,
     bytes: usize,
@@ -101,7 +106,7 @@ pub struct Publisher {
     lifecycle_generation: u64,
     endpoint: String,
     descriptor: Arc<Mutex<Option<FanoutPublisherDescriptor>>>,
-    store: Option<Arc<dyn FanoutStore>>,
+    store: Option<Arc<dyn DiscoveryBackend>>,
     lease: Arc<Mutex<Option<OwnerToken>>>,
     owns_lease: bool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -128,7 +133,7 @@ impl Publisher {
     /// is closed again then).
     pub async fn start(
         config: PublisherConfig,
-        store: Option<Arc<dyn FanoutStore>>,
+        store: Option<Arc<dyn DiscoveryBackend>>,
     ) -> Result<Self, FanoutError> {
         config.validate()?;
         let rid = match &config.rid {
@@ -238,7 +243,7 @@ impl Publisher {
     async fn publish_descriptor(
         &mut self,
         config: &PublisherConfig,
-        store: &Arc<dyn FanoutStore>,
+        store: &Arc<dyn DiscoveryBackend>,
     ) -> Result<(), FanoutError> {
         let token = match &config.owner {
             OwnerLease::Claim { owner_id } => {
@@ -431,7 +436,7 @@ impl Drop for Publisher {
 
 /// Publish `d` under `token` at its own revision.
 async fn put_descriptor(
-    store: &dyn FanoutStore,
+    store: &dyn DiscoveryBackend,
     token: &OwnerToken,
     d: &FanoutPublisherDescriptor,
 ) -> Result<(), StoreError> {
@@ -455,7 +460,7 @@ async fn put_descriptor(
 /// example a restart of the same RID), this lifecycle is superseded: it does not fight back,
 /// it stops renewing and leaves the descriptor to the newer holder.
 struct LeaseRenewal {
-    store: Arc<dyn FanoutStore>,
+    store: Arc<dyn DiscoveryBackend>,
     shared: Arc<Shared>,
     lease: Arc<Mutex<Option<OwnerToken>>>,
     descriptor: Arc<Mutex<Option<FanoutPublisherDescriptor>>>,

@@ -43,12 +43,13 @@ use zlink_protocol::fanout::BEACON_TOPIC;
 
 use super::config::SubscriberConfig;
 use super::descriptor::{
-    Change, Desired, DiscoveredPublisher, FanoutStore, desired_publishers, reconcile,
+    Change, Desired, DiscoveredPublisher, desired_publishers, list_publishers, reconcile,
 };
 use super::error::{FanoutError, zerr};
 use super::handler::{FanoutContext, FanoutHandlers, HandlerFailure, HandlerTable, PublisherRef};
 use super::readiness::{PublisherLiveness, Transition};
 use super::record::{ApplicationRecord, Received, decode};
+use crate::mesh::discovery::DiscoveryBackend;
 
 /// Counters of one subscriber.
 #[derive(Debug, Default)]
@@ -149,6 +150,8 @@ enum Command {
     Stop,
 }
 
+// The command queue + `woken` flag + wake-up pipe repeat the pattern of the mesh socket pump
+// (`transport/pump.rs`); see the note in `publisher.rs` on why it is not shared yet.
 struct Shared {
     commands: Mutex<VecDeque<Command>>,
     woken: AtomicBool,
@@ -233,7 +236,7 @@ impl Subscriber {
     pub fn start(
         config: SubscriberConfig,
         handlers: FanoutHandlers,
-        store: Option<Arc<dyn FanoutStore>>,
+        store: Option<Arc<dyn DiscoveryBackend>>,
     ) -> Result<Self, FanoutError> {
         config.validate()?;
         let mut topics: Vec<Vec<u8>> = handlers.topics().map(<[u8]>::to_vec).collect();
@@ -707,7 +710,7 @@ async fn dispatch(mut rx: mpsc::Receiver<Vec<Delivery>>, table: HandlerTable, sh
 
 /// Poll the store and reconcile the discovered publishers into socket changes.
 async fn discover(
-    store: Arc<dyn FanoutStore>,
+    store: Arc<dyn DiscoveryBackend>,
     channel_name: String,
     manual_endpoints: Vec<String>,
     poll: Duration,
@@ -718,7 +721,7 @@ async fn discover(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let records = match store.list_publishers(&channel_name).await {
+        let records = match list_publishers(&*store, &channel_name).await {
             Ok(r) => r,
             Err(e) => {
                 shared
