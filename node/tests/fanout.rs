@@ -916,3 +916,13 @@ async fn a_manual_endpoint_that_is_also_discovered_gets_one_socket() {
     sub.shutdown().await;
     publisher.shutdown().await;
 }
+
+/// `Subscriber::start` outside a tokio runtime is a typed error, not a panic, and nothing is
+/// left running.
+#[test]
+fn subscriber_start_outside_a_runtime_is_a_typed_error() {
+    let (h, _rx) = collecting_handlers();
+    let err = Subscriber::start(sub_config(&["tcp://127.0.0.1:1"]), h, None).unwrap_err();
+    assert!(matches!(err, FanoutError::NoRuntime), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::InvalidOperation);
+}

@@ -63,6 +63,10 @@ pub enum FanoutError {
     /// The OS random source failed.
     #[error("operating system random source failed")]
     Random,
+    /// `Subscriber::start` was called outside a tokio runtime (it runs its dispatcher and
+    /// discovery there).
+    #[error("fanout subscriber must be started from within a tokio runtime")]
+    NoRuntime,
     /// The publisher or subscriber is shutting down.
     #[error("fanout endpoint is shutting down")]
     ShuttingDown,
@@ -82,7 +86,9 @@ impl FanoutError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Config { .. } | Self::DuplicateHandler { .. } => ErrorKind::Configuration,
-            Self::Topic(_) | Self::Encode(_) | Self::Serialize(_) => ErrorKind::InvalidOperation,
+            Self::Topic(_) | Self::Encode(_) | Self::Serialize(_) | Self::NoRuntime => {
+                ErrorKind::InvalidOperation
+            }
             Self::Transport { .. } | Self::Io { .. } | Self::Random => ErrorKind::Unavailable,
             Self::Store(_) => ErrorKind::StoreFailure,
             Self::Descriptor(_) => ErrorKind::ProtocolError,

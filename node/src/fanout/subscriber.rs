@@ -232,12 +232,14 @@ impl Subscriber {
     /// discovery tasks there).
     ///
     /// # Errors
-    /// [`FanoutError`] for bad configuration, a bad handler topic or a duplicate handler.
+    /// [`FanoutError`] for bad configuration, a bad handler topic or a duplicate handler;
+    /// [`FanoutError::NoRuntime`] outside a tokio runtime (checked before anything starts).
     pub fn start(
         config: SubscriberConfig,
         handlers: FanoutHandlers,
         store: Option<Arc<dyn DiscoveryBackend>>,
     ) -> Result<Self, FanoutError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| FanoutError::NoRuntime)?;
         config.validate()?;
         let mut topics: Vec<Vec<u8>> = handlers.topics().map(<[u8]>::to_vec).collect();
         topics.sort();
@@ -291,9 +293,9 @@ impl Subscriber {
                 PublisherSource::Manual,
             );
         }
-        let mut tasks = vec![tokio::spawn(dispatch(rx, table, Arc::clone(&shared)))];
+        let mut tasks = vec![runtime.spawn(dispatch(rx, table, Arc::clone(&shared)))];
         if let Some(store) = store {
-            tasks.push(tokio::spawn(discover(
+            tasks.push(runtime.spawn(discover(
                 store,
                 config.channel_name.clone(),
                 config.manual_endpoints.clone(),
