@@ -173,6 +173,15 @@ pub fn descriptor_of_record(
             field: "descriptorRevision",
         });
     }
+    // The content names the lease it was published under; the store knows the real one.
+    if d.owner_id != record.owner.owner_id {
+        return Err(DescriptorError::RecordMismatch { field: "ownerId" });
+    }
+    if d.lease_generation != record.owner.lease_generation {
+        return Err(DescriptorError::RecordMismatch {
+            field: "leaseGeneration",
+        });
+    }
     Ok(d)
 }
 
@@ -394,6 +403,20 @@ mod tests {
             descriptor_of_record(&r, "prices"),
             Err(DescriptorError::RecordMismatch {
                 field: "lifecycleGeneration"
+            })
+        );
+        let mut r = rec(&d());
+        r.owner.owner_id = "host-b".into();
+        assert_eq!(
+            descriptor_of_record(&r, "prices"),
+            Err(DescriptorError::RecordMismatch { field: "ownerId" })
+        );
+        let mut r = rec(&d());
+        r.owner.lease_generation = 8;
+        assert_eq!(
+            descriptor_of_record(&r, "prices"),
+            Err(DescriptorError::RecordMismatch {
+                field: "leaseGeneration"
             })
         );
     }

@@ -53,6 +53,8 @@ pub struct PublisherMetrics {
     pub send_failures: AtomicU64,
     /// Owner lease renewals that failed.
     pub lease_renew_failures: AtomicU64,
+    /// `zmq::poll` calls of the socket thread that failed (other than `EINTR`).
+    pub poll_failures: AtomicU64,
     /// Times a claimed lease was found lost (expired by store time or replaced) and the
     /// publisher claimed a new one and published its descriptor again.
     pub lease_reclaims: AtomicU64,
@@ -66,6 +68,9 @@ pub struct PublisherMetrics {
 struct Queue {
     records: VecDeque<Vec<Vec<u8>>>,
     bytes: usize,
+    /// Set once, under this lock, by `stop`: no record is accepted after it, and the thread
+    /// exits only when it sees it with an empty queue.
+    stopping: bool,
 }
 
 struct Shared {
@@ -79,7 +84,6 @@ struct Shared {
     /// a pipe that still has a reader instead of failing with `EPIPE` / raising `SIGPIPE` in a
     /// host that does not ignore it. `woken` keeps it at one unread byte.
     _wake_rx_keepalive: std::io::PipeReader,
-    stopping: AtomicBool,
     beacons_paused: AtomicBool,
     metrics: PublisherMetrics,
 }
@@ -90,6 +94,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// Refuse new records (under the queue lock), release waiting publishers, wake the thread.
+    fn stop(&self) {
+        lock(&self.queue).stopping = true;
+        self.room.notify_waiters();
+        self.wake();
+    }
+
     fn wake(&self) {
         if !self.woken.swap(true, Ordering::AcqRel) {
             // The pipe holds at most a couple of unread bytes (guarded by `woken`).
@@ -196,13 +207,13 @@ impl Publisher {
             queue: Mutex::new(Queue {
                 records: VecDeque::new(),
                 bytes: 0,
+                stopping: false,
             }),
             cap: config.queue_cap_bytes,
             room: Notify::new(),
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
             _wake_rx_keepalive: wake_rx_keepalive,
-            stopping: AtomicBool::new(false),
             beacons_paused: AtomicBool::new(false),
             metrics: PublisherMetrics::default(),
         });
@@ -324,14 +335,16 @@ impl Publisher {
         let len: usize = frames.iter().map(Vec::len).sum();
         let mut frames = Some(frames);
         loop {
-            if self.shared.stopping.load(Ordering::Acquire) {
-                return Err(FanoutError::ShuttingDown);
-            }
             let room = self.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
             {
                 let mut q = lock(&self.shared.queue);
+                // Under the queue lock, where `stop` sets it: a publish racing shutdown is
+                // either queued before the thread's last drain or refused — never Ok and lost.
+                if q.stopping {
+                    return Err(FanoutError::ShuttingDown);
+                }
                 // An empty queue takes any record, so one larger than the cap still goes.
                 if q.bytes == 0 || q.bytes.saturating_add(len) <= self.shared.cap {
                     if let Some(f) = frames.take() {
@@ -408,9 +421,7 @@ impl Publisher {
     }
 
     async fn stop_thread(&self) {
-        self.shared.stopping.store(true, Ordering::Release);
-        self.shared.room.notify_waiters();
-        self.shared.wake();
+        self.shared.stop();
         let thread = lock(&self.thread).take();
         if let Some(t) = thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
@@ -428,8 +439,7 @@ impl Drop for Publisher {
         // Only a thread that still runs needs the signal (as `Pump::drop`): after `shutdown`,
         // or after a failed `start` (which stops the thread), it has exited already.
         if lock(&self.thread).take().is_some() {
-            self.shared.stopping.store(true, Ordering::Release);
-            self.shared.wake();
+            self.shared.stop();
         }
     }
 }
@@ -540,6 +550,10 @@ impl LeaseRenewal {
     }
 }
 
+/// Shortest and longest pause after a failed `zmq::poll`.
+const POLL_BACKOFF_MIN: Duration = Duration::from_millis(1);
+const POLL_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
 /// The socket thread.
 fn run(
     shared: &Shared,
@@ -549,6 +563,7 @@ fn run(
 ) {
     let mut next_beacon = Instant::now();
     let mut records = VecDeque::new();
+    let mut poll_backoff = POLL_BACKOFF_MIN;
     loop {
         let now = Instant::now();
         if now >= next_beacon {
@@ -563,8 +578,9 @@ fn run(
             }
             next_beacon = now + beacon_interval;
         }
-        // Clear before draining, so a producer that pushes after the drain wakes us again.
-        shared.woken.store(false, Ordering::Release);
+        // Clear before draining, so a producer that pushes after the drain wakes us again (a
+        // read-modify-write, ordered with the producers' `swap(true)` on the flag itself).
+        shared.woken.swap(false, Ordering::AcqRel);
         {
             let mut q = lock(&shared.queue);
             std::mem::swap(&mut q.records, &mut records);
@@ -580,16 +596,34 @@ fn run(
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if shared.stopping.load(Ordering::Acquire) && lock(&shared.queue).records.is_empty() {
-            return;
+        {
+            let q = lock(&shared.queue);
+            if q.stopping && q.records.is_empty() {
+                return;
+            }
         }
         let wait = next_beacon.saturating_duration_since(Instant::now());
         // Round up so the thread does not wake a fraction of a millisecond early and spin.
         let timeout = i64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i64::MAX);
         let mut items = [zmq::PollItem::from_fd(wake_rx.as_raw_fd(), zmq::POLLIN)];
-        if zmq::poll(&mut items, timeout).is_ok() && items[0].is_readable() {
-            let mut buf = [0u8; 64];
-            let _ = wake_rx.read(&mut buf);
+        match zmq::poll(&mut items, timeout) {
+            Ok(_) => {
+                poll_backoff = POLL_BACKOFF_MIN;
+                if items[0].is_readable() {
+                    let mut buf = [0u8; 64];
+                    let _ = wake_rx.read(&mut buf);
+                }
+            }
+            Err(zmq::Error::EINTR) => {}
+            Err(e) => {
+                // Not a signal: back off instead of spinning, and say so (rate-limited).
+                let n = shared.metrics.poll_failures.fetch_add(1, Ordering::Relaxed);
+                if n == 0 || n.is_power_of_two() {
+                    tracing::warn!(error = %e, failures = n + 1, "fanout PUB poll failed");
+                }
+                std::thread::sleep(poll_backoff.min(wait.max(POLL_BACKOFF_MIN)));
+                poll_backoff = (poll_backoff * 2).min(POLL_BACKOFF_MAX);
+            }
         }
     }
 }

@@ -134,10 +134,11 @@ pub fn decode(frames: &[Bytes]) -> Result<Received, ProtocolError> {
     for (s, f) in slices.iter_mut().zip(frames) {
         *s = f;
     }
-    match classify(&slices[..n])? {
-        FanoutRecord::Beacon if frames.len() == 2 => return Ok(Received::Beacon),
-        FanoutRecord::Beacon => return Err(ProtocolError::MalformedBeacon),
-        FanoutRecord::Application { .. } => {}
+    // `classify` answers `Beacon` only for exactly topic + payload, and `n` is the real frame
+    // count up to four, so a beacon here is exactly two frames; longer reserved-topic records
+    // are already `MalformedBeacon`.
+    if classify(&slices[..n])? == FanoutRecord::Beacon {
+        return Ok(Received::Beacon);
     }
     let (metadata, envelope) = match frames {
         [_, envelope] => (Metadata::default(), envelope),
