@@ -165,6 +165,9 @@ pub struct SubscriberConfig {
     pub inbound_batches: usize,
     /// ZeroMQ reconnect interval of the SUB sockets.
     pub reconnect_ivl: Duration,
+    /// How long `Subscriber::shutdown` lets handlers finish the records already read before it
+    /// cancels them.
+    pub shutdown_drain: Duration,
 }
 
 impl SubscriberConfig {
@@ -180,6 +183,7 @@ impl SubscriberConfig {
             batch: 256,
             inbound_batches: 64,
             reconnect_ivl: Duration::from_millis(100),
+            shutdown_drain: Duration::from_secs(5),
         }
     }
 

@@ -86,6 +86,8 @@ pub struct SubscriberMetrics {
     pub inbound_stalls: AtomicU64,
     /// `zmq::poll` calls of the socket thread that failed (other than `EINTR`).
     pub poll_failures: AtomicU64,
+    /// Shutdowns whose handlers did not finish within `shutdown_drain` and were cancelled.
+    pub shutdown_cancelled: AtomicU64,
     protocol_errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -212,11 +214,17 @@ struct Delivery {
     record: ApplicationRecord,
 }
 
+/// What the socket thread leaves behind: a batch it read but could not hand over yet, and the
+/// channel's sender, so `shutdown` can still hand it to the dispatcher.
+type ThreadExit = (Option<Vec<Delivery>>, mpsc::Sender<Vec<Delivery>>);
+
 /// A running classic fanout subscriber.
 pub struct Subscriber {
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    thread: Mutex<Option<JoinHandle<ThreadExit>>>,
+    dispatcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    discovery: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    shutdown_drain: Duration,
     shut: AtomicBool,
 }
 
@@ -277,7 +285,10 @@ impl Subscriber {
             };
             std::thread::Builder::new()
                 .name("zlink-fanout-sub".into())
-                .spawn(move || socket_config.run(&shared, wake_rx, &tx))
+                .spawn(move || {
+                    let pending = socket_config.run(&shared, wake_rx, &tx);
+                    (pending, tx)
+                })
                 .map_err(|source| FanoutError::Io {
                     op: "socket thread",
                     source,
@@ -293,20 +304,22 @@ impl Subscriber {
                 PublisherSource::Manual,
             );
         }
-        let mut tasks = vec![runtime.spawn(dispatch(rx, table, Arc::clone(&shared)))];
-        if let Some(store) = store {
-            tasks.push(runtime.spawn(discover(
+        let dispatcher = runtime.spawn(dispatch(rx, table, Arc::clone(&shared)));
+        let discovery = store.map(|store| {
+            runtime.spawn(discover(
                 store,
                 config.channel_name.clone(),
                 config.manual_endpoints.clone(),
                 config.discovery_poll,
                 Arc::clone(&shared),
-            )));
-        }
+            ))
+        });
         Ok(Self {
             shared,
             thread: Mutex::new(Some(thread)),
-            tasks: Mutex::new(tasks),
+            dispatcher: Mutex::new(Some(dispatcher)),
+            discovery: Mutex::new(discovery),
+            shutdown_drain: config.shutdown_drain,
             shut: AtomicBool::new(false),
         })
     }
@@ -360,28 +373,56 @@ impl Subscriber {
         &self.shared.metrics
     }
 
-    /// Graceful shutdown: stop discovery and the dispatcher, close every SUB socket.
+    /// Graceful shutdown: stop discovery, close every SUB socket (nothing more is read), then
+    /// **drain**: every record already read — queued for the dispatcher or held by the socket
+    /// thread — still reaches its handler, for up to `shutdown_drain` in all. Handlers still
+    /// running after that are cancelled (dropped at their next `.await`) and counted in
+    /// `shutdown_cancelled`.
     pub async fn shutdown(&self) {
         if self.shut.swap(true, Ordering::AcqRel) {
             return;
         }
-        let tasks = std::mem::take(&mut *lock(&self.tasks));
-        for t in tasks {
+        let deadline = tokio::time::Instant::now() + self.shutdown_drain;
+        let discovery = lock(&self.discovery).take();
+        if let Some(t) = discovery {
             t.abort();
             let _ = t.await;
         }
         self.shared.command(Command::Stop);
         let thread = lock(&self.thread).take();
-        if let Some(t) = thread {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        if let Some(t) = thread
+            && let Ok(Ok((pending, tx))) = tokio::task::spawn_blocking(move || t.join()).await
+        {
+            if let Some(batch) = pending {
+                let _ = tokio::time::timeout_at(deadline, tx.send(batch)).await;
+            }
+            // The last sender: the dispatcher ends once it has run what is queued.
+            drop(tx);
+        }
+        let dispatcher = lock(&self.dispatcher).take();
+        if let Some(mut d) = dispatcher
+            && tokio::time::timeout_at(deadline, &mut d).await.is_err()
+        {
+            d.abort();
+            let _ = d.await;
+            self.shared
+                .metrics
+                .shutdown_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "fanout subscriber shutdown: handlers did not finish within shutdown_drain and were cancelled"
+            );
         }
     }
 }
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        for t in lock(&self.tasks).drain(..) {
-            t.abort();
+        // Without `shutdown` nothing is drained: the tasks are cancelled.
+        for slot in [&self.discovery, &self.dispatcher] {
+            if let Some(t) = lock(slot).take() {
+                t.abort();
+            }
         }
         // Only a thread that still runs needs the signal (as `Pump::drop`): after `shutdown`
         // it has exited already.
@@ -439,7 +480,7 @@ impl SocketThread {
         shared: &Shared,
         mut wake_rx: std::io::PipeReader,
         tx: &mpsc::Sender<Vec<Delivery>>,
-    ) {
+    ) -> Option<Vec<Delivery>> {
         let mut slots: Vec<Slot> = Vec::new();
         // A batch the dispatcher had no room for. While it waits, the SUB sockets are not read
         // (ZeroMQ buffers up to `recv_hwm`, then the publisher drops), but commands and the
@@ -533,7 +574,9 @@ impl SocketThread {
                 }
             }
             if stop {
-                return;
+                // Sockets close here; a batch that was read but not handed over goes back to
+                // `shutdown`, which still delivers it.
+                return pending;
             }
             if let Some(batch) = pending.take() {
                 pending = offer(shared, tx, batch);
