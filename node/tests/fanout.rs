@@ -210,6 +210,48 @@ async fn silent_publisher_turns_not_ready_while_the_other_stays_ready() {
     b.shutdown().await;
 }
 
+/// wire §5 "Subscriber ready 판정": the first valid *application record* makes a publisher
+/// ready too — here the publisher never sends a beacon the subscriber could see (paused before
+/// the subscriber exists).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriber_becomes_ready_from_an_application_record_alone() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let publisher = Publisher::start(pub_config(), None).await.unwrap();
+    // The one beacon sent at start had no subscriber to reach.
+    publisher.set_beacons_paused(true);
+    let (h, mut rx) = collecting_handlers();
+    let sub = Subscriber::start(sub_config(&[publisher.endpoint()]), h, None).unwrap();
+    // PUB/SUB drops records sent before the subscription arrives, so publish until one lands.
+    let deadline = Instant::now() + WAIT;
+    let mut seq = 0;
+    while !sub.publishers()[0].ready {
+        assert!(Instant::now() < deadline, "never ready");
+        publisher
+            .publish(
+                "prices",
+                &Price {
+                    seq,
+                    symbol: "R".into(),
+                },
+            )
+            .await
+            .unwrap();
+        seq += 1;
+        let _ = sub.wait_until(BEACON, |p| p[0].ready).await;
+    }
+    let snap = &sub.publishers()[0];
+    assert_eq!(snap.became_ready, 1);
+    assert_eq!(
+        sub.metrics().beacons_received.load(Relaxed),
+        0,
+        "no beacon seen"
+    );
+    assert!(sub.metrics().records_received.load(Relaxed) >= 1);
+    wait_len(&mut rx, 1).await;
+    sub.shutdown().await;
+    publisher.shutdown().await;
+}
+
 /// A raw XPUB socket (a PUB that also reports subscriptions, so the test knows the subscriber
 /// is connected without sending it anything valid) bound on a free port.
 fn rogue_publisher(ctx: &zmq::Context) -> (zmq::Socket, String) {
@@ -220,16 +262,16 @@ fn rogue_publisher(ctx: &zmq::Context) -> (zmq::Socket, String) {
     (s, ep)
 }
 
-/// Wait until the rogue publisher has seen the subscriber's beacon-topic subscription (the
-/// subscriber sends it last).
+/// Wait until the rogue publisher has seen the subscriber's beacon-topic and "prices"
+/// subscriptions (they arrive in byte order, the beacon topic first).
 fn wait_subscribed(s: &zmq::Socket) {
-    let mut want = vec![1u8];
-    want.extend_from_slice(&BEACON_TOPIC);
-    loop {
+    let mut want: Vec<Vec<u8>> = vec![
+        [&[1u8][..], &BEACON_TOPIC[..]].concat(),
+        b"\x01prices".to_vec(),
+    ];
+    while !want.is_empty() {
         let m = s.recv_bytes(0).expect("subscription within 10 s");
-        if m == want {
-            return;
-        }
+        want.retain(|w| *w != m);
     }
 }
 
@@ -242,21 +284,19 @@ async fn malformed_reserved_topic_records_are_protocol_errors_and_never_ready_a_
     use std::sync::atomic::Ordering::Relaxed;
     let ctx = zmq::Context::new();
     let (rogue, ep) = rogue_publisher(&ctx);
-    // A handler on a prefix of the reserved topic and one raw handler that would see any
-    // reserved-topic record delivered by mistake.
+    // One raw handler on "prices": it counts every record that reaches it. A reserved-topic
+    // record can never match it (handlers match topics exactly), so a mis-delivered one would
+    // show as `records_received` / `no_handler`, both asserted to stay 0.
     let (tx, rx) = watch::channel(0u32);
     let tx = Arc::new(tx);
     let mut h = FanoutHandlers::new();
-    for topic in ["\u{1}Z", "prices"] {
+    h.on_event_raw("prices", "test.Price", move |_, _| {
         let tx = Arc::clone(&tx);
-        h.on_event_raw(topic, "test.Price", move |_, _| {
-            let tx = Arc::clone(&tx);
-            async move {
-                tx.send_modify(|n| *n += 1);
-                Ok(())
-            }
-        });
-    }
+        async move {
+            tx.send_modify(|n| *n += 1);
+            Ok(())
+        }
+    });
     let sub = Subscriber::start(sub_config(&[&ep]), h, None).unwrap();
     let rogue = tokio::task::spawn_blocking(move || {
         wait_subscribed(&rogue);
@@ -321,6 +361,8 @@ async fn malformed_reserved_topic_records_are_protocol_errors_and_never_ready_a_
         .unwrap();
     eventually("delivered", || sub.metrics().delivered.load(Relaxed) == 1).await;
     assert_eq!(*rx.borrow(), 1, "only the valid record was delivered");
+    assert_eq!(sub.metrics().records_received.load(Relaxed), 1);
+    assert_eq!(sub.metrics().no_handler.load(Relaxed), 0);
     assert_eq!(sub.metrics().protocol_error_total(), 6);
     sub.shutdown().await;
 }
@@ -430,30 +472,51 @@ async fn delivery_in_publish_order(subscribers: usize) {
             .await
             .unwrap();
     }
-    // A topic nobody subscribed to is filtered by ZeroMQ and never counted.
+    // A topic nobody subscribed to is filtered by ZeroMQ and never reaches the subscriber; a
+    // topic that *extends* a subscribed one passes ZeroMQ's prefix filter and, with no handler
+    // of its own, counts as `no_handler`. A marker record after both: once it has run, both
+    // were handled (one dispatcher, arrival order), so the exact counts below mean something.
+    for topic in ["other", "pricesX"] {
+        publisher
+            .publish(
+                topic,
+                &Price {
+                    seq: u64::MAX,
+                    symbol: String::new(),
+                },
+            )
+            .await
+            .unwrap();
+    }
     publisher
         .publish(
-            "other",
+            "prices",
             &Price {
-                seq: 0,
-                symbol: String::new(),
+                seq: N,
+                symbol: "marker".into(),
             },
         )
         .await
         .unwrap();
     for (sub, rx) in &mut subs {
-        let got = wait_len(rx, N as usize).await;
+        let got = wait_len(rx, N as usize + 1).await;
         assert_eq!(
             got,
-            (0..N).collect::<Vec<_>>(),
+            (0..=N).collect::<Vec<_>>(),
             "publish order per publisher"
         );
         let m = sub.metrics();
         eventually("delivered", || {
-            m.delivered.load(std::sync::atomic::Ordering::Relaxed) == N
+            m.delivered.load(std::sync::atomic::Ordering::Relaxed) == N + 1
         })
         .await;
-        assert_eq!(m.no_handler.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(m.no_handler.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(
+            m.records_received
+                .load(std::sync::atomic::Ordering::Relaxed),
+            N + 2,
+            "\"other\" never arrives"
+        );
         assert_eq!(m.protocol_error_total(), 0);
     }
     for (sub, _) in &subs {
@@ -1008,4 +1071,38 @@ async fn shutdown_drains_read_records_within_a_bounded_wait() {
     );
     assert_eq!(stuck.metrics().shutdown_cancelled.load(Relaxed), 1);
     publisher.shutdown().await;
+}
+
+/// Pins what docs/architecture.md ("Beacon and readiness") says about subscription order:
+/// ZeroMQ sends a SUB socket's subscriptions in byte order of its subscription trie, not in the
+/// order they were set, so the beacon topic `01 5A 4C 46 31` reaches the publisher *before*
+/// "prices" (and after its own prefix "\u{1}Z"). A beacon therefore does not prove that the
+/// application subscriptions were processed. Read from a raw XPUB socket, which reports the
+/// subscriptions in the order it received them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_reach_the_publisher_in_byte_order_not_in_set_order() {
+    let ctx = zmq::Context::new();
+    let (rogue, ep) = rogue_publisher(&ctx);
+    let mut h = FanoutHandlers::new();
+    for topic in ["\u{1}Z", "prices"] {
+        h.on_event_raw(topic, "test.Price", |_, _| async { Ok(()) });
+    }
+    let sub = Subscriber::start(sub_config(&[&ep]), h, None).unwrap();
+    let subscriptions = tokio::task::spawn_blocking(move || {
+        (0..3)
+            .map(|_| rogue.recv_bytes(0).expect("a subscription within 10 s"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let sub_of = |t: &[u8]| [&[1u8][..], t].concat();
+    assert_eq!(
+        subscriptions,
+        vec![
+            sub_of("\u{1}Z".as_bytes()),
+            sub_of(&BEACON_TOPIC),
+            sub_of(b"prices"),
+        ]
+    );
+    sub.shutdown().await;
 }

@@ -22,7 +22,7 @@
 //!   [`reconcile`]s them into socket changes: a vanished descriptor closes its socket, a new
 //!   lifecycle generation for the same RID replaces the old socket.
 //!
-//! Each socket subscribes to the handlers' wire topics and then to the beacon topic. ZeroMQ
+//! Each socket subscribes to the handlers' wire topics and to the beacon topic. ZeroMQ
 //! matches subscriptions by prefix, so a socket may receive records on longer topics; those are
 //! counted as `no_handler` (handlers match the topic exactly), and a beacon is recognised by
 //! exact frame-0 equality whichever subscription let it through.
@@ -465,11 +465,13 @@ impl SocketThread {
             .map_err(zerr("reconnect ivl"))?;
         s.set_reconnect_ivl_max(self.reconnect_ivl.saturating_mul(10))
             .map_err(zerr("reconnect ivl max"))?;
+        // ZeroMQ sends a SUB socket's subscriptions in byte order of its subscription trie on
+        // every (re)connect, not in the order they are set here, so the order below carries no
+        // meaning: a beacon does not prove the application subscriptions have all reached the
+        // publisher (see docs/architecture.md, "Beacon and readiness").
         for t in &self.topics {
             s.set_subscribe(t).map_err(zerr("subscribe"))?;
         }
-        // Last: once a beacon arrives, the publisher has processed every subscription above
-        // (one pipe, in order), so "ready" also means "application topics flow".
         s.set_subscribe(&BEACON_TOPIC).map_err(zerr("subscribe"))?;
         s.connect(endpoint).map_err(zerr("connect"))?;
         Ok(s)
