@@ -25,12 +25,15 @@
 //!   and capture; timers as data; the dispatch table with the relocation hooks.
 //! - [`routing`] — the resolver (`ReadyRoute` / `Missing` / `Unavailable` / `StoreFailure`)
 //!   and the positive route cache with its fences and invalidation triggers.
+//! - [`fanout`] — classic fanout: PUB/SUB publisher with the liveness beacon, subscriber with
+//!   one SUB socket and one readiness state per publisher, publisher descriptors for discovery
+//!   (see `docs/architecture.md`, "Classic fanout").
 //!
 //! The Location Store and Relocation Store live in the `zlink-store` crate.
 //!
 //! Planned, each as a pure core with a thin I/O shell (see `docs/architecture.md`):
 //!
-//! - channels — select-one, ClientServer Channel and classic fanout on top of [`mesh`].
+//! - channels — select-one and the ClientServer Channel on top of [`mesh`].
 //! - `object` — Spots, Actors, factories, serialized execution queues and timers kept as data
 //!   (so relocation can capture them), creation and cold activation.
 //! - Message Follow (relay of messages that reach a previous owner) on top of [`routing`].
@@ -51,6 +54,7 @@
 
 pub mod call;
 pub mod config;
+pub mod fanout;
 pub mod jobs;
 pub mod mesh;
 pub mod object;

@@ -24,8 +24,9 @@ use zlink_store::{LocationStore, StoreError};
 
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// The part of the Location Store that discovery and admission use, object-safe so the node
-/// is not generic over the provider. Every [`LocationStore`] is one.
+/// The part of the Location Store that discovery and admission use — MeshNode discovery and
+/// classic fanout publisher descriptors alike — object-safe so the node and fanout are not
+/// generic over the provider. Every [`LocationStore`] is one.
 pub trait DiscoveryBackend: Send + Sync + 'static {
     /// See [`LocationStore::claim_lease`].
     fn claim_lease<'a>(&'a self, owner_id: &'a str, ttl: Duration) -> BoxFut<'a, LeaseGrant>;
@@ -51,8 +52,24 @@ pub trait DiscoveryBackend: Send + Sync + 'static {
         revision: u64,
         content: Bytes,
     ) -> BoxFut<'a, PublishOutcome>;
-    /// See [`LocationStore::list_descriptors`].
-    fn list_mesh_nodes<'a>(&'a self, mesh: &'a str) -> BoxFut<'a, Vec<DescriptorRecord>>;
+    /// See [`LocationStore::remove_descriptor`].
+    fn remove_descriptor<'a>(
+        &'a self,
+        owner: &'a OwnerToken,
+        key: &'a DescriptorKey,
+    ) -> BoxFut<'a, bool>;
+    /// See [`LocationStore::list_descriptors`]: every live descriptor of `kind` in `scope`
+    /// (a MeshName, a ChannelName), ordered by RID.
+    fn list_descriptors<'a>(
+        &'a self,
+        kind: DescriptorKind,
+        scope: &'a str,
+    ) -> BoxFut<'a, Vec<DescriptorRecord>>;
+    /// The MeshNode descriptors of `mesh` ([`DiscoveryBackend::list_descriptors`] of
+    /// `DescriptorKind::MeshNode`).
+    fn list_mesh_nodes<'a>(&'a self, mesh: &'a str) -> BoxFut<'a, Vec<DescriptorRecord>> {
+        self.list_descriptors(DescriptorKind::MeshNode, mesh)
+    }
 }
 
 impl<S: LocationStore> DiscoveryBackend for S {
@@ -93,12 +110,19 @@ impl<S: LocationStore> DiscoveryBackend for S {
             content,
         ))
     }
-    fn list_mesh_nodes<'a>(&'a self, mesh: &'a str) -> BoxFut<'a, Vec<DescriptorRecord>> {
-        Box::pin(LocationStore::list_descriptors(
-            self,
-            DescriptorKind::MeshNode,
-            mesh,
-        ))
+    fn remove_descriptor<'a>(
+        &'a self,
+        owner: &'a OwnerToken,
+        key: &'a DescriptorKey,
+    ) -> BoxFut<'a, bool> {
+        Box::pin(LocationStore::remove_descriptor(self, owner, key))
+    }
+    fn list_descriptors<'a>(
+        &'a self,
+        kind: DescriptorKind,
+        scope: &'a str,
+    ) -> BoxFut<'a, Vec<DescriptorRecord>> {
+        Box::pin(LocationStore::list_descriptors(self, kind, scope))
     }
 }
 

@@ -917,8 +917,10 @@ impl PumpThread {
                 let mut buf = [0u8; 64];
                 let _ = self.wake_rx.read(&mut buf);
             }
-            // Clear before draining so a producer that pushes after the drain wakes us again.
-            self.shared.woken.store(false, Ordering::Release);
+            // Clear before draining so a producer that pushes after the drain wakes us again. A
+            // read-modify-write (not a plain store) so the clear is ordered with the producers'
+            // `swap(true)` on the flag itself, independently of the queue lock that follows.
+            self.shared.woken.swap(false, Ordering::AcqRel);
             {
                 let shared = Arc::clone(&self.shared);
                 let mut wire = lock_wire(&shared);
