@@ -51,8 +51,28 @@ impl JsonMessage for Look {
     const PACKET_NAME: &'static str = "player.Look";
 }
 
+/// Asks for the metadata value `trace` the handler saw.
+#[derive(Debug, Serialize, Deserialize)]
+struct Trace;
+impl JsonMessage for Trace {
+    const PACKET_NAME: &'static str = "player.Trace";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Traced {
+    trace: Option<String>,
+}
+impl JsonMessage for Traced {
+    const PACKET_NAME: &'static str = "player.Traced";
+}
+
 fn player_handlers() -> ObjectHandlers<Player> {
     let mut h: ObjectHandlers<Player> = ObjectHandlers::new();
+    h.on_request(|ctx, _: Trace| async move {
+        Ok::<_, CallError>(Traced {
+            trace: ctx.metadata().find("trace").map(str::to_owned),
+        })
+    });
     h.on_send(|ctx, e: Earn| async move {
         let mut p = ctx.state();
         p.coins += e.coins;
@@ -557,5 +577,36 @@ async fn user_spots_are_placed_on_servers_by_weight_with_remote_create() {
         ErrorKind::AlreadyExists
     );
     assert!(client.create_actor("player", "p-12", None).await.is_err());
+    c.shutdown().await;
+}
+
+/// Routing §2.2: the same handler, metadata and completion contract for a local and a remote
+/// owner — the metadata snapshot reaches the handler on both paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_reaches_the_handler_on_the_local_and_the_remote_path() {
+    use zlink_node::mesh::handler::{decode_json, encode_json};
+    use zlink_protocol::metadata::Metadata;
+    use zlink_store::types::ObjectKind as StoreKind;
+    let c = Cluster::start(2).await;
+    c.rts[0].create_actor("player", "p-13", None).await.unwrap();
+    for (i, rt) in c.rts.iter().enumerate() {
+        let md = Metadata::new([("trace".to_owned(), format!("t-{i}"))]).unwrap();
+        let reply = rt
+            .call(
+                StoreKind::Actor,
+                "p-13",
+                encode_json(&Trace).unwrap(),
+                Some(md),
+                Some(T),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        let got: Traced = decode_json(&reply).unwrap();
+        assert_eq!(got.trace.as_deref(), Some(format!("t-{i}").as_str()));
+        // Without metadata the snapshot is empty.
+        let plain: Traced = rt.request_to_actor("p-13", &Trace, T).await.unwrap();
+        assert_eq!(plain.trace, None);
+    }
     c.shutdown().await;
 }

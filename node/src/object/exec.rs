@@ -36,6 +36,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::metadata::Metadata;
 
 use zlink_store::types::{AuthorityKey, ObjectKind};
 
@@ -62,9 +63,18 @@ pub type ReplyReceiver = oneshot::Receiver<Result<TypedPayload, CallError>>;
 
 /// One unit of queue work.
 pub(crate) enum Work {
-    Send(TypedPayload),
-    Request(TypedPayload, Reply),
+    Send(TypedPayload, Option<Metadata>),
+    Request(TypedPayload, Option<Metadata>, Reply),
     Tick(Tick),
+}
+
+impl Work {
+    fn metadata(&self) -> Option<&Metadata> {
+        match self {
+            Self::Send(_, m) | Self::Request(_, m, _) => m.as_ref(),
+            Self::Tick(_) => None,
+        }
+    }
 }
 
 type SendFn<S> =
@@ -273,6 +283,7 @@ impl<S> Shared<S> {
 pub struct Ctx<S> {
     shared: Arc<Shared<S>>,
     ender: Arc<Mutex<Option<Ender>>>,
+    metadata: Arc<Metadata>,
 }
 
 impl<S> Clone for Ctx<S> {
@@ -280,11 +291,19 @@ impl<S> Clone for Ctx<S> {
         Self {
             shared: Arc::clone(&self.shared),
             ender: Arc::clone(&self.ender),
+            metadata: Arc::clone(&self.metadata),
         }
     }
 }
 
 impl<S: Send + 'static> Ctx<S> {
+    /// The immutable metadata snapshot of the message this turn handles (empty for timer
+    /// ticks and messages sent without metadata). The same contract holds for a local and a
+    /// remote owner.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
     /// The object's state, for the current turn. Drop the guard before the next `.await` (the
     /// compiler insists: a handler future holding it is not `Send`).
     ///
@@ -541,7 +560,7 @@ impl<S: Send + 'static> ObjectExecutor<S> {
     /// # Errors
     /// `Unavailable` after close; `InvalidOperation` when `msg` does not encode.
     pub fn send<M: JsonMessage>(&self, msg: &M) -> Result<(), CallError> {
-        self.shared.push(Work::Send(encode_json(msg)?))
+        self.shared.push(Work::Send(encode_json(msg)?, None))
     }
 
     /// Accept request `msg` and wait for its single terminal reply.
@@ -559,7 +578,19 @@ impl<S: Send + 'static> ObjectExecutor<S> {
     /// # Errors
     /// `Unavailable` after close.
     pub fn send_payload(&self, payload: TypedPayload) -> Result<(), CallError> {
-        self.shared.push(Work::Send(payload))
+        self.send_with(payload, None)
+    }
+
+    /// Accept a one-way typed payload with its metadata snapshot.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    pub fn send_with(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<(), CallError> {
+        self.shared.push(Work::Send(payload, metadata))
     }
 
     /// Accept a request as a typed payload and wait for its single terminal reply.
@@ -578,8 +609,20 @@ impl<S: Send + 'static> ObjectExecutor<S> {
     /// # Errors
     /// `Unavailable` after close.
     pub fn request_start(&self, payload: TypedPayload) -> Result<ReplyReceiver, CallError> {
+        self.request_start_with(payload, None)
+    }
+
+    /// [`ObjectExecutor::request_start`] with the request's metadata snapshot.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    pub fn request_start_with(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<ReplyReceiver, CallError> {
         let (tx, rx) = oneshot::channel();
-        self.shared.push(Work::Request(payload, tx))?;
+        self.shared.push(Work::Request(payload, metadata, tx))?;
         Ok(rx)
     }
 
@@ -620,7 +663,7 @@ impl<S: Send + 'static> ObjectExecutor<S> {
             .remove(&home.key, home.generation)
             .unwrap_or_default();
         for w in left {
-            if let Work::Request(_, reply) = w {
+            if let Work::Request(_, _, reply) = w {
                 let _ = reply.send(Err(CallError::new(ErrorKind::Unavailable, "object closed")));
             }
         }
@@ -674,6 +717,7 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                 let ctx = Ctx {
                     shared: Arc::clone(&sh),
                     ender: Arc::new(Mutex::new(Some(tx))),
+                    metadata: Arc::new(item.metadata().cloned().unwrap_or_else(Metadata::empty)),
                 };
                 sh.stats.turns.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(run_work(ctx, item));
@@ -713,7 +757,7 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
     };
     let end = ctx.clone();
     match work {
-        Work::Send(p) => {
+        Work::Send(p, _) => {
             run_send(&sh, ctx, p, &panicked).await;
         }
         Work::Tick(t) => {
@@ -724,7 +768,7 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
             );
             run_send(&sh, ctx, p, &panicked).await;
         }
-        Work::Request(p, reply) => {
+        Work::Request(p, _, reply) => {
             let handler = sh.handlers.requests.get(p.packet_name.as_str()).cloned();
             let result = match handler {
                 Some(h) => AssertUnwindSafe(h(ctx, p))
@@ -810,7 +854,7 @@ mod tests {
     }
 
     fn note(s: &str) -> Work {
-        Work::Send(encode_json(&Note { s: s.into() }).unwrap())
+        Work::Send(encode_json(&Note { s: s.into() }).unwrap(), None)
     }
 
     fn key(id: &str) -> AuthorityKey {

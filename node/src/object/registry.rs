@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use thiserror::Error;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::RelocationPolicy as WirePolicy;
+use zlink_protocol::metadata::Metadata;
 
 use super::exec::{Binding, ExecMode, ObjectExecutor, ObjectHandlers, ReplyReceiver};
 use crate::call::error::{CallError, ErrorKind};
@@ -177,7 +178,7 @@ pub trait LiveObject: Send + Sync + 'static {
     ///
     /// # Errors
     /// `Unavailable` after close.
-    fn send(&self, payload: TypedPayload) -> Result<(), CallError>;
+    fn send(&self, payload: TypedPayload, metadata: Option<Metadata>) -> Result<(), CallError>;
     /// Accept a request; the future is its single terminal reply.
     fn request(&self, payload: TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>>;
     /// Accept a request now (queued before this returns, so it keeps its order with sends
@@ -185,7 +186,11 @@ pub trait LiveObject: Send + Sync + 'static {
     ///
     /// # Errors
     /// `Unavailable` after close.
-    fn request_start(&self, payload: TypedPayload) -> Result<ReplyReceiver, CallError>;
+    fn request_start(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<ReplyReceiver, CallError>;
     /// The state as bytes per the policy: `Some` with `PreserveWith`, `None` otherwise.
     ///
     /// # Errors
@@ -212,15 +217,19 @@ struct Live<S> {
 }
 
 impl<S: Send + 'static> LiveObject for Live<S> {
-    fn send(&self, payload: TypedPayload) -> Result<(), CallError> {
-        self.exec.send_payload(payload)
+    fn send(&self, payload: TypedPayload, metadata: Option<Metadata>) -> Result<(), CallError> {
+        self.exec.send_with(payload, metadata)
     }
     fn request(&self, payload: TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>> {
         let exec = Arc::clone(&self.exec);
         Box::pin(async move { exec.request_payload(payload).await })
     }
-    fn request_start(&self, payload: TypedPayload) -> Result<ReplyReceiver, CallError> {
-        self.exec.request_start(payload)
+    fn request_start(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<ReplyReceiver, CallError> {
+        self.exec.request_start_with(payload, metadata)
     }
     fn capture_state(&self) -> Result<Option<Bytes>, CallError> {
         if self.disabled {

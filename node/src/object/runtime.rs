@@ -298,14 +298,20 @@ impl<S: LocationStore> Inner<S> {
             inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
             match inner.admit(&fence) {
                 Ok(obj) => match timeout {
-                    None => obj.send(payload).map(|()| None),
-                    Some(t) => match tokio::time::timeout(t, obj.request(payload)).await {
-                        Ok(r) => r.map(Some),
-                        Err(_) => Err(CallError::new(
-                            ErrorKind::DeadlineExceeded,
-                            format!("no reply from {id} within {t:?}"),
-                        )),
-                    },
+                    None => obj.send(payload, metadata).map(|()| None),
+                    Some(t) => {
+                        let rx = obj.request_start(payload, metadata)?;
+                        match tokio::time::timeout(t, rx).await {
+                            Ok(Ok(r)) => r.map(Some),
+                            Ok(Err(_)) => {
+                                Err(CallError::new(ErrorKind::Unavailable, "object closed"))
+                            }
+                            Err(_) => Err(CallError::new(
+                                ErrorKind::DeadlineExceeded,
+                                format!("no reply from {id} within {t:?}"),
+                            )),
+                        }
+                    }
                 },
                 Err(e) => Err(e),
             }
@@ -696,7 +702,7 @@ impl<S: LocationStore> ObjectSink for Inner<S> {
         let admitted = self.admit(&d.route);
         match (d.request, admitted) {
             (None, Ok(obj)) => {
-                if let Err(e) = obj.send(d.payload) {
+                if let Err(e) = obj.send(d.payload, d.metadata) {
                     tracing::debug!(error = %e, "object send refused after admission");
                 }
             }
@@ -723,7 +729,7 @@ impl<S: LocationStore> ObjectSink for Inner<S> {
                 }
                 // Queued now, in arrival order with later records of the same sender; only the
                 // wait for the reply runs on its own task.
-                match obj.request_start(d.payload) {
+                match obj.request_start(d.payload, d.metadata) {
                     Ok(rx) => {
                         let mesh = Arc::clone(&self.mesh);
                         let source = d.source;
