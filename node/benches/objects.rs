@@ -73,6 +73,11 @@ async fn node(rid: &str, store: &Arc<MemoryStore>) -> Arc<MeshNode> {
     let mut c = MeshNodeConfig::new("bench", MeshSecret::from_bytes(SECRET).unwrap());
     c.rid = RidConfig::Fixed(rid.into());
     c.object_capabilities = registry().capabilities();
+    c.entry_spot_prefix = Some(rid.into());
+    // Actors are placed on `bench-b` only (weight 0 on `bench-a`), so `a`'s calls are remote.
+    if rid == "bench-a" {
+        c.placement_weight = 0;
+    }
     let mut h = Handlers::new();
     h.on_request_raw(ECHO, 64, |_, b| async move { Ok::<_, CallError>(b) });
     Arc::new(
@@ -92,6 +97,12 @@ fn registry() -> Registry {
             h.on_request(|_, e: Echo| async move { Ok::<_, CallError>(e) });
             h
         },
+    )
+    .register();
+    r.entry_spot(
+        "entry",
+        |_: FactoryInput| async { Ok(()) },
+        ObjectHandlers::new,
     )
     .register();
     r
@@ -118,6 +129,7 @@ impl World {
             registry(),
             CacheConfig::default(),
         )
+        .await
         .unwrap();
         let rt_b = ObjectRuntime::start(
             Arc::clone(&b),
@@ -125,6 +137,7 @@ impl World {
             registry(),
             CacheConfig::default(),
         )
+        .await
         .unwrap();
         rt_b.create_actor("echo", "echo-1", None).await.unwrap();
         Self { a, b, rt_a, rt_b }

@@ -9,7 +9,8 @@
 //!
 //! * factories registered per explicit stable type (`room`, `player`), with a preserve-state
 //!   adapter on the player;
-//! * a room created on node `a`, players created on node `b`;
+//! * a room and two players placed by weight across the two nodes (remote create), each player
+//!   a member of its node's Entry Spot;
 //! * the room's handler calling each member player by ID (a remote call; `Async` keeps the
 //!   room's turn) and a periodic timer on the room (queue work, never concurrent with a handler);
 //! * callers on either node reaching any object by ID, with the route cache doing the rest.
@@ -166,6 +167,13 @@ fn registry() -> Registry {
     )
     .preserve_state_with(JsonState)
     .register();
+    // Each node's Entry Spot: the default membership of the Actors placed there.
+    r.entry_spot(
+        "lobby",
+        |_: FactoryInput| async { Ok(Room::default()) },
+        room_handlers,
+    )
+    .register();
     r
 }
 
@@ -180,6 +188,7 @@ async fn node(
     c.rid = RidConfig::Fixed(rid.into());
     // Announce what this node can host, so peers may place rooms on it.
     c.object_capabilities = registry().capabilities();
+    c.entry_spot_prefix = Some(rid.into());
     let store: Arc<dyn DiscoveryBackend> = Arc::clone(store) as Arc<dyn DiscoveryBackend>;
     Ok(Arc::new(
         MeshNode::start(c, Handlers::new(), Some(store)).await?,
@@ -197,13 +206,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::clone(&store),
         registry(),
         CacheConfig::default(),
-    )?;
+    )
+    .await?;
     let rt_b = ObjectRuntime::start(
         Arc::clone(&b),
         Arc::clone(&store),
         registry(),
         CacheConfig::default(),
-    )?;
+    )
+    .await?;
 
     rt_a.create_user_spot("room", "room-7", None).await?;
     for p in ["alice", "bob"] {
@@ -225,14 +236,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             t,
         )
         .await?;
-    println!("room-7 on node-a: {} members heard alice", heard.members);
+    println!("room-7: {} members heard alice", heard.members);
     tokio::time::sleep(Duration::from_millis(100)).await;
     for p in ["alice", "bob"] {
         let s: PlayerState = rt_a.request_to_actor(p, &Stats, t).await?;
-        println!(
-            "{p} on node-b: {} line(s), last {:?}",
-            s.lines_heard, s.last
-        );
+        println!("{p}: {} line(s), last {:?}", s.lines_heard, s.last);
     }
     a.shutdown().await;
     b.shutdown().await;

@@ -189,8 +189,15 @@ impl Cluster {
                 player_handlers,
             )
             .register();
+            reg.entry_spot(
+                "entry",
+                |_: FactoryInput| async { Ok(Player::default()) },
+                player_handlers,
+            )
+            .register();
             let mut cfg = config("m", &rid);
             cfg.object_capabilities = reg.capabilities();
+            cfg.entry_spot_prefix = Some(format!("node{i}"));
             tweak(i, &mut cfg);
             let node = Arc::new(
                 MeshNode::start(
@@ -213,6 +220,7 @@ impl Cluster {
                         ..CacheConfig::default()
                     },
                 )
+                .await
                 .unwrap(),
             );
             nodes.push(node);
@@ -289,7 +297,11 @@ async fn missing_ids_are_not_found_and_nothing_is_created_implicitly() {
             ErrorKind::NotFound
         );
     }
-    assert_eq!(a.live_count() + b.live_count(), 0);
+    assert_eq!(
+        a.live_count() + b.live_count(),
+        2,
+        "only the two Entry Spots"
+    );
     // Creating twice is AlreadyExists, from any node.
     a.create_actor("player", "p-2", None).await.unwrap();
     for rt in [a, b] {
@@ -390,7 +402,11 @@ async fn concurrent_get_or_create_from_three_nodes_runs_one_factory() {
     );
     assert_eq!(c.factory_runs.load(Ordering::SeqCst), 1, "one factory run");
     let live: usize = c.rts.iter().map(|r| r.live_count()).sum();
-    assert_eq!(live, 1, "one live instance across the nodes");
+    assert_eq!(
+        live,
+        1 + 3,
+        "one live instance across the nodes (plus 3 Entry Spots)"
+    );
     // Every node reaches it by ID.
     for (i, rt) in c.rts.iter().enumerate() {
         let bal: Balance = rt
@@ -511,7 +527,13 @@ async fn a_spot_handler_calls_an_actor_on_another_node_with_async_and_with_yield
 /// new incarnation (no StaleRoute).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_to_a_re_created_incarnation_under_the_same_owner_is_delivered() {
-    let c = Cluster::start(2).await;
+    // Placement weight 0 on node-1: every Actor is placed on node-0, the same owner.
+    let c = Cluster::start_with(2, |i, cfg| {
+        if i == 1 {
+            cfg.placement_weight = 0;
+        }
+    })
+    .await;
     let (a, b) = (&c.rts[0], &c.rts[1]);
     let first = a.create_actor("player", "p-11", None).await.unwrap();
     let _: Balance = b
@@ -542,7 +564,10 @@ async fn a_route_to_a_re_created_incarnation_under_the_same_owner_is_delivered()
 async fn user_spots_are_placed_on_servers_by_weight_with_remote_create() {
     use zlink_protocol::generated::ObjectRole;
     let c = Cluster::start_with(3, |i, cfg| match i {
-        0 => cfg.object_role = ObjectRole::Client,
+        0 => {
+            cfg.object_role = ObjectRole::Client;
+            cfg.entry_spot_prefix = None;
+        }
         1 => cfg.placement_weight = 100,
         _ => cfg.placement_weight = 50,
     })
@@ -555,8 +580,9 @@ async fn user_spots_are_placed_on_servers_by_weight_with_remote_create() {
             .unwrap();
     }
     assert_eq!(client.live_count(), 0, "an Object Client hosts nothing");
-    assert_eq!(c.rts[1].live_count(), 4);
-    assert_eq!(c.rts[2].live_count(), 2);
+    // Each server also hosts its Entry Spot.
+    assert_eq!(c.rts[1].live_count(), 1 + 4);
+    assert_eq!(c.rts[2].live_count(), 1 + 2);
     assert_eq!(client.stats().created_remotely.load(Ordering::Relaxed), 6);
     // Every placed Spot is reachable by ID from anywhere.
     for n in 0..6 {
@@ -576,7 +602,94 @@ async fn user_spots_are_placed_on_servers_by_weight_with_remote_create() {
             .kind(),
         ErrorKind::AlreadyExists
     );
-    assert!(client.create_actor("player", "p-12", None).await.is_err());
+    // Actors are placed the same way (remote Actor create, command 49) and join their node's
+    // Entry Spot.
+    for n in 0..3 {
+        client
+            .create_actor("player", &format!("pa-{n}"), None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(c.rts[1].live_count(), 1 + 4 + 2);
+    assert_eq!(c.rts[2].live_count(), 1 + 2 + 1);
+    c.shutdown().await;
+}
+
+/// Glossary §1: every Object Server node lifecycle has one Entry Spot, created before the node
+/// turns Serving and announced in its descriptor; an Actor is a member of exactly one Entry or
+/// User Spot, recorded in its authority atomically with its Ready commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_spots_exist_per_node_and_actors_record_their_membership() {
+    use zlink_protocol::generated::RuntimeState;
+    use zlink_store::LocationStore;
+    use zlink_store::types::{AuthorityKey, AuthorityRead, ObjectKind as StoreKind};
+    let c = Cluster::start(2).await;
+    let membership_of = |id: &str| {
+        let store = Arc::clone(&c.store);
+        let key = AuthorityKey::new(StoreKind::Actor, id).unwrap();
+        async move {
+            let AuthorityRead::Found(a) = store.read_authority(&key).await.unwrap() else {
+                panic!("missing")
+            };
+            let v: serde_json::Value = serde_json::from_slice(&a.payload).unwrap();
+            (
+                v["membership"].as_str().unwrap().to_owned(),
+                a.owner_node.rid,
+            )
+        }
+    };
+    let entries: Vec<String> = c.rts.iter().map(ObjectRuntime::entry_spot_id).collect();
+    for (i, (node, entry)) in c.nodes.iter().zip(&entries).enumerate() {
+        assert!(entry.starts_with(&format!("node{i}-entry-")), "{entry}");
+        assert_eq!(node.descriptor().state, RuntimeState::Serving);
+        // Reachable by ID from every node.
+        for rt in &c.rts {
+            let _: Balance = rt.request_to_spot(entry, &Look, T).await.unwrap();
+        }
+    }
+    // Equal placement weights: node-0 then node-1.
+    for id in ["m-0", "m-1"] {
+        c.rts[0].create_actor("player", id, None).await.unwrap();
+    }
+    assert_eq!(
+        membership_of("m-0").await,
+        (entries[0].clone(), "node-0".into())
+    );
+    assert_eq!(
+        membership_of("m-1").await,
+        (entries[1].clone(), "node-1".into())
+    );
+    // Created into a User Spot: placed on the Spot's node, member of that Spot.
+    c.rts[0]
+        .create_user_spot("hall", "hall-x", None)
+        .await
+        .unwrap();
+    c.rts[1]
+        .create_actor_in("player", "m-2", "hall-x", None)
+        .await
+        .unwrap();
+    let (spot, owner) = membership_of("m-2").await;
+    assert_eq!(spot, "hall-x");
+    let hall_owner = {
+        let AuthorityRead::Found(a) = c
+            .store
+            .read_authority(&AuthorityKey::new(StoreKind::Spot, "hall-x").unwrap())
+            .await
+            .unwrap()
+        else {
+            panic!("missing")
+        };
+        a.owner_node.rid
+    };
+    assert_eq!(owner, hall_owner);
+    assert_eq!(
+        c.rts[0]
+            .create_actor_in("player", "m-3", "no-such-hall", None)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
     c.shutdown().await;
 }
 

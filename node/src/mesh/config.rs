@@ -130,6 +130,10 @@ pub struct MeshNodeConfig {
     /// the lifecycle: a change needs re-admission, wire §4). Usually
     /// `object::registry::Registry::capabilities()`.
     pub object_capabilities: Vec<ObjectCapability>,
+    /// With a prefix, an Object Server node issues one Entry Spot ID `<prefix>-entry-<uuid-v4>`
+    /// per lifecycle, announces it in its descriptor and starts in state `Starting`; its object
+    /// runtime creates the Entry Spot and then turns the node `Serving` (glossary §1).
+    pub entry_spot_prefix: Option<String>,
     /// Security identity proven in admission.
     pub security_identity: String,
     /// Mesh secret.
@@ -162,6 +166,7 @@ impl MeshNodeConfig {
             placement_weight: 100,
             channels: Vec::new(),
             object_capabilities: Vec::new(),
+            entry_spot_prefix: None,
             security_identity: "zlink-node".into(),
             secret,
             manual_peers: Vec::new(),
@@ -237,6 +242,15 @@ impl MeshNodeConfig {
                         "channel {:?} registers the {:?} role twice",
                         c.channel_name, c.role
                     ),
+                ));
+            }
+        }
+        if let Some(p) = &self.entry_spot_prefix {
+            ids::validate_rid_prefix(p).map_err(|e| bad("entry_spot_prefix", e.to_string()))?;
+            if self.object_role != ObjectRole::Server {
+                return Err(bad(
+                    "entry_spot_prefix",
+                    "only an Object Server node has an Entry Spot".into(),
                 ));
             }
         }

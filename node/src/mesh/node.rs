@@ -186,18 +186,23 @@ pub struct ObjectDelivery {
     pub payload: TypedPayload,
 }
 
-/// An admitted remote User Spot create (command 47, wire §8.1): the source reserved the slot
-/// for this node; this node runs the factory and commits, then answers once.
+/// An admitted remote create — User Spot (command 47, wire §8.1) or Actor (command 49): the
+/// source reserved the slot for this node; this node runs the factory and commits, then
+/// answers once.
 #[derive(Debug)]
 pub struct CreateDelivery {
     /// The sending node.
     pub source: Arc<NodeFence>,
     /// Terminal identity of the create request.
     pub request: RequestHeader,
-    /// The Spot ID.
-    pub spot_id: String,
+    /// Spot (47) or Actor (49).
+    pub kind: zlink_protocol::generated::ObjectKind,
+    /// The object ID.
+    pub id: String,
     /// Its stable type.
     pub stable_type: String,
+    /// Actors: the Entry or User Spot it is a member of.
+    pub membership: Option<String>,
     /// The provider-issued reservation fence the source holds.
     pub reservation: ReservationFence,
 }
@@ -526,6 +531,16 @@ impl MeshNode {
             RidConfig::Fixed(rid) => rid.clone(),
         };
         let lifecycle = new_lifecycle_generation()?;
+        let entry_spot_id = match &config.entry_spot_prefix {
+            Some(prefix) => {
+                ids::entry_spot_id(prefix, random_bytes::<16>().map_err(|_| MeshError::Random)?)
+                    .map_err(|e| MeshConfigError::Invalid {
+                        field: "entry_spot_prefix",
+                        reason: e.to_string(),
+                    })?
+            }
+            None => String::new(),
+        };
         let owner_id = config
             .owner_id
             .clone()
@@ -565,11 +580,16 @@ impl MeshNode {
             endpoint: endpoint.clone(),
             security_identity: config.security_identity.clone(),
             object_role: config.object_role,
-            state: RuntimeState::Serving,
+            state: if entry_spot_id.is_empty() {
+                RuntimeState::Serving
+            } else {
+                // Serving only once the object runtime created the Entry Spot.
+                RuntimeState::Starting
+            },
             application_version: config.application_version,
             maintenance_wave: config.maintenance_wave.clone(),
             placement_weight: config.placement_weight,
-            entry_spot_id: String::new(),
+            entry_spot_id: entry_spot_id.clone(),
             channels: config.channels.clone(),
             object_capabilities: config.object_capabilities.clone(),
         };
@@ -1145,17 +1165,19 @@ impl MeshNode {
         super::dispatch::send_reply(&self.inner, source, request, result);
     }
 
-    /// Ask node `target` to create User Spot `spot_id` into the slot reserved by `reservation`
-    /// (command 47, wire §8.1). Ok means the target committed it (Created).
+    /// Ask node `target` to create an object into the slot reserved by `reservation`: a User
+    /// Spot (command 47, `membership` `None`) or an Actor (command 49, member of `membership`).
+    /// Ok means the target committed it (Created).
     ///
     /// # Errors
     /// `Unavailable` (no ready connection to that lifecycle), `DeadlineExceeded` (outcome
     /// unknown: reconcile by reading the authority), the target's error.
-    pub async fn user_spot_create(
+    pub async fn object_create(
         &self,
         target: &NodeFence,
-        spot_id: &str,
+        id: &str,
         stable_type: &str,
+        membership: Option<&str>,
         reservation: ReservationFence,
         timeout: Duration,
     ) -> Result<(), CallError> {
@@ -1169,14 +1191,22 @@ impl MeshNode {
         }
         self.request_on(
             conn,
-            |request, source, _| {
-                CommandBody::UserSpotCreate(UserSpotCreate {
+            |request, source, _| match membership {
+                None => CommandBody::UserSpotCreate(UserSpotCreate {
                     request,
                     source,
-                    spot_id: spot_id.to_owned(),
+                    spot_id: id.to_owned(),
                     stable_type: stable_type.to_owned(),
                     reservation,
-                })
+                }),
+                Some(spot) => CommandBody::ActorCreate(zlink_protocol::generated::ActorCreate {
+                    request,
+                    source,
+                    actor_id: id.to_owned(),
+                    stable_type: stable_type.to_owned(),
+                    membership_spot_id: spot.to_owned(),
+                    reservation,
+                }),
             },
             None,
             None,

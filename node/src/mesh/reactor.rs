@@ -832,6 +832,7 @@ impl Reactor {
                 | CommandBody::ActorSend(_)
                 | CommandBody::ActorRequest(_)
                 | CommandBody::UserSpotCreate(_)
+                | CommandBody::ActorCreate(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -847,6 +848,7 @@ impl Reactor {
                 CommandBody::ActorSend(s) => Some(&s.source),
                 CommandBody::ActorRequest(r) => Some(&r.source),
                 CommandBody::UserSpotCreate(c) => Some(&c.source),
+                CommandBody::ActorCreate(c) => Some(&c.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1057,26 +1059,30 @@ impl Reactor {
                 );
             }
             CommandBody::UserSpotCreate(c) => {
-                self.consumed(&conn, stamp.charge);
                 let source = Arc::clone(conn.peer_shared());
-                match self.inner.object_sink.get() {
-                    Some(sink) => sink.create(super::node::CreateDelivery {
-                        source,
-                        request: c.request,
-                        spot_id: c.spot_id,
-                        stable_type: c.stable_type,
-                        reservation: c.reservation,
-                    }),
-                    None => super::dispatch::send_reply(
-                        &self.inner,
-                        &source,
-                        &c.request,
-                        Err(CallError::new(
-                            crate::call::error::ErrorKind::NotFound,
-                            format!("node {} hosts no objects", self.inner.rid),
-                        )),
-                    ),
-                }
+                self.consumed(&conn, stamp.charge);
+                self.deliver_create(super::node::CreateDelivery {
+                    source,
+                    request: c.request,
+                    kind: zlink_protocol::generated::ObjectKind::Spot,
+                    id: c.spot_id,
+                    stable_type: c.stable_type,
+                    membership: None,
+                    reservation: c.reservation,
+                });
+            }
+            CommandBody::ActorCreate(c) => {
+                let source = Arc::clone(conn.peer_shared());
+                self.consumed(&conn, stamp.charge);
+                self.deliver_create(super::node::CreateDelivery {
+                    source,
+                    request: c.request,
+                    kind: zlink_protocol::generated::ObjectKind::Actor,
+                    id: c.actor_id,
+                    stable_type: c.stable_type,
+                    membership: Some(c.membership_spot_id),
+                    reservation: c.reservation,
+                });
             }
             CommandBody::Reply(reply) => {
                 let outcome = match CallError::from_status(reply.status, reply.detail.clone()) {
@@ -1155,6 +1161,22 @@ impl Reactor {
             metadata,
             payload: payload.unwrap_or_default(),
         });
+    }
+
+    /// Hand a remote create to the object runtime, or answer `NotFound` without one.
+    fn deliver_create(&self, d: super::node::CreateDelivery) {
+        match self.inner.object_sink.get() {
+            Some(sink) => sink.create(d),
+            None => super::dispatch::send_reply(
+                &self.inner,
+                &d.source,
+                &d.request,
+                Err(CallError::new(
+                    crate::call::error::ErrorKind::NotFound,
+                    format!("node {} hosts no objects", self.inner.rid),
+                )),
+            ),
+        }
     }
 
     /// Whether this node has a Server membership of `channel` (at any weight: weight `0` and

@@ -74,6 +74,12 @@ pub enum RuntimeError {
     /// `Registry::capabilities()`).
     #[error("stable type {0:?} is registered but not in the node's object_capabilities")]
     CapabilityMissing(String),
+    /// The node has an Entry Spot ID but no Entry Spot type is registered.
+    #[error("the node has an Entry Spot (entry_spot_prefix) but no Entry Spot type is registered")]
+    NoEntrySpotType,
+    /// Creating the Entry Spot failed.
+    #[error("the Entry Spot could not be created: {0}")]
+    EntrySpot(CallError),
 }
 
 /// A reference to one created incarnation (returned by create; never needed to address it).
@@ -416,6 +422,7 @@ impl<S: LocationStore> Inner<S> {
         kind: StoreKind,
         id: &str,
         init: Option<TypedPayload>,
+        membership: Option<&str>,
         reservation: zlink_store::types::Reservation,
     ) -> Result<ObjectRef, CallError> {
         let key = reservation.key.clone();
@@ -465,7 +472,16 @@ impl<S: LocationStore> Inner<S> {
                 ));
             }
         };
-        let snapshot = match self.store.commit_ready(&reservation, Bytes::new()).await {
+        // The framework payload of the authority records the Actor's membership atomically
+        // with its Ready commit.
+        let framework = match membership {
+            Some(spot) => Bytes::from(
+                serde_json::to_vec(&serde_json::json!({ "v": 1, "membership": spot }))
+                    .unwrap_or_default(),
+            ),
+            None => Bytes::new(),
+        };
+        let snapshot = match self.store.commit_ready(&reservation, framework).await {
             Ok(s) => s,
             Err(e) => {
                 // The commit may have happened (e.g. the reply was lost): read to reconcile
@@ -512,27 +528,38 @@ impl<S: LocationStore> Inner<S> {
         &self,
         kind: StoreKind,
         stable_type: &str,
-    ) -> Result<zlink_protocol::generated::NodeFence, CallError> {
+    ) -> Result<(zlink_protocol::generated::NodeFence, String), CallError> {
         use zlink_protocol::generated::{ObjectRole, RuntimeState};
         let wk = wire_kind(kind);
         let hosts = |d: &zlink_protocol::generated::NodeDescriptor| {
             d.object_role == ObjectRole::Server
                 && d.state == RuntimeState::Serving
+                // An Actor joins its node's Entry Spot: only nodes that have one host Actors.
+                && (wk == WireKind::Spot || !d.entry_spot_id.is_empty())
                 && d.object_capabilities
                     .iter()
                     .any(|c| c.object_kind == wk && c.stable_type == stable_type)
         };
-        let mut candidates: Vec<(String, u16, zlink_protocol::generated::NodeFence)> = Vec::new();
+        let mut candidates: Vec<(String, u16, (zlink_protocol::generated::NodeFence, String))> =
+            Vec::new();
         let me = self.mesh.descriptor();
         if hosts(&me) {
-            candidates.push((me.node.rid.clone(), me.placement_weight, me.node.clone()));
+            candidates.push((
+                me.node.rid.clone(),
+                me.placement_weight,
+                (me.node.clone(), me.entry_spot_id.clone()),
+            ));
         }
         for p in self.mesh.peers() {
             if p.state != crate::mesh::PeerState::Ready {
                 continue;
             }
             if let Some(d) = p.descriptor.filter(|d| hosts(d)) {
-                candidates.push((d.node.rid.clone(), d.placement_weight, d.node));
+                candidates.push((
+                    d.node.rid.clone(),
+                    d.placement_weight,
+                    (d.node, d.entry_spot_id),
+                ));
             }
         }
         candidates.sort_by(|a, b| a.0.cmp(&b.0));
@@ -584,7 +611,7 @@ impl<S: LocationStore> Inner<S> {
             })
     }
 
-    /// Serve a remote User Spot create (command 47) that names this node.
+    /// Serve a remote create (47 for a User Spot, 49 for an Actor) that names this node.
     async fn create_for(&self, d: &CreateDelivery) -> Result<ReplyResult, CallError> {
         let me = self.mesh.fence();
         let owner = self.owner()?;
@@ -595,8 +622,9 @@ impl<S: LocationStore> Inner<S> {
                 "the reservation names another node lifecycle or owner lease",
             ));
         }
-        let ty = self.type_of(StoreKind::Spot, &d.stable_type)?;
-        let key = AuthorityKey::new(StoreKind::Spot, &d.spot_id)
+        let kind = store_kind(d.kind);
+        let ty = self.type_of(kind, &d.stable_type)?;
+        let key = AuthorityKey::new(kind, &d.id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let zlink_store::types::AuthorityRead::Found(a) =
             self.store.read_authority(&key).await.map_err(store_error)?
@@ -626,19 +654,33 @@ impl<S: LocationStore> Inner<S> {
             target: pending.target,
         };
         let made = self
-            .materialize(&ty, StoreKind::Spot, &d.spot_id, None, reservation)
+            .materialize(&ty, kind, &d.id, None, d.membership.as_deref(), reservation)
             .await?;
-        Ok(ReplyResult::UserSpotCreate(
-            zlink_protocol::generated::ReplyResultUserSpotCreate {
-                outcome: zlink_protocol::generated::CreateOutcome::Created,
-                spot: zlink_protocol::generated::SpotRef {
-                    spot_id: made.id,
-                    object_generation: made.object_generation,
-                    mesh_name: self.mesh.descriptor().mesh_name,
-                    node_rid: me.rid,
-                },
-            },
-        ))
+        let mesh_name = self.mesh.descriptor().mesh_name;
+        Ok(match kind {
+            StoreKind::Spot => {
+                ReplyResult::UserSpotCreate(zlink_protocol::generated::ReplyResultUserSpotCreate {
+                    outcome: zlink_protocol::generated::CreateOutcome::Created,
+                    spot: zlink_protocol::generated::SpotRef {
+                        spot_id: made.id,
+                        object_generation: made.object_generation,
+                        mesh_name,
+                        node_rid: me.rid,
+                    },
+                })
+            }
+            StoreKind::Actor => {
+                ReplyResult::ActorCreate(zlink_protocol::generated::ReplyResultActorCreate {
+                    outcome: zlink_protocol::generated::CreateOutcome::Created,
+                    actor: zlink_protocol::generated::ActorRef {
+                        actor_id: made.id,
+                        object_generation: made.object_generation,
+                        mesh_name,
+                        node_rid: me.rid,
+                    },
+                })
+            }
+        })
     }
 }
 
@@ -754,7 +796,7 @@ impl<S: LocationStore> ObjectRuntime<S> {
     ///
     /// # Errors
     /// [`RuntimeError`].
-    pub fn start(
+    pub async fn start(
         mesh: Arc<MeshNode>,
         store: Arc<S>,
         registry: Registry,
@@ -800,7 +842,41 @@ impl<S: LocationStore> ObjectRuntime<S> {
         // The node holds the runtime weakly: no reference cycle through the sink.
         mesh.set_object_sink(Arc::new(SinkRef(Arc::downgrade(&inner))) as Arc<dyn ObjectSink>)
             .map_err(RuntimeError::Attach)?;
+        let entry = mesh.descriptor().entry_spot_id;
+        if !entry.is_empty() {
+            // The Entry Spot of this lifecycle exists before the node turns Serving (wire §7).
+            let ty = inner
+                .types
+                .values()
+                .find(|t| t.kind() == ObjectTypeKind::EntrySpot)
+                .cloned()
+                .ok_or(RuntimeError::NoEntrySpotType)?;
+            let key = AuthorityKey::new(StoreKind::Spot, &entry).map_err(|e| {
+                RuntimeError::EntrySpot(CallError::new(ErrorKind::InvalidOperation, e.to_string()))
+            })?;
+            let owner = inner.owner().map_err(RuntimeError::EntrySpot)?;
+            let reservation = inner
+                .reserve(
+                    &key,
+                    StoreKind::Spot,
+                    ty.stable_type(),
+                    &mesh.fence(),
+                    owner,
+                )
+                .await
+                .map_err(RuntimeError::EntrySpot)?;
+            inner
+                .materialize(&ty, StoreKind::Spot, &entry, None, None, reservation)
+                .await
+                .map_err(RuntimeError::EntrySpot)?;
+            mesh.set_runtime_state(zlink_protocol::generated::RuntimeState::Serving);
+        }
         Ok(Self { inner })
+    }
+
+    /// This node's Entry Spot ID (empty without one).
+    pub fn entry_spot_id(&self) -> String {
+        self.inner.mesh.descriptor().entry_spot_id
     }
 
     /// Stop every live object of this node (waiting requests end with `Unavailable`). The
@@ -955,6 +1031,95 @@ impl<S: LocationStore> ObjectRuntime<S> {
         init: Option<TypedPayload>,
     ) -> Result<ObjectRef, CallError> {
         let inner = &self.inner;
+        inner.type_of(kind, stable_type)?;
+        // Placement by placement weight among the nodes that can host the type; a creation
+        // with an initial payload stays here (a remote target would read it from the
+        // Relocation Store; not built yet). An Actor becomes a member of its node's Entry Spot.
+        let placed = if init.is_none() {
+            inner.choose_target(kind, stable_type)?
+        } else {
+            let me = inner.mesh.descriptor();
+            (me.node, me.entry_spot_id)
+        };
+        let (target, entry) = placed;
+        let membership = match kind {
+            StoreKind::Spot => None,
+            StoreKind::Actor if entry.is_empty() => {
+                return Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "node {} has no Entry Spot for the Actor to join (configure \
+                         MeshNodeConfig::entry_spot_prefix)",
+                        target.rid
+                    ),
+                ));
+            }
+            StoreKind::Actor => Some(entry),
+        };
+        self.create_on(kind, stable_type, id, init, target, membership)
+            .await
+    }
+
+    /// Create Actor `id` as a member of User Spot `spot_id`: it is placed on the Spot's owner
+    /// node (members share their Spot's execution there).
+    ///
+    /// # Errors
+    /// `NotFound` when the Spot does not exist; as [`ObjectRuntime::create_actor`] otherwise.
+    pub async fn create_actor_in(
+        &self,
+        stable_type: &str,
+        id: &str,
+        spot_id: &str,
+        init: Option<TypedPayload>,
+    ) -> Result<ObjectRef, CallError> {
+        let inner = &self.inner;
+        inner.type_of(StoreKind::Actor, stable_type)?;
+        let spot = AuthorityKey::new(StoreKind::Spot, spot_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let route = match inner.resolver.resolve_fresh(&spot).await {
+            Resolution::ReadyRoute(r) => r,
+            Resolution::Missing => {
+                return Err(CallError::new(
+                    ErrorKind::NotFound,
+                    format!("Spot {spot_id} does not exist"),
+                ));
+            }
+            Resolution::Unavailable { reason, .. } => {
+                return Err(CallError::new(
+                    ErrorKind::Unavailable,
+                    format!("Spot {spot_id} cannot be used now ({reason:?})"),
+                ));
+            }
+            Resolution::StoreFailure(e) => return Err(store_error(e)),
+        };
+        let target = zlink_protocol::generated::NodeFence {
+            rid: route.owner_node.rid.clone(),
+            lifecycle_generation: route.owner_node.lifecycle_generation,
+        };
+        self.create_on(
+            StoreKind::Actor,
+            stable_type,
+            id,
+            init,
+            target,
+            Some(spot_id.to_owned()),
+        )
+        .await
+    }
+
+    /// Reserve `id` for `target` and have it created there: locally, or by remote create
+    /// (47 for a Spot, 49 for an Actor) with reconciliation through the store when the outcome
+    /// is unknown.
+    async fn create_on(
+        &self,
+        kind: StoreKind,
+        stable_type: &str,
+        id: &str,
+        init: Option<TypedPayload>,
+        target: zlink_protocol::generated::NodeFence,
+        membership: Option<String>,
+    ) -> Result<ObjectRef, CallError> {
+        let inner = &self.inner;
         let key = AuthorityKey::new(kind, id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let ty = inner.type_of(kind, stable_type)?;
@@ -965,15 +1130,6 @@ impl<S: LocationStore> ObjectRuntime<S> {
             ));
         }
         let me = inner.mesh.fence();
-        // Placement: User Spots go to a node chosen by placement weight among those that can
-        // host the type. Actors stay here until Entry Spot membership exists, and so does a
-        // creation with an initial payload (a remote target reads it from the Relocation
-        // Store; not built yet).
-        let target = if kind == StoreKind::Spot && init.is_none() {
-            inner.choose_target(kind, stable_type)?
-        } else {
-            me.clone()
-        };
         if target == me {
             if inner.mesh.descriptor().object_role != zlink_protocol::generated::ObjectRole::Server
             {
@@ -985,7 +1141,9 @@ impl<S: LocationStore> ObjectRuntime<S> {
             let reservation = inner
                 .reserve(&key, kind, stable_type, &me, inner.owner()?)
                 .await?;
-            return inner.materialize(&ty, kind, id, init, reservation).await;
+            return inner
+                .materialize(&ty, kind, id, init, membership.as_deref(), reservation)
+                .await;
         }
         let owner = inner.owner_of(&target).await?;
         let reservation = inner
@@ -1008,7 +1166,14 @@ impl<S: LocationStore> ObjectRuntime<S> {
         };
         let sent = inner
             .mesh
-            .user_spot_create(&target, id, stable_type, fence, CREATE_TIMEOUT)
+            .object_create(
+                &target,
+                id,
+                stable_type,
+                membership.as_deref(),
+                fence,
+                CREATE_TIMEOUT,
+            )
             .await;
         let made = ObjectRef {
             kind,
