@@ -723,3 +723,41 @@ async fn metadata_reaches_the_handler_on_the_local_and_the_remote_path() {
     }
     c.shutdown().await;
 }
+
+/// Issue "Spots and Actors" §8: when an owner's lease is gone, its objects answer `Unavailable`
+/// (no automatic reactivation), and a fenced cleanup — run by the next creation of the ID —
+/// removes the record under its fence, so the ID can be created again elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_a_gone_owner_are_unavailable_until_a_fenced_cleanup_frees_the_id() {
+    let c = Cluster::start(2).await;
+    // Equal weights: node-0 gets the first placement of each runtime's selector.
+    c.rts[1]
+        .create_user_spot("hall", "hall-d", None)
+        .await
+        .unwrap();
+    c.rts[1].create_actor("player", "p-d", None).await.unwrap();
+    assert_eq!(c.rts[0].live_count(), 1 + 2, "both placed on node-0");
+    // node-0 goes away; its lease is released (as at a graceful exit or after expiry).
+    c.rts[0].shutdown().await;
+    c.nodes[0].shutdown().await;
+    let b = &c.rts[1];
+    let err = b
+        .request_to_spot::<Look, Balance>("hall-d", &Look, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    // get-or-create cleans the record up and creates a new incarnation on node-1.
+    let (r, how) = b
+        .get_or_create_user_spot("hall", "hall-d", None, T)
+        .await
+        .unwrap();
+    assert_eq!(how, Creation::Created);
+    let _: Balance = b.request_to_spot("hall-d", &Look, T).await.unwrap();
+    // A plain create of the Actor's ID does the same.
+    b.create_actor("player", "p-d", None).await.unwrap();
+    let bal: Balance = b.request_to_actor("p-d", &Earn { coins: 3 }, T).await.unwrap();
+    assert_eq!(bal.coins, 3, "a fresh incarnation answered");
+    assert!(r.object_generation > 0);
+    assert_eq!(b.stats().fenced_cleanups.load(Ordering::Relaxed), 2);
+    c.nodes[1].shutdown().await;
+}

@@ -119,6 +119,9 @@ pub struct RuntimeStats {
     pub remote_calls: AtomicU64,
     /// One-way messages dropped by target admission (stale route).
     pub dropped_sends: AtomicU64,
+    /// Authorities (or pending creations) of an owner whose lease is gone, removed under
+    /// their fence so the ID could be created again.
+    pub fenced_cleanups: AtomicU64,
 }
 
 struct LiveEntry {
@@ -391,26 +394,33 @@ impl<S: LocationStore> Inner<S> {
                     .map_err(|_| CallError::new(ErrorKind::Unavailable, "no randomness"))?
             )
         );
-        self.store
-            .reserve(&ReserveRequest {
-                key: key.clone(),
-                reservation_id,
-                object_kind: kind,
-                stable_type: stable_type.to_owned(),
-                target: TargetFence {
-                    node: NodeRef {
-                        mesh: self.mesh.descriptor().mesh_name,
-                        rid: target.rid.clone(),
-                        lifecycle_generation: target.lifecycle_generation,
-                    },
-                    owner,
+        let request = ReserveRequest {
+            key: key.clone(),
+            reservation_id,
+            object_kind: kind,
+            stable_type: stable_type.to_owned(),
+            target: TargetFence {
+                node: NodeRef {
+                    mesh: self.mesh.descriptor().mesh_name,
+                    rid: target.rid.clone(),
+                    lifecycle_generation: target.lifecycle_generation,
                 },
-                capacity_delta: 1,
-                content: None,
-                payload: Bytes::new(),
-            })
-            .await
-            .map_err(store_error)
+                owner,
+            },
+            capacity_delta: 1,
+            content: None,
+            payload: Bytes::new(),
+        };
+        match self.store.reserve(&request).await {
+            // A record left by an owner whose lease is gone: clean it up under its fence and
+            // reserve again (once).
+            Err(StoreError::AlreadyExists(existing))
+                if self.cleanup_if_owner_gone(&existing).await? =>
+            {
+                self.store.reserve(&request).await.map_err(store_error)
+            }
+            other => other.map_err(store_error),
+        }
     }
 
     /// On this node, for a reservation that names it: open the queue (work may queue before
@@ -609,6 +619,51 @@ impl<S: LocationStore> Inner<S> {
                     ),
                 )
             })
+    }
+
+    /// Fenced cleanup (issue "Spots and Actors" §8): if the owner lease that `a` names is no
+    /// longer live by store time, delete the record under its full fence (a Ready record) or
+    /// abort its reservation (a Creating record whose target is gone), so the ID becomes
+    /// Missing. Safe at that point: the owner stopped admitting at its fencing deadline, which
+    /// precedes its lease expiry by the fencing margin, and no one else can hold that lease
+    /// again. Returns whether the record was removed.
+    async fn cleanup_if_owner_gone(
+        &self,
+        a: &zlink_store::types::AuthoritySnapshot,
+    ) -> Result<bool, CallError> {
+        let owner = match &a.pending_creation {
+            Some(p) => p.target.owner.clone(),
+            None => a.owner.clone(),
+        };
+        let live = match self.store.read_lease(&owner.owner_id).await {
+            Ok(zlink_store::types::LeaseRead::Found { token, .. }) => token == owner,
+            Ok(zlink_store::types::LeaseRead::Missing { .. }) => false,
+            Err(e) => return Err(store_error(e)),
+        };
+        if live {
+            return Ok(false);
+        }
+        let removed = match &a.pending_creation {
+            Some(p) => self
+                .store
+                .abort(&zlink_store::types::Reservation {
+                    key: a.key.clone(),
+                    reservation_id: p.reservation_id.clone(),
+                    store_version: a.store_version,
+                    object_generation: a.object_generation,
+                    authority_owner_generation: a.authority_owner_generation,
+                    reservation_version: p.reservation_version,
+                    target: p.target.clone(),
+                })
+                .await
+                .is_ok(),
+            None => self.store.delete_fenced(&a.fence()).await.is_ok(),
+        };
+        if removed {
+            self.stats.fenced_cleanups.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(key = a.key.as_str(), owner = %owner.owner_id, "fenced cleanup of an expired owner's record");
+        }
+        Ok(removed)
     }
 
     /// Serve a remote create (47 for a User Spot, 49 for an Actor) that names this node.
@@ -1001,9 +1056,22 @@ impl<S: LocationStore> ObjectRuntime<S> {
                     }
                 }
                 Resolution::Unavailable {
-                    reason: UnavailableReason::Creating,
-                    ..
-                } => {}
+                    reason: UnavailableReason::Creating | UnavailableReason::OwnerLeaseLost,
+                    authority,
+                } => {
+                    // A creation in progress is waited for, unless its target is gone; a record
+                    // of a gone owner is cleaned up under its fence. Either way the next round
+                    // reads the store again.
+                    if self.inner.cleanup_if_owner_gone(&authority).await? {
+                        continue;
+                    }
+                    if authority.state != zlink_store::types::AuthorityState::Creating {
+                        return Err(CallError::new(
+                            ErrorKind::Unavailable,
+                            format!("{id} exists but its owner cannot be used now"),
+                        ));
+                    }
+                }
                 Resolution::Unavailable { reason, .. } => {
                     return Err(CallError::new(
                         ErrorKind::Unavailable,
