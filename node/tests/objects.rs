@@ -755,7 +755,10 @@ async fn objects_of_a_gone_owner_are_unavailable_until_a_fenced_cleanup_frees_th
     let _: Balance = b.request_to_spot("hall-d", &Look, T).await.unwrap();
     // A plain create of the Actor's ID does the same.
     b.create_actor("player", "p-d", None).await.unwrap();
-    let bal: Balance = b.request_to_actor("p-d", &Earn { coins: 3 }, T).await.unwrap();
+    let bal: Balance = b
+        .request_to_actor("p-d", &Earn { coins: 3 }, T)
+        .await
+        .unwrap();
     assert_eq!(bal.coins, 3, "a fresh incarnation answered");
     assert!(r.object_generation > 0);
     assert_eq!(b.stats().fenced_cleanups.load(Ordering::Relaxed), 2);

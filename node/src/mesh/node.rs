@@ -227,6 +227,7 @@ pub(crate) struct ChannelSelector {
 pub(crate) struct Faults {
     pub frozen: AtomicBool,
     pub drop_liveness_acks: AtomicBool,
+    pub pause_lease_renewal: AtomicBool,
     pub changed: tokio::sync::Notify,
 }
 
@@ -1448,6 +1449,16 @@ impl MeshNode {
             .faults
             .drop_liveness_acks
             .store(drop_acks, Ordering::Release);
+    }
+
+    /// Fault injection: stop renewing the owner lease (everything else keeps running), as a
+    /// host whose store connection is cut would. The node fences itself at its fencing
+    /// deadline; once the lease expired, resuming renewals finds it lost.
+    pub fn set_lease_renewal_paused(&self, paused: bool) {
+        self.inner
+            .faults
+            .pause_lease_renewal
+            .store(paused, Ordering::Release);
     }
 
     /// Send a repeated `hello` on the live admitted connection to `rid` (which this node must

@@ -1850,7 +1850,9 @@ pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let Some(token) = token else { return };
-        if last_renew.elapsed() >= t.lease_renew {
+        if last_renew.elapsed() >= t.lease_renew
+            && !inner.faults.pause_lease_renewal.load(Ordering::Acquire)
+        {
             let sent_ms = inner.now_ms();
             match store.renew_lease(&token, t.lease_ttl).await {
                 Ok(grant) => {

@@ -954,6 +954,18 @@ impl<S: LocationStore> ObjectRuntime<S> {
         &self.inner.stats
     }
 
+    /// The ObjectGeneration of `id` if it is live on this node.
+    pub fn live_generation(&self, kind: StoreKind, id: &str) -> Option<u64> {
+        let key = AuthorityKey::new(kind, id).ok()?;
+        self.inner.live().get(&key).map(|e| e.generation)
+    }
+
+    /// Whether this node admits new object work now (its owner lease is confirmed and the
+    /// fencing deadline has not passed).
+    pub fn admitting(&self) -> bool {
+        self.inner.mesh.admission_open()
+    }
+
     /// Objects live on this node.
     pub fn live_count(&self) -> usize {
         self.inner.live().len()
