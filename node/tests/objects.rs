@@ -764,3 +764,43 @@ async fn objects_of_a_gone_owner_are_unavailable_until_a_fenced_cleanup_frees_th
     assert_eq!(b.stats().fenced_cleanups.load(Ordering::Relaxed), 2);
     c.nodes[1].shutdown().await;
 }
+
+/// Wire §8.1 command 48: a User Spot is closed from any node; its owner checks the incarnation,
+/// owner generation and StoreVersion the caller read, deletes it under its fence and answers
+/// `closed`. The ID is Missing afterwards everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_spot_is_closed_from_another_node_with_remote_close() {
+    let c = Cluster::start(2).await;
+    let (owner, other) = (&c.rts[0], &c.rts[1]);
+    // Equal weights: node-1's first placement goes to node-0.
+    other
+        .create_user_spot("hall", "hall-c", None)
+        .await
+        .unwrap();
+    assert!(
+        owner
+            .live_generation(zlink_store::types::ObjectKind::Spot, "hall-c")
+            .is_some()
+    );
+    let _: Balance = other.request_to_spot("hall-c", &Look, T).await.unwrap();
+    other.close_user_spot("hall-c").await.unwrap();
+    assert!(
+        owner
+            .live_generation(zlink_store::types::ObjectKind::Spot, "hall-c")
+            .is_none()
+    );
+    for rt in &c.rts {
+        assert_eq!(
+            rt.request_to_spot::<Look, Balance>("hall-c", &Look, T)
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::NotFound
+        );
+    }
+    assert_eq!(
+        other.close_user_spot("hall-c").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    c.shutdown().await;
+}

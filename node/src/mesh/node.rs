@@ -207,8 +207,28 @@ pub struct CreateDelivery {
     pub reservation: ReservationFence,
 }
 
+/// An admitted remote User Spot close (command 48, wire §8.1): it names the exact incarnation
+/// (SpotRef), this node's lifecycle, the AuthorityOwnerGeneration and StoreVersion it read.
+#[derive(Debug)]
+pub struct CloseDelivery {
+    /// The sending node.
+    pub source: Arc<NodeFence>,
+    /// Terminal identity of the close request.
+    pub request: RequestHeader,
+    /// The Spot incarnation.
+    pub spot: zlink_protocol::generated::SpotRef,
+    /// The node lifecycle the close is addressed to.
+    pub target_node: NodeFence,
+    /// Owner generation read by the source.
+    pub authority_owner_generation: u64,
+    /// StoreVersion read by the source.
+    pub store_version: u64,
+}
+
 /// The receiver of admitted object commands: the object runtime of this node.
 pub trait ObjectSink: Send + Sync + 'static {
+    /// Take one remote close. Must not block; answers with [`MeshNode::reply_create`].
+    fn close(&self, delivery: CloseDelivery);
     /// Take one delivery. Must not block: the reactor calls it.
     fn deliver(&self, delivery: ObjectDelivery);
     /// Take one remote create. Must not block; answers with [`MeshNode::reply_create`].
@@ -1217,7 +1237,50 @@ impl MeshNode {
         .map(|_| ())
     }
 
-    /// Answer a [`CreateDelivery`] once: `Ok(tail)` carries the operation's success tail
+    /// Ask node `target` to close User Spot incarnation `spot` (command 48, wire §8.1), with
+    /// the owner generation and StoreVersion the caller read. Ok means closed.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that lifecycle), `DeadlineExceeded`, the target's
+    /// error (`Conflict` when the Spot changed meanwhile).
+    pub async fn user_spot_close(
+        &self,
+        target: &NodeFence,
+        spot: zlink_protocol::generated::SpotRef,
+        authority_owner_generation: u64,
+        store_version: u64,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.inner.ready_conn(&target.rid)?;
+        if conn.peer().lifecycle_generation != target.lifecycle_generation {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("node {} restarted since the Spot was read", target.rid),
+            ));
+        }
+        let target_node = target.clone();
+        self.request_on(
+            conn,
+            move |request, source, _| {
+                CommandBody::UserSpotClose(zlink_protocol::generated::UserSpotClose {
+                    request,
+                    source,
+                    spot,
+                    target_node,
+                    authority_owner_generation,
+                    store_version,
+                })
+            },
+            None,
+            None,
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Answer a [`CreateDelivery`] or [`CloseDelivery`] once: `Ok(tail)` carries the operation's success tail
     /// (e.g. `ReplyResult::UserSpotCreate { outcome: Created, spot }`).
     pub fn reply_create(
         &self,

@@ -833,6 +833,7 @@ impl Reactor {
                 | CommandBody::ActorRequest(_)
                 | CommandBody::UserSpotCreate(_)
                 | CommandBody::ActorCreate(_)
+                | CommandBody::UserSpotClose(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -849,6 +850,7 @@ impl Reactor {
                 CommandBody::ActorRequest(r) => Some(&r.source),
                 CommandBody::UserSpotCreate(c) => Some(&c.source),
                 CommandBody::ActorCreate(c) => Some(&c.source),
+                CommandBody::UserSpotClose(c) => Some(&c.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1070,6 +1072,29 @@ impl Reactor {
                     membership: None,
                     reservation: c.reservation,
                 });
+            }
+            CommandBody::UserSpotClose(c) => {
+                let source = Arc::clone(conn.peer_shared());
+                self.consumed(&conn, stamp.charge);
+                match self.inner.object_sink.get() {
+                    Some(sink) => sink.close(super::node::CloseDelivery {
+                        source,
+                        request: c.request,
+                        spot: c.spot,
+                        target_node: c.target_node,
+                        authority_owner_generation: c.authority_owner_generation,
+                        store_version: c.store_version,
+                    }),
+                    None => super::dispatch::send_reply(
+                        &self.inner,
+                        &source,
+                        &c.request,
+                        Err(CallError::new(
+                            crate::call::error::ErrorKind::NotFound,
+                            format!("node {} hosts no objects", self.inner.rid),
+                        )),
+                    ),
+                }
             }
             CommandBody::ActorCreate(c) => {
                 let source = Arc::clone(conn.peer_shared());

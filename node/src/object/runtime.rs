@@ -46,7 +46,7 @@ use super::registry::{
 };
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
-use crate::mesh::{CreateDelivery, MeshNode, ObjectDelivery, ObjectSink};
+use crate::mesh::{CloseDelivery, CreateDelivery, MeshNode, ObjectDelivery, ObjectSink};
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
 };
@@ -185,6 +185,21 @@ fn route_fence(r: &ReadyRoute, kind: StoreKind, id: &str) -> RouteFence {
         },
         authority_owner_generation: r.authority_owner_generation,
         owner_lease_generation: r.owner.lease_generation,
+    }
+}
+
+/// The route fence of an authority record (for cache invalidation).
+fn fence_of(
+    key: &AuthorityKey,
+    a: &zlink_store::types::AuthoritySnapshot,
+) -> crate::routing::RouteFence {
+    crate::routing::RouteFence {
+        key: key.clone(),
+        object_generation: a.object_generation,
+        authority_owner_generation: a.authority_owner_generation,
+        owner_rid: a.owner_node.rid.clone(),
+        owner_lifecycle_generation: a.owner_node.lifecycle_generation,
+        owner_lease_generation: a.owner.lease_generation,
     }
 }
 
@@ -621,6 +636,81 @@ impl<S: LocationStore> Inner<S> {
             })
     }
 
+    /// Delete this node's own incarnation `snapshot` of `key` (destroy / close): the record
+    /// must name this host's lease, this node lifecycle and the live entry's ObjectGeneration.
+    /// Anything else means the live entry is stale (the ID lives elsewhere now): it is dropped,
+    /// the record is left alone.
+    async fn remove_local(
+        &self,
+        key: &AuthorityKey,
+        id: &str,
+        snapshot: &zlink_store::types::AuthoritySnapshot,
+    ) -> Result<(), CallError> {
+        let entry = self.live().remove(key);
+        let Some(entry) = entry else {
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                format!("{id} is not owned by this node"),
+            ));
+        };
+        let me = self.mesh.fence();
+        let ours = self.owner().is_ok_and(|o| o == snapshot.owner)
+            && snapshot.owner_node.rid == me.rid
+            && snapshot.owner_node.lifecycle_generation == me.lifecycle_generation
+            && snapshot.object_generation == entry.generation;
+        if !ours {
+            entry.obj.close().await;
+            let _ = self.objects.remove(key, entry.generation);
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                format!("{id} is no longer owned by this node's incarnation of it"),
+            ));
+        }
+        if let Err(e) = self.store.delete_fenced(&snapshot.fence()).await {
+            // Keep serving it: the authority still names us.
+            self.live().insert(key.clone(), entry);
+            return Err(store_error(e));
+        }
+        self.resolver.cache().stale_route(&fence_of(key, snapshot));
+        entry.obj.close().await;
+        Ok(())
+    }
+
+    /// Serve a remote close (command 48): the Spot, incarnation, owner generation and
+    /// StoreVersion must all still be the current record on this node.
+    async fn close_for(&self, d: &CloseDelivery) -> Result<ReplyResult, CallError> {
+        let me = self.mesh.fence();
+        if d.target_node != me {
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                "the close names another node lifecycle",
+            ));
+        }
+        let key = AuthorityKey::new(StoreKind::Spot, &d.spot.spot_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let zlink_store::types::AuthorityRead::Found(a) =
+            self.store.read_authority(&key).await.map_err(store_error)?
+        else {
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                "the Spot does not exist",
+            ));
+        };
+        if a.object_generation != d.spot.object_generation
+            || a.authority_owner_generation != d.authority_owner_generation
+            || a.store_version != d.store_version
+        {
+            return Err(CallError::new(
+                ErrorKind::Conflict,
+                "the Spot changed since the close was addressed",
+            ));
+        }
+        self.remove_local(&key, &d.spot.spot_id, &a).await?;
+        Ok(ReplyResult::UserSpotClose(
+            zlink_protocol::generated::ReplyResultUserSpotClose { closed: true },
+        ))
+    }
+
     /// Fenced cleanup (issue "Spots and Actors" §8): if the owner lease that `a` names is no
     /// longer live by store time, delete the record under its full fence (a Ready record) or
     /// abort its reservation (a Creating record whose target is gone), so the ID becomes
@@ -764,6 +854,11 @@ impl<S: LocationStore> ObjectCaller for Inner<S> {
 struct SinkRef<S: LocationStore>(std::sync::Weak<Inner<S>>);
 
 impl<S: LocationStore> ObjectSink for SinkRef<S> {
+    fn close(&self, d: CloseDelivery) {
+        if let Some(inner) = self.0.upgrade() {
+            ObjectSink::close(inner.as_ref(), d);
+        }
+    }
     fn create(&self, d: CreateDelivery) {
         if let Some(inner) = self.0.upgrade() {
             ObjectSink::create(inner.as_ref(), d);
@@ -777,6 +872,24 @@ impl<S: LocationStore> ObjectSink for SinkRef<S> {
 }
 
 impl<S: LocationStore> ObjectSink for Inner<S> {
+    fn close(&self, d: CloseDelivery) {
+        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            self.mesh.reply_create(
+                &d.source,
+                &d.request,
+                Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "object runtime stopped",
+                )),
+            );
+            return;
+        };
+        tokio::spawn(async move {
+            let result = this.close_for(&d).await;
+            this.mesh.reply_create(&d.source, &d.request, result);
+        });
+    }
+
     fn create(&self, d: CreateDelivery) {
         let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
             self.mesh.reply_create(
@@ -1304,10 +1417,10 @@ impl<S: LocationStore> ObjectRuntime<S> {
     }
 
     async fn remove(&self, kind: StoreKind, id: &str) -> Result<(), CallError> {
+        let inner = &self.inner;
         let key = AuthorityKey::new(kind, id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        let read = self
-            .inner
+        let read = inner
             .store
             .read_authority(&key)
             .await
@@ -1318,46 +1431,38 @@ impl<S: LocationStore> ObjectRuntime<S> {
                 format!("{id} does not exist"),
             ));
         };
-        let entry = self.inner.live().remove(&key);
-        let Some(entry) = entry else {
-            return Err(CallError::new(
-                ErrorKind::NotFound,
-                format!("{id} is not owned by this node"),
-            ));
+        let me = inner.mesh.fence();
+        let remote_owner = kind == StoreKind::Spot
+            && (snapshot.owner_node.rid != me.rid
+                || snapshot.owner_node.lifecycle_generation != me.lifecycle_generation);
+        if !remote_owner {
+            return inner.remove_local(&key, id, &snapshot).await;
+        }
+        // Remote close (command 48): the owner checks the same fences and deletes.
+        let target = zlink_protocol::generated::NodeFence {
+            rid: snapshot.owner_node.rid.clone(),
+            lifecycle_generation: snapshot.owner_node.lifecycle_generation,
         };
-        // Delete only our own incarnation: the record must name this host's lease, this node
-        // lifecycle and the live entry's ObjectGeneration. Anything else means our entry is
-        // stale (the ID lives elsewhere now): it is dropped here, the record is left alone.
-        let me = self.inner.mesh.fence();
-        let ours = self.inner.owner().is_ok_and(|o| o == snapshot.owner)
-            && snapshot.owner_node.rid == me.rid
-            && snapshot.owner_node.lifecycle_generation == me.lifecycle_generation
-            && snapshot.object_generation == entry.generation;
-        if !ours {
-            entry.obj.close().await;
-            let _ = self.inner.objects.remove(&key, entry.generation);
-            return Err(CallError::new(
-                ErrorKind::StaleRoute,
-                format!("{id} is no longer owned by this node's incarnation of it"),
-            ));
-        }
-        if let Err(e) = self.inner.store.delete_fenced(&snapshot.fence()).await {
-            // Keep serving it: the authority still names us.
-            self.inner.live().insert(key, entry);
-            return Err(store_error(e));
-        }
-        self.inner
+        let spot = zlink_protocol::generated::SpotRef {
+            spot_id: id.to_owned(),
+            object_generation: snapshot.object_generation,
+            mesh_name: snapshot.owner_node.mesh.clone(),
+            node_rid: snapshot.owner_node.rid.clone(),
+        };
+        inner
+            .mesh
+            .user_spot_close(
+                &target,
+                spot,
+                snapshot.authority_owner_generation,
+                snapshot.store_version,
+                CREATE_TIMEOUT,
+            )
+            .await?;
+        inner
             .resolver
             .cache()
-            .stale_route(&crate::routing::RouteFence {
-                key: key.clone(),
-                object_generation: snapshot.object_generation,
-                authority_owner_generation: snapshot.authority_owner_generation,
-                owner_rid: snapshot.owner_node.rid.clone(),
-                owner_lifecycle_generation: snapshot.owner_node.lifecycle_generation,
-                owner_lease_generation: snapshot.owner.lease_generation,
-            });
-        entry.obj.close().await;
+            .stale_route(&fence_of(&key, &snapshot));
         Ok(())
     }
 
