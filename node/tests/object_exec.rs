@@ -316,3 +316,52 @@ async fn closing_an_object_ends_a_yielded_request_instead_of_hanging() {
         "{err}"
     );
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Nap {
+    ms: u64,
+}
+impl JsonMessage for Nap {
+    const PACKET_NAME: &'static str = "t.Nap";
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CancelTimer {
+    id: u64,
+}
+impl JsonMessage for CancelTimer {
+    const PACKET_NAME: &'static str = "t.CancelTimer";
+}
+
+/// A tick that came due while another turn ran waits in the queue; a turn before it that
+/// cancels the timer makes it stale, and it does not run.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_tick_queued_before_its_timer_was_cancelled_does_not_run() {
+    let overlap = Arc::new(Overlap::default());
+    let mut h = handlers(&overlap, &Arc::new(Notify::new()));
+    h.on_request(|ctx, p: Push| async move {
+        ctx.timer_once(7, Duration::from_millis(10), &Tick { timer: 7 })?;
+        Ok::<_, CallError>(p)
+    });
+    h.on_send(|_, n: Nap| async move {
+        // Async: the turn is held while the timer comes due.
+        tokio::time::sleep(Duration::from_millis(n.ms)).await;
+        Ok(())
+    });
+    h.on_send(|ctx, c: CancelTimer| async move {
+        assert!(
+            ctx.cancel_timer(c.id),
+            "the queued tick still counts as armed"
+        );
+        ctx.state().log.push(format!("cancelled {}", c.id));
+        Ok(())
+    });
+    let exec = ObjectExecutor::start(Obj::default(), h, ExecMode::Serial);
+    let _: Push = exec.request(&Push { n: 0 }).await.unwrap();
+    exec.send(&Nap { ms: 30 }).unwrap();
+    exec.send(&CancelTimer { id: 7 }).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log: Log = exec.request(&Get).await.unwrap();
+    assert_eq!(log.entries, vec!["cancelled 7"], "the stale tick ran");
+    exec.close().await;
+}

@@ -761,6 +761,17 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
             run_send(&sh, ctx, p, &panicked).await;
         }
         Work::Tick(t) => {
+            // A tick of a timer cancelled or re-armed after it was queued does not run.
+            let current = {
+                let mut timers = lock(&sh.timers);
+                let current = timers.is_current(&t);
+                timers.consumed(&t);
+                current
+            };
+            if !current {
+                end.end_turn(TurnEnd::Complete);
+                return;
+            }
             let p = TypedPayload::new(
                 t.timer.packet_name.clone(),
                 JSON_CONTENT_TYPE,

@@ -59,6 +59,8 @@ pub struct Tick {
     pub timer: Timer,
     /// The due time this tick stands for.
     pub due_ms: u64,
+    /// Which arming of the timer produced it (see [`TimerSet::is_current`]).
+    pub arming: u64,
 }
 
 /// The armed timers of one object.
@@ -66,6 +68,10 @@ pub struct Tick {
 pub struct TimerSet {
     by_due: BTreeMap<(u64, u64), Timer>,
     due_of: HashMap<u64, u64>,
+    /// The current arming of each timer that is armed or has a tick handed out and not yet
+    /// run: a tick of an older arming (cancelled, or re-armed since) is stale.
+    current: HashMap<u64, u64>,
+    armings: u64,
 }
 
 impl TimerSet {
@@ -131,17 +137,33 @@ impl TimerSet {
         if self.due_of.contains_key(&t.id) {
             return Err(TimerError::Duplicate(t.id));
         }
+        self.armings += 1;
+        self.current.insert(t.id, self.armings);
         self.due_of.insert(t.id, due_ms);
         self.by_due.insert((due_ms, t.id), t);
         Ok(())
     }
 
-    /// Cancel timer `id`; `true` if it was armed. A tick already handed out is not recalled
-    /// (it is queue work by then).
+    /// Whether `tick` still stands for its timer: the timer was not cancelled or re-armed
+    /// after the tick was handed out. The runtime drops a stale tick instead of running it.
+    pub fn is_current(&self, tick: &Tick) -> bool {
+        self.current.get(&tick.timer.id) == Some(&tick.arming)
+    }
+
+    /// A tick ran (or was dropped): a one-shot timer is then fully done.
+    pub fn consumed(&mut self, tick: &Tick) {
+        if tick.timer.kind == TimerKind::OneShot && self.is_current(tick) {
+            self.current.remove(&tick.timer.id);
+        }
+    }
+
+    /// Cancel timer `id`; `true` if it was armed or had a tick waiting to run. A tick already
+    /// handed out becomes stale ([`TimerSet::is_current`]), so it does not run either.
     pub fn cancel(&mut self, id: u64) -> bool {
+        let pending = self.current.remove(&id).is_some();
         match self.due_of.remove(&id) {
-            Some(due) => self.by_due.remove(&(due, id)).is_some(),
-            None => false,
+            Some(due) => self.by_due.remove(&(due, id)).is_some() || pending,
+            None => pending,
         }
     }
 
@@ -168,7 +190,12 @@ impl TimerSet {
                 self.due_of.insert(id, next);
                 self.by_due.insert((next, id), timer.clone());
             }
-            out.push(Tick { timer, due_ms: due });
+            let arming = self.current.get(&id).copied().unwrap_or(0);
+            out.push(Tick {
+                timer,
+                due_ms: due,
+                arming,
+            });
         }
         out
     }
@@ -262,6 +289,20 @@ mod tests {
         assert!(s.cancel(2));
         assert!(!s.cancel(2));
         assert!(s.is_empty());
+        // A tick handed out and then cancelled (or re-armed) is stale.
+        s.once(5, 10, "x", Bytes::new()).unwrap();
+        let t = s.take_due(10).pop().unwrap();
+        assert!(s.is_current(&t));
+        assert!(s.cancel(5), "a tick waiting to run counts as armed");
+        assert!(!s.is_current(&t));
+        s.once(6, 10, "x", Bytes::new()).unwrap();
+        let t = s.take_due(10).pop().unwrap();
+        s.once(6, 50, "x", Bytes::new()).unwrap();
+        assert!(!s.is_current(&t), "re-armed since");
+        let t2 = s.take_due(50).pop().unwrap();
+        assert!(s.is_current(&t2));
+        s.consumed(&t2);
+        assert!(!s.cancel(6), "a one-shot that ran is gone");
     }
 
     #[test]
