@@ -50,6 +50,7 @@
 //! shorten them to milliseconds and drive the real code paths instead of sleeping.
 
 pub mod call;
+pub mod clientserver;
 pub mod config;
 pub mod jobs;
 pub mod mesh;

@@ -445,7 +445,7 @@ pub(crate) fn new_connection_generation() -> u64 {
 
 /// The process's ZeroMQ context: one per process, as libzmq recommends, so nodes hosted in the
 /// same process (tests, the demo) share its I/O thread instead of adding one each.
-fn process_context() -> zmq::Context {
+pub(crate) fn process_context() -> zmq::Context {
     static CONTEXT: std::sync::OnceLock<zmq::Context> = std::sync::OnceLock::new();
     CONTEXT.get_or_init(zmq::Context::new).clone()
 }

@@ -1,0 +1,477 @@
+//! The socket thread of one ClientServer side (DESIGN "Transport is ZeroMQ").
+//!
+//! A ZeroMQ socket is not thread-safe, so one OS thread owns every socket of a side: the
+//! server's single ROUTER, or the client's DEALERs (one per server connection, each with a
+//! monitor socket so a dropped or re-established physical connection is observed). The thread
+//! sleeps in `zmq::poll` on those sockets and on the read end of a wake-up pipe — no busy-spin:
+//!
+//! * **Outbound**: producers push [`SocketCmd`]s onto a mutex-guarded queue and write one byte
+//!   to the pipe only if the thread has not been woken since it last drained it. The thread
+//!   drains the whole queue per wake-up and sends with `DONTWAIT`. A full pipe (`EAGAIN`, the
+//!   ZeroMQ high-water mark) parks that connection's messages in FIFO order; parked
+//!   connections are polled for `POLLOUT`, so one slow peer never blocks the others. A ROUTER
+//!   is `ROUTER_MANDATORY`: an unknown routing identity is reported as
+//!   [`SocketEvent::Unroutable`], never dropped silently.
+//! * **Inbound**: up to `batch` messages per socket and wake-up are read and handed to tokio
+//!   as one `Vec<SocketEvent>` on a bounded channel; when tokio falls behind the thread blocks
+//!   there, the sockets stop being read and ZeroMQ's HWM and TCP push back on the senders.
+//!
+//! Every socket has `ZMQ_MAXMSGSIZE` set to its side's own complete-message limit, so libzmq
+//! drops a connection that announces a larger frame instead of allocating it (wire §2).
+//! DEALERs use `ZMQ_IMMEDIATE`: nothing is queued for a connection that is not up, so a
+//! message can never leak from one server lifecycle's connection into the next one's after a
+//! reconnect.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+/// A connection key: the client's DEALER id, or [`ROUTER_CONN`] for the server's ROUTER.
+pub(crate) type ConnId = u64;
+
+/// The key of the server's only socket.
+pub(crate) const ROUTER_CONN: ConnId = 0;
+
+/// Work for the socket thread.
+pub(crate) enum SocketCmd {
+    /// Send one message. On the ROUTER, frame 0 is the routing identity.
+    Send { conn: ConnId, frames: Vec<Bytes> },
+    /// Create a DEALER `conn` and connect it to `endpoint`.
+    Open { conn: ConnId, endpoint: String },
+    /// Close DEALER `conn` (its parked messages are dropped).
+    Close { conn: ConnId },
+    /// Stop the thread and close every socket.
+    Stop,
+}
+
+/// What the socket thread hands to tokio.
+#[derive(Debug)]
+pub(crate) enum SocketEvent {
+    /// A message. On the ROUTER, frame 0 is the sender's routing identity.
+    Message { conn: ConnId, frames: Vec<Bytes> },
+    /// The ROUTER has no peer with this routing identity.
+    Unroutable { to: Bytes },
+    /// DEALER `conn` finished a ZMTP handshake (a new physical connection is up).
+    Connected { conn: ConnId },
+    /// DEALER `conn` lost its physical connection.
+    Disconnected { conn: ConnId },
+    /// A DEALER could not be created.
+    OpenFailed { conn: ConnId, error: String },
+}
+
+/// Socket settings of one side.
+#[derive(Debug, Clone)]
+pub(crate) struct SocketConfig {
+    pub hwm: i32,
+    pub max_message_bytes: i64,
+    pub batch: usize,
+    pub inbound_batches: usize,
+    pub reconnect_ivl_ms: i32,
+}
+
+struct Shared {
+    queue: Mutex<VecDeque<SocketCmd>>,
+    woken: AtomicBool,
+    wake_tx: Mutex<std::io::PipeWriter>,
+    stopped: AtomicBool,
+}
+
+/// The producer side. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct SocketHandle {
+    shared: Arc<Shared>,
+}
+
+/// The running thread.
+pub(crate) struct SocketThread {
+    handle: SocketHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The socket thread is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stopped;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl SocketHandle {
+    /// Queue a command and wake the thread.
+    pub(crate) fn push(&self, cmd: SocketCmd) -> Result<(), Stopped> {
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Err(Stopped);
+        }
+        lock(&self.shared.queue).push_back(cmd);
+        if !self.shared.woken.swap(true, Ordering::AcqRel) {
+            // At most one unread byte is ever in the pipe (guarded by `woken`): cannot block.
+            let _ = lock(&self.shared.wake_tx).write_all(&[1]);
+        }
+        Ok(())
+    }
+
+    /// Queue one message.
+    pub(crate) fn send(&self, conn: ConnId, frames: Vec<Bytes>) -> Result<(), Stopped> {
+        self.push(SocketCmd::Send { conn, frames })
+    }
+}
+
+struct Entry {
+    conn: ConnId,
+    socket: zmq::Socket,
+    monitor: Option<zmq::Socket>,
+    parked: VecDeque<Vec<Bytes>>,
+}
+
+static MONITOR_OFF_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for Entry {
+    /// Stop the monitor before the socket closes. libzmq writes monitor events with a
+    /// *blocking* send on its internal PAIR: an event of the closing socket (a disconnect)
+    /// sent after our reader closed would block libzmq's I/O thread — and with it every
+    /// socket of the process context. Re-pointing the monitor to an unused address with no
+    /// events stops the old one; what it had queued is drained, then the socket closes
+    /// (field order) before the reader.
+    fn drop(&mut self) {
+        if let Some(monitor) = &self.monitor {
+            let off = format!(
+                "inproc://zlink-cs-monitor-off-{}-{}",
+                std::process::id(),
+                MONITOR_OFF_SEQ.fetch_add(1, Ordering::Relaxed)
+            );
+            let _ = self.socket.monitor(&off, 0);
+            while monitor.recv_multipart(zmq::DONTWAIT).is_ok() {}
+        }
+    }
+}
+
+fn zmq_err(op: &str) -> impl FnOnce(zmq::Error) -> String + '_ {
+    move |e| format!("zeromq {op}: {e}")
+}
+
+fn apply_common(socket: &zmq::Socket, cfg: &SocketConfig) -> Result<(), String> {
+    socket.set_sndhwm(cfg.hwm).map_err(zmq_err("sndhwm"))?;
+    socket.set_rcvhwm(cfg.hwm).map_err(zmq_err("rcvhwm"))?;
+    socket.set_linger(0).map_err(zmq_err("linger"))?;
+    socket
+        .set_maxmsgsize(cfg.max_message_bytes)
+        .map_err(zmq_err("maxmsgsize"))?;
+    socket
+        .set_reconnect_ivl(cfg.reconnect_ivl_ms)
+        .map_err(zmq_err("reconnect ivl"))?;
+    socket
+        .set_reconnect_ivl_max(cfg.reconnect_ivl_ms.saturating_mul(10))
+        .map_err(zmq_err("reconnect ivl max"))
+}
+
+static MONITOR_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl SocketThread {
+    /// Bind a ROUTER to `bind` and start its thread. Returns the bound endpoint.
+    pub(crate) fn start_router(
+        ctx: &zmq::Context,
+        bind: &str,
+        cfg: &SocketConfig,
+    ) -> Result<(Self, String, mpsc::Receiver<Vec<SocketEvent>>), String> {
+        let socket = ctx.socket(zmq::ROUTER).map_err(zmq_err("socket"))?;
+        apply_common(&socket, cfg)?;
+        socket
+            .set_router_mandatory(true)
+            .map_err(zmq_err("router mandatory"))?;
+        socket.bind(bind).map_err(zmq_err("bind"))?;
+        let endpoint = socket
+            .get_last_endpoint()
+            .map_err(zmq_err("last endpoint"))?
+            .map_err(|_| "bound endpoint unreadable".to_owned())?;
+        let entry = Entry {
+            conn: ROUTER_CONN,
+            socket,
+            monitor: None,
+            parked: VecDeque::new(),
+        };
+        let (t, rx) = Self::spawn(ctx.clone(), cfg.clone(), vec![entry])?;
+        Ok((t, endpoint, rx))
+    }
+
+    /// Start a thread for DEALERs (created later with [`SocketCmd::Open`]).
+    pub(crate) fn start_dealers(
+        ctx: &zmq::Context,
+        cfg: &SocketConfig,
+    ) -> Result<(Self, mpsc::Receiver<Vec<SocketEvent>>), String> {
+        Self::spawn(ctx.clone(), cfg.clone(), Vec::new())
+    }
+
+    fn spawn(
+        ctx: zmq::Context,
+        cfg: SocketConfig,
+        entries: Vec<Entry>,
+    ) -> Result<(Self, mpsc::Receiver<Vec<SocketEvent>>), String> {
+        let (wake_rx, wake_tx) = std::io::pipe().map_err(|e| format!("wake-up pipe: {e}"))?;
+        let (tx, rx) = mpsc::channel(cfg.inbound_batches.max(1));
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(VecDeque::new()),
+            woken: AtomicBool::new(false),
+            wake_tx: Mutex::new(wake_tx),
+            stopped: AtomicBool::new(false),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("zlink-cs-socket".into())
+            .spawn(move || {
+                let mut t = Worker {
+                    ctx,
+                    cfg,
+                    entries,
+                    wake_rx,
+                    shared: thread_shared,
+                    tx,
+                };
+                t.run();
+                t.shared.stopped.store(true, Ordering::Release);
+            })
+            .map_err(|e| format!("socket thread: {e}"))?;
+        Ok((
+            Self {
+                handle: SocketHandle { shared },
+                thread: Some(thread),
+            },
+            rx,
+        ))
+    }
+
+    /// A producer handle.
+    pub(crate) fn handle(&self) -> SocketHandle {
+        self.handle.clone()
+    }
+
+    /// Stop the thread and wait for it. The inbound receiver must be drained or dropped.
+    pub(crate) fn stop(&mut self) {
+        let _ = self.handle.push(SocketCmd::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SocketThread {
+    fn drop(&mut self) {
+        if self.thread.take().is_some() {
+            let _ = self.handle.push(SocketCmd::Stop);
+        }
+    }
+}
+
+struct Worker {
+    ctx: zmq::Context,
+    cfg: SocketConfig,
+    entries: Vec<Entry>,
+    wake_rx: std::io::PipeReader,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Vec<SocketEvent>>,
+}
+
+enum SendOutcome {
+    Sent,
+    Full,
+    Unroutable,
+    Failed,
+}
+
+fn send_now(socket: &zmq::Socket, frames: &[Bytes]) -> SendOutcome {
+    let last = frames.len().saturating_sub(1);
+    for (i, f) in frames.iter().enumerate() {
+        let flags = zmq::DONTWAIT | if i < last { zmq::SNDMORE } else { 0 };
+        match socket.send(&f[..], flags) {
+            Ok(()) => {}
+            // Only the first part can be refused: libzmq accepts the rest of a multipart
+            // message atomically once its first part is queued.
+            Err(zmq::Error::EAGAIN) if i == 0 => return SendOutcome::Full,
+            Err(zmq::Error::EHOSTUNREACH) if i == 0 => return SendOutcome::Unroutable,
+            Err(_) => return SendOutcome::Failed,
+        }
+    }
+    SendOutcome::Sent
+}
+
+impl Worker {
+    fn run(&mut self) {
+        loop {
+            let (readable, writable, monitor_readable, wake) = {
+                let mut items = Vec::with_capacity(self.entries.len() * 2 + 1);
+                for e in &self.entries {
+                    let mut ev = zmq::POLLIN;
+                    if !e.parked.is_empty() {
+                        ev |= zmq::POLLOUT;
+                    }
+                    items.push(e.socket.as_poll_item(ev));
+                }
+                for e in &self.entries {
+                    match &e.monitor {
+                        Some(m) => items.push(m.as_poll_item(zmq::POLLIN)),
+                        None => items.push(e.socket.as_poll_item(zmq::PollEvents::empty())),
+                    }
+                }
+                items.push(zmq::PollItem::from_fd(
+                    self.wake_rx.as_raw_fd(),
+                    zmq::POLLIN,
+                ));
+                if zmq::poll(&mut items, -1).is_err() {
+                    continue; // EINTR
+                }
+                let n = self.entries.len();
+                let readable: Vec<bool> =
+                    items[..n].iter().map(zmq::PollItem::is_readable).collect();
+                let writable: Vec<bool> =
+                    items[..n].iter().map(zmq::PollItem::is_writable).collect();
+                let monitor: Vec<bool> = items[n..2 * n]
+                    .iter()
+                    .map(zmq::PollItem::is_readable)
+                    .collect();
+                (readable, writable, monitor, items[2 * n].is_readable())
+            };
+            let mut events = Vec::new();
+            if wake {
+                let mut buf = [0u8; 16];
+                let _ = self.wake_rx.read(&mut buf);
+            }
+            // Clear before draining so a push after the drain wakes us again.
+            self.shared.woken.store(false, Ordering::Release);
+            for i in 0..readable.len() {
+                if writable[i] {
+                    self.flush_parked(i, &mut events);
+                }
+                if monitor_readable[i] {
+                    self.read_monitor(i, &mut events);
+                }
+                if readable[i] {
+                    self.read_socket(i, &mut events);
+                }
+            }
+            let commands: Vec<SocketCmd> = lock(&self.shared.queue).drain(..).collect();
+            for cmd in commands {
+                match cmd {
+                    SocketCmd::Send { conn, frames } => self.send(conn, frames, &mut events),
+                    SocketCmd::Open { conn, endpoint } => {
+                        if let Err(error) = self.open(conn, &endpoint) {
+                            events.push(SocketEvent::OpenFailed { conn, error });
+                        }
+                    }
+                    SocketCmd::Close { conn } => self.entries.retain(|e| e.conn != conn),
+                    SocketCmd::Stop => {
+                        self.entries.clear();
+                        return;
+                    }
+                }
+            }
+            if !events.is_empty() && self.tx.blocking_send(events).is_err() {
+                // Nobody listens any more.
+                self.entries.clear();
+                return;
+            }
+        }
+    }
+
+    fn open(&mut self, conn: ConnId, endpoint: &str) -> Result<(), String> {
+        let socket = self.ctx.socket(zmq::DEALER).map_err(zmq_err("socket"))?;
+        apply_common(&socket, &self.cfg)?;
+        socket.set_immediate(true).map_err(zmq_err("immediate"))?;
+        let addr = format!(
+            "inproc://zlink-cs-monitor-{}-{}",
+            std::process::id(),
+            MONITOR_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let events = zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw()
+            | zmq::SocketEvent::DISCONNECTED.to_raw();
+        socket
+            .monitor(&addr, i32::from(events))
+            .map_err(zmq_err("monitor"))?;
+        let monitor = self
+            .ctx
+            .socket(zmq::PAIR)
+            .map_err(zmq_err("monitor socket"))?;
+        monitor.connect(&addr).map_err(zmq_err("monitor connect"))?;
+        socket.connect(endpoint).map_err(zmq_err("connect"))?;
+        self.entries.push(Entry {
+            conn,
+            socket,
+            monitor: Some(monitor),
+            parked: VecDeque::new(),
+        });
+        Ok(())
+    }
+
+    fn send(&mut self, conn: ConnId, frames: Vec<Bytes>, events: &mut Vec<SocketEvent>) {
+        let Some(i) = self.entries.iter().position(|e| e.conn == conn) else {
+            return; // closed meanwhile: the owner already treats the connection as gone
+        };
+        let e = &mut self.entries[i];
+        if !e.parked.is_empty() {
+            e.parked.push_back(frames);
+            return;
+        }
+        match send_now(&e.socket, &frames) {
+            SendOutcome::Sent | SendOutcome::Failed => {}
+            SendOutcome::Full => e.parked.push_back(frames),
+            SendOutcome::Unroutable => {
+                if let Some(to) = frames.into_iter().next() {
+                    events.push(SocketEvent::Unroutable { to });
+                }
+            }
+        }
+    }
+
+    fn flush_parked(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
+        let e = &mut self.entries[i];
+        while let Some(frames) = e.parked.pop_front() {
+            match send_now(&e.socket, &frames) {
+                SendOutcome::Sent | SendOutcome::Failed => {}
+                SendOutcome::Full => {
+                    e.parked.push_front(frames);
+                    return;
+                }
+                SendOutcome::Unroutable => {
+                    if let Some(to) = frames.into_iter().next() {
+                        events.push(SocketEvent::Unroutable { to });
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_socket(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
+        let e = &self.entries[i];
+        for _ in 0..self.cfg.batch.max(1) {
+            match e.socket.recv_multipart(zmq::DONTWAIT) {
+                Ok(parts) => {
+                    events.push(SocketEvent::Message {
+                        conn: e.conn,
+                        frames: parts.into_iter().map(Bytes::from).collect(),
+                    });
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn read_monitor(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
+        let e = &self.entries[i];
+        let Some(monitor) = &e.monitor else { return };
+        while let Ok(parts) = monitor.recv_multipart(zmq::DONTWAIT) {
+            let Some(raw) = parts.first().and_then(|h| h.get(0..2)) else {
+                continue;
+            };
+            let id = u16::from_le_bytes([raw[0], raw[1]]);
+            if id == zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw() {
+                events.push(SocketEvent::Connected { conn: e.conn });
+            } else if id == zmq::SocketEvent::DISCONNECTED.to_raw() {
+                events.push(SocketEvent::Disconnected { conn: e.conn });
+            }
+        }
+    }
+}

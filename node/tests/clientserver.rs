@@ -1,0 +1,792 @@
+//! ClientServer Channel acceptance tests (glossary §6, §7 Select-one, §8; wire §2 size limit,
+//! §4 admission and "ClientServer 방향", §5 liveness): real ZeroMQ sockets on 127.0.0.1, the
+//! memory Location Store where a store is needed, and a raw ROUTER socket where a test needs a
+//! server that breaks the rules.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use zlink_node::call::error::{CallError, ErrorKind};
+use zlink_node::clientserver::admission::{self, SideIdentity};
+use zlink_node::clientserver::store::ClientServerStore;
+use zlink_node::clientserver::{
+    ClientConfig, ClientServerClient, ClientServerError, ClientServerServer, ClientServerTimings,
+    ServerConfig,
+};
+use zlink_node::mesh::auth::MeshSecret;
+use zlink_node::mesh::{Handlers, JsonMessage};
+use zlink_protocol::channel_envelope::ChannelHeader;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{ChannelRole, CommandBody, NodeFence, NodeSend, RuntimeState};
+use zlink_protocol::record::{Leg, Record, WireContext};
+use zlink_store::MemoryStore;
+use zlink_store::clock::SystemClock;
+
+const SECRET: &[u8] = b"clientserver-test-secret-0123";
+const WAIT: Duration = Duration::from_secs(10);
+const MIB: u64 = 1024 * 1024;
+
+fn secret() -> MeshSecret {
+    MeshSecret::from_bytes(SECRET).unwrap()
+}
+
+fn timings() -> ClientServerTimings {
+    ClientServerTimings {
+        probe_interval: Duration::from_millis(100),
+        liveness_deadline: Duration::from_millis(1_500),
+        discovery_poll: Duration::from_millis(50),
+        lease_ttl: Duration::from_millis(2_000),
+        lease_renew: Duration::from_millis(300),
+        hello_retry: Duration::from_millis(200),
+        request_timeout: Duration::from_secs(10),
+        shutdown_grace: Duration::from_secs(2),
+        reconnect_interval: Duration::from_millis(50),
+    }
+}
+
+fn server_config(channel: &str, rid: &str) -> ServerConfig {
+    let mut c = ServerConfig::new(channel, secret());
+    c.rid = Some(rid.into());
+    c.timings = timings();
+    c
+}
+
+fn client_config(channel: &str, endpoints: &[&str]) -> ClientConfig {
+    let mut c = ClientConfig::new(channel, secret());
+    c.manual_endpoints = endpoints.iter().map(|e| (*e).to_owned()).collect();
+    c.timings = timings();
+    c
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Who {
+    delay_ms: u64,
+}
+impl JsonMessage for Who {
+    const PACKET_NAME: &'static str = "test.Who";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Me {
+    rid: String,
+}
+impl JsonMessage for Me {
+    const PACKET_NAME: &'static str = "test.Me";
+}
+
+/// Handlers of a server named `rid`: `test.Who` answers the server's RID after `delay_ms`
+/// (8 at a time); `bulk` echoes raw bytes.
+fn handlers(rid: &str) -> Handlers {
+    let mut h = Handlers::new();
+    let name = rid.to_owned();
+    h.on_request_concurrent(8, move |_, w: Who| {
+        let name = name.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(w.delay_ms)).await;
+            Ok::<_, CallError>(Me { rid: name })
+        }
+    });
+    h.on_request_raw("bulk", 2, |_, b| async move { Ok(b) });
+    h
+}
+
+async fn server(channel: &str, rid: &str) -> ClientServerServer {
+    ClientServerServer::start(server_config(channel, rid), handlers(rid), None)
+        .await
+        .unwrap()
+}
+
+async fn who(c: &ClientServerClient, delay_ms: u64) -> Result<String, ClientServerError> {
+    c.request_json::<Who, Me>(&Who { delay_ms })
+        .await
+        .map(|m| m.rid)
+}
+
+fn bulk(size: usize) -> TypedPayload {
+    let mut v = vec![0u8; size];
+    for (i, b) in v.iter_mut().enumerate().step_by(4096) {
+        *b = (i / 4096) as u8;
+    }
+    TypedPayload::new("bulk", "application/octet-stream", v)
+}
+
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Admission (wire §4): a client with the channel's secret and name is admitted and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matching_secret_and_channel_are_admitted_and_served() {
+    let s = server("admit", "cs-a").await;
+    let c = ClientServerClient::start(client_config("admit", &[s.endpoint()]), None)
+        .await
+        .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    let snap = &c.servers()[0];
+    assert_eq!(snap.server_rid.as_deref(), Some("cs-a"));
+    assert_eq!(snap.lifecycle_generation, Some(s.lifecycle_generation()));
+    assert_eq!(snap.weight, 100);
+    assert_eq!(who(&c, 0).await.unwrap(), "cs-a");
+    assert_eq!(s.metrics().admitted.load(Ordering::Relaxed), 1);
+    assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), 1);
+    c.shutdown().await;
+    s.shutdown().await;
+}
+
+/// Admission (wire §4): a wrong secret and a wrong ChannelName are rejected with their reason
+/// on the hello's reply leg; the client reports the server not ready with that reason and
+/// selects nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secret_or_channel_is_rejected_with_a_reason() {
+    let s = server("reject", "cs-a").await;
+
+    let mut bad_secret = client_config("reject", &[s.endpoint()]);
+    bad_secret.secret = MeshSecret::from_bytes(b"some-other-secret-9876").unwrap();
+    let c1 = ClientServerClient::start(bad_secret, None).await.unwrap();
+    assert!(
+        c1.wait_for(WAIT, |s| s[0]
+            .not_ready_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("authenticationFailed")))
+            .await,
+        "{:?}",
+        c1.servers()
+    );
+    assert!(!c1.servers()[0].ready);
+
+    let c2 = ClientServerClient::start(client_config("chat", &[s.endpoint()]), None)
+        .await
+        .unwrap();
+    assert!(
+        c2.wait_for(WAIT, |s| s[0].not_ready_reason.as_deref().is_some_and(
+            |r| r.starts_with("meshMismatch") && r.contains("reject")
+        ))
+        .await,
+        "{:?}",
+        c2.servers()
+    );
+    assert!(matches!(
+        who(&c2, 0).await,
+        Err(ClientServerError::NoReadyServer(_))
+    ));
+    assert!(s.metrics().rejected.load(Ordering::Relaxed) >= 2);
+    assert_eq!(s.metrics().admitted.load(Ordering::Relaxed), 0);
+    assert_eq!(s.client_count(), 0);
+    c1.shutdown().await;
+    c2.shutdown().await;
+    s.shutdown().await;
+}
+
+/// Size limit (wire §2): with 32 MiB on both sides a 17 MiB payload goes out and comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_mib_on_both_sides_carries_a_17_mib_request_and_reply() {
+    let mut sc = server_config("big32", "cs-big");
+    sc.max_message_bytes = 32 * MIB;
+    let s = ClientServerServer::start(sc, handlers("cs-big"), None)
+        .await
+        .unwrap();
+    let mut cc = client_config("big32", &[s.endpoint()]);
+    cc.max_message_bytes = 32 * MIB;
+    let c = ClientServerClient::start(cc, None).await.unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    assert_eq!(c.servers()[0].max_message_bytes, Some(32 * MIB));
+    let p = bulk(17 * MIB as usize);
+    let back = c.request(p.clone(), None).await.unwrap();
+    assert_eq!(back.payload.len(), 17 * MIB as usize);
+    assert!(back.payload == p.payload);
+    c.shutdown().await;
+    s.shutdown().await;
+}
+
+/// Size limit (wire §2): client 32 MiB / server 16 MiB admits 16 MiB; a 17 MiB request is
+/// refused with a typed error before anything is sent (the server's handler count does not
+/// move) and the connection keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_smaller_limit_is_negotiated_and_an_over_limit_send_is_refused_before_sending() {
+    let mut sc = server_config("big16", "cs-16");
+    sc.max_message_bytes = 16 * MIB;
+    let s = ClientServerServer::start(sc, handlers("cs-16"), None)
+        .await
+        .unwrap();
+    let mut cc = client_config("big16", &[s.endpoint()]);
+    cc.max_message_bytes = 32 * MIB;
+    let c = ClientServerClient::start(cc, None).await.unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    assert_eq!(c.servers()[0].max_message_bytes, Some(16 * MIB));
+
+    let before = s.metrics().delivered.load(Ordering::Relaxed);
+    let err = c.request(bulk(17 * MIB as usize), None).await.unwrap_err();
+    match err {
+        ClientServerError::MessageTooLarge { bytes, limit } => {
+            assert_eq!(limit, 16 * MIB);
+            assert!(bytes > 17 * MIB);
+        }
+        other => panic!("expected MessageTooLarge, got {other:?}"),
+    }
+    assert!(matches!(
+        c.send(bulk(17 * MIB as usize)),
+        Err(ClientServerError::MessageTooLarge { .. })
+    ));
+    assert_eq!(c.metrics().requests_sent.load(Ordering::Relaxed), 0);
+    // Just under the limit still works, and only that one reached a handler.
+    let ok = c.request(bulk(15 * MIB as usize), None).await.unwrap();
+    assert_eq!(ok.payload.len(), 15 * MIB as usize);
+    assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), before + 1);
+    assert_eq!(s.metrics().protocol_errors.total(), 0);
+    c.shutdown().await;
+    s.shutdown().await;
+}
+
+/// A raw ROUTER standing in for a server that breaks the rules.
+struct Rogue {
+    socket: zmq::Socket,
+    routing_id: Vec<u8>,
+    lifecycle: u64,
+}
+
+impl Rogue {
+    fn bind(endpoint: &str) -> zmq::Socket {
+        let ctx = zmq::Context::new();
+        let s = ctx.socket(zmq::ROUTER).unwrap();
+        s.set_linger(0).unwrap();
+        s.set_rcvtimeo(5_000).unwrap();
+        let start = Instant::now();
+        // The endpoint may still be held for a moment by the socket that used it before.
+        while let Err(e) = s.bind(endpoint) {
+            assert!(start.elapsed() < WAIT, "bind {endpoint}: {e}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    /// Wait for a client's hello and admit it as server `rid` of a new lifecycle.
+    fn admit(
+        socket: zmq::Socket,
+        channel: &str,
+        rid: &str,
+        endpoint: &str,
+        lifecycle: u64,
+    ) -> Self {
+        loop {
+            let frames = socket.recv_multipart(0).expect("hello");
+            let Some((routing_id, rest)) = frames.split_first() else {
+                continue;
+            };
+            let Ok(rec) = Record::decode(rest, WireContext::client_server(Leg::Request)) else {
+                continue; // a liveness record of an earlier connection
+            };
+            let CommandBody::Hello(h) = rec.body else {
+                continue;
+            };
+            let me = SideIdentity {
+                channel_name: channel.into(),
+                rid: rid.into(),
+                lifecycle_generation: lifecycle,
+                endpoint: endpoint.into(),
+                security_identity: "zlink".into(),
+            };
+            let d = admission::descriptor(&me, ChannelRole::Server, 1, RuntimeState::Serving, 100);
+            let admit = admission::admit(&secret(), d, &h.nonce, [7; 32], 99, h.max_message_bytes);
+            let mut out = vec![routing_id.clone()];
+            out.extend(
+                admit
+                    .encode(WireContext::client_server(Leg::Reply))
+                    .unwrap(),
+            );
+            socket.send_multipart(out, 0).unwrap();
+            return Self {
+                socket,
+                routing_id: routing_id.clone(),
+                lifecycle,
+            };
+        }
+    }
+
+    fn send_envelope(&self, header: &ChannelHeader, payload: &[u8]) {
+        self.socket
+            .send_multipart(
+                [
+                    self.routing_id.clone(),
+                    header.encode().unwrap(),
+                    payload.to_vec(),
+                ],
+                0,
+            )
+            .unwrap();
+    }
+}
+
+/// Lifecycle generation (glossary §6, §8 Server identity): a server restarted on the same
+/// endpoint is a new lifecycle. The request in flight to the old run ends with exactly one
+/// terminal error; a late reply carrying that request's correlation through the new
+/// connection is not delivered; the client sees the new generation and is served by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_a_new_lifecycle_and_old_requests_end_once() {
+    let old = server("restart", "cs-r").await;
+    let endpoint = old.endpoint().to_owned();
+    let old_generation = old.lifecycle_generation();
+    let c = Arc::new(
+        ClientServerClient::start(client_config("restart", &[&endpoint]), None)
+            .await
+            .unwrap(),
+    );
+    assert!(c.wait_selectable(1, WAIT).await);
+
+    // Request 1 (correlation "1") runs slowly on the old lifecycle; the old server dies.
+    let c1 = Arc::clone(&c);
+    let in_flight = tokio::spawn(async move { who(&c1, 2_000).await });
+    eventually("the slow handler to start", || {
+        old.metrics().delivered.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    old.abort().await;
+    let first = tokio::time::timeout(WAIT, in_flight)
+        .await
+        .unwrap()
+        .unwrap();
+    match first {
+        Err(ClientServerError::Call(e)) => assert_eq!(e.kind(), ErrorKind::Unavailable),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+
+    // A new run at the same endpoint admits the client with another lifecycle generation
+    // and then delivers a reply for the old request.
+    let rogue_generation = old_generation ^ 0x5555;
+    let socket = tokio::task::spawn_blocking({
+        let endpoint = endpoint.clone();
+        move || {
+            let s = Rogue::bind(&endpoint);
+            Rogue::admit(s, "restart", "cs-r", &endpoint, rogue_generation)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        c.wait_for(WAIT, |s| s[0].ready
+            && s[0].lifecycle_generation == Some(rogue_generation))
+            .await
+    );
+    socket.send_envelope(
+        &ChannelHeader::Response {
+            content_type: String::new(),
+            correlation_id: "1".into(),
+        },
+        b"late",
+    );
+    eventually("the late reply to be dropped", || {
+        c.metrics().late_replies.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    assert_eq!(socket.lifecycle, rogue_generation);
+    drop(socket);
+
+    // A real new run: new generation, serves the next request.
+    let mut cfg = server_config("restart", "cs-r");
+    cfg.port = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    let new = loop {
+        match ClientServerServer::start(cfg.clone(), handlers("cs-r"), None).await {
+            Ok(s) => break s,
+            Err(ClientServerError::Transport(_)) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_ne!(new.lifecycle_generation(), old_generation);
+    let new_generation = new.lifecycle_generation();
+    assert!(
+        c.wait_for(WAIT, |s| s[0].selectable
+            && s[0].lifecycle_generation == Some(new_generation))
+            .await
+    );
+    assert_eq!(who(&c, 0).await.unwrap(), "cs-r");
+    assert_eq!(c.metrics().late_replies.load(Ordering::Relaxed), 1);
+    c.shutdown().await;
+    new.shutdown().await;
+}
+
+/// ClientServer Channel (glossary §8): the server never starts calls. A (rogue) server that
+/// admits and then sends a `request` and a `command` envelope gets protocol errors; nothing
+/// runs on the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_cannot_start_calls_to_a_client() {
+    let socket = Rogue::bind("tcp://127.0.0.1:*");
+    let endpoint = socket.get_last_endpoint().unwrap().unwrap();
+    let c = ClientServerClient::start(client_config("rogue", &[&endpoint]), None)
+        .await
+        .unwrap();
+    let rogue = tokio::task::spawn_blocking({
+        let endpoint = endpoint.clone();
+        move || Rogue::admit(socket, "rogue", "cs-rogue", &endpoint, 42)
+    })
+    .await
+    .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    rogue.send_envelope(
+        &ChannelHeader::Request {
+            packet_name: "test.Who".into(),
+            content_type: String::new(),
+            correlation_id: "x1".into(),
+            deadline_unix_ms: None,
+        },
+        b"{}",
+    );
+    rogue.send_envelope(
+        &ChannelHeader::Command {
+            packet_name: "test.Who".into(),
+            content_type: String::new(),
+        },
+        b"{}",
+    );
+    eventually("both calls to be refused", || {
+        c.metrics().server_initiated_calls.load(Ordering::Relaxed) == 2
+    })
+    .await;
+    assert_eq!(
+        c.metrics()
+            .protocol_errors
+            .snapshot()
+            .get("ServerInitiatedCall"),
+        Some(&2)
+    );
+    c.shutdown().await;
+}
+
+/// Wire §4 "ClientServer 방향": RouteMesh records (`nodeSend` 16, `channelRequest` 19) on an
+/// admitted ClientServer connection are protocol errors and never reach a handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_mesh_records_on_a_client_server_connection_are_protocol_errors() {
+    let s = server("routemesh", "cs-a").await;
+    let ctx = zmq::Context::new();
+    let d = ctx.socket(zmq::DEALER).unwrap();
+    d.set_linger(0).unwrap();
+    d.set_rcvtimeo(5_000).unwrap();
+    d.connect(s.endpoint()).unwrap();
+    let me = SideIdentity {
+        channel_name: "routemesh".into(),
+        rid: "raw-client".into(),
+        lifecycle_generation: 5,
+        endpoint: s.endpoint().into(),
+        security_identity: "zlink".into(),
+    };
+    let hello = admission::hello(&secret(), &me, MIB, [3; 32]);
+    d.send_multipart(
+        hello
+            .encode(WireContext::client_server(Leg::Request))
+            .unwrap(),
+        0,
+    )
+    .unwrap();
+    let reply = d.recv_multipart(0).unwrap();
+    let rec = Record::decode(&reply, WireContext::client_server(Leg::Reply)).unwrap();
+    assert!(matches!(rec.body, CommandBody::Admit(_)), "{rec:?}");
+
+    let node_send = Record::new(CommandBody::NodeSend(NodeSend {
+        source: NodeFence {
+            rid: "raw-client".into(),
+            lifecycle_generation: 5,
+        },
+        target: NodeFence {
+            rid: "cs-a".into(),
+            lifecycle_generation: s.lifecycle_generation(),
+        },
+    }))
+    .with_payload(TypedPayload::new("test.Who", "", &b"{\"delay_ms\":0}"[..]))
+    .encode(WireContext::route_mesh(Leg::Send))
+    .unwrap();
+    d.send_multipart(node_send, 0).unwrap();
+    let golden: serde_json::Value = serde_json::from_str(include_str!(
+        "../../protocol/golden/commands/19-channelRequest.json"
+    ))
+    .unwrap();
+    let channel_request: Vec<Vec<u8>> = golden["valid"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| hex(f.as_str().unwrap()))
+        .collect();
+    d.send_multipart(channel_request, 0).unwrap();
+    eventually("two protocol errors", || {
+        s.metrics().protocol_errors().get("TopologyNotAllowed") == Some(&2)
+    })
+    .await;
+    assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), 0);
+    s.shutdown().await;
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The reference smooth weighted round-robin (nginx) the client must follow exactly.
+fn reference_sequence(weights: &[(&str, i64)], n: usize) -> Vec<String> {
+    let total: i64 = weights.iter().map(|(_, w)| w).sum();
+    let mut current = vec![0i64; weights.len()];
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut best = None;
+        for (i, (_, w)) in weights.iter().enumerate() {
+            if *w == 0 {
+                continue;
+            }
+            current[i] += w;
+            if best.is_none_or(|b: usize| current[i] > current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best.unwrap();
+        current[b] -= total;
+        out.push(weights[b].0.to_owned());
+    }
+    out
+}
+
+/// Select-one (glossary §7) over servers weighted 100/50/0: the exact smooth weighted
+/// sequence, every prefix within 1 of the ideal share, the 0-weight server never chosen;
+/// then a runtime `set_weight` (revision-ordered `update`) changes the shares on the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_one_follows_the_smooth_weighted_sequence_and_runtime_weights() {
+    let a = server("select", "cs-a").await;
+    let mut bc = server_config("select", "cs-b");
+    bc.weight = 50;
+    let b = ClientServerServer::start(bc, handlers("cs-b"), None)
+        .await
+        .unwrap();
+    let mut cc = server_config("select", "cs-c");
+    cc.weight = 0;
+    let zero = ClientServerServer::start(cc, handlers("cs-c"), None)
+        .await
+        .unwrap();
+    let c = ClientServerClient::start(
+        client_config("select", &[a.endpoint(), b.endpoint(), zero.endpoint()]),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(
+        c.wait_for(WAIT, |s| s.len() == 3 && s.iter().all(|x| x.ready))
+            .await
+    );
+    assert!(!c.servers()[2].selectable, "weight 0 is not selectable");
+
+    let mut got = Vec::new();
+    for _ in 0..30 {
+        got.push(who(&c, 0).await.unwrap());
+    }
+    let expected = reference_sequence(&[("cs-a", 100), ("cs-b", 50), ("cs-c", 0)], 30);
+    assert_eq!(got, expected);
+    for k in 1..=got.len() {
+        let a_count = got[..k].iter().filter(|r| *r == "cs-a").count() as f64;
+        let ideal = k as f64 * 100.0 / 150.0;
+        assert!(
+            (a_count - ideal).abs() <= 1.0,
+            "prefix {k}: {a_count} vs {ideal}"
+        );
+    }
+    assert!(!got.iter().any(|r| r == "cs-c"));
+    assert_eq!(zero.metrics().delivered.load(Ordering::Relaxed), 0);
+
+    assert!(matches!(
+        b.set_weight(10_001).await,
+        Err(ClientServerError::WeightOutOfRange(10_001))
+    ));
+    b.set_weight(200).await.unwrap();
+    assert!(c.wait_for(WAIT, |s| s[1].weight == 200).await);
+    let mut b_count = 0;
+    for _ in 0..30 {
+        if who(&c, 0).await.unwrap() == "cs-b" {
+            b_count += 1;
+        }
+    }
+    // 200 : 100 → two thirds of 30, give or take the carried-over smooth state.
+    assert!((18..=22).contains(&b_count), "cs-b got {b_count} of 30");
+    assert!(c.metrics().updates_applied.load(Ordering::Relaxed) >= 1);
+    c.shutdown().await;
+    for s in [a, b, zero] {
+        s.shutdown().await;
+    }
+}
+
+/// Drain (glossary §6 Ready target, §7 Select-one): a draining server gets no new work,
+/// while the slow request it accepted before draining completes with its reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_server_gets_no_new_work_but_finishes_accepted_requests() {
+    let a = server("drain", "cs-a").await;
+    let b = server("drain", "cs-b").await;
+    let c = Arc::new(
+        ClientServerClient::start(client_config("drain", &[a.endpoint(), b.endpoint()]), None)
+            .await
+            .unwrap(),
+    );
+    assert!(c.wait_selectable(2, WAIT).await);
+    // Two slow requests: smooth weighted 100/100 sends one to each.
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let c = Arc::clone(&c);
+            tokio::spawn(async move { who(&c, 600).await })
+        })
+        .collect();
+    eventually("both slow handlers to start", || {
+        a.metrics().delivered.load(Ordering::Relaxed) == 1
+            && b.metrics().delivered.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    a.drain().await.unwrap();
+    assert!(
+        c.wait_for(WAIT, |s| s[0].state == Some(RuntimeState::Draining)
+            && !s[0].selectable)
+            .await
+    );
+    for _ in 0..10 {
+        assert_eq!(who(&c, 0).await.unwrap(), "cs-b");
+    }
+    let mut answered: Vec<String> = Vec::new();
+    for h in slow {
+        answered.push(h.await.unwrap().unwrap());
+    }
+    answered.sort();
+    assert_eq!(answered, ["cs-a", "cs-b"]);
+    assert_eq!(a.metrics().delivered.load(Ordering::Relaxed), 1);
+    c.shutdown().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Liveness (wire §5): a server that stops answering probes becomes not-ready at the deadline,
+/// and is admitted again on a new connection once it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_acking_becomes_not_ready_at_the_deadline() {
+    let fast = ClientServerTimings {
+        probe_interval: Duration::from_millis(50),
+        liveness_deadline: Duration::from_millis(300),
+        ..timings()
+    };
+    let mut sc = server_config("live", "cs-a");
+    sc.timings = fast.clone();
+    let s = ClientServerServer::start(sc, handlers("cs-a"), None)
+        .await
+        .unwrap();
+    let mut cc = client_config("live", &[s.endpoint()]);
+    cc.timings = fast;
+    let c = ClientServerClient::start(cc, None).await.unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    let admitted_before = s.metrics().admitted.load(Ordering::Relaxed);
+
+    s.set_drop_liveness_acks(true);
+    let start = Instant::now();
+    assert!(
+        c.wait_for(WAIT, |x| !x[0].ready
+            && x[0].not_ready_reason.as_deref()
+                == Some("liveness deadline passed"))
+            .await
+    );
+    let took = start.elapsed();
+    // The deadline runs from the last matching ACK (≤ one probe interval before the switch).
+    assert!(
+        took >= Duration::from_millis(200),
+        "not-ready after {took:?}"
+    );
+    assert!(
+        took <= Duration::from_millis(1_500),
+        "not-ready after {took:?}"
+    );
+    // While the server keeps not answering, every new connection dies the same way.
+    assert!(c.metrics().liveness_deaths.load(Ordering::Relaxed) >= 1);
+
+    s.set_drop_liveness_acks(false);
+    assert!(c.wait_selectable(1, WAIT).await);
+    assert!(s.metrics().admitted.load(Ordering::Relaxed) > admitted_before);
+    assert_eq!(who(&c, 0).await.unwrap(), "cs-a");
+    c.shutdown().await;
+    s.shutdown().await;
+}
+
+/// Automatic discovery (glossary §6): the server publishes its descriptor under an owner
+/// lease; the client finds it by ChannelName, ignores and counts a malformed descriptor, and
+/// drops the server after its graceful shutdown removed the descriptor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_are_discovered_through_the_store_and_removed_on_shutdown() {
+    let store = Arc::new(MemoryStore::new(SystemClock));
+    let dyn_store: Arc<dyn ClientServerStore> = store.clone();
+    let s = ClientServerServer::start(
+        server_config("disco", "cs-d"),
+        handlers("cs-d"),
+        Some(Arc::clone(&dyn_store)),
+    )
+    .await
+    .unwrap();
+
+    // Someone else publishes garbage under the same channel.
+    let grant = dyn_store
+        .claim_lease("host-junk", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let key = zlink_store::types::DescriptorKey {
+        kind: zlink_store::types::DescriptorKind::ClientServerServer,
+        scope: "disco".into(),
+        rid: "cs-junk".into(),
+    };
+    dyn_store
+        .publish_descriptor(&grant.token, &key, 1, 1, Bytes::from_static(b"{not json"))
+        .await
+        .unwrap();
+
+    let c = ClientServerClient::start(client_config("disco", &[]), Some(dyn_store))
+        .await
+        .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    assert_eq!(c.servers().len(), 1);
+    assert_eq!(c.servers()[0].server_rid.as_deref(), Some("cs-d"));
+    assert_eq!(who(&c, 0).await.unwrap(), "cs-d");
+    assert!(c.metrics().malformed_descriptors.load(Ordering::Relaxed) >= 1);
+
+    s.drain().await.unwrap();
+    assert_eq!(s.descriptor().state, RuntimeState::Draining);
+    assert_eq!(s.descriptor().descriptor_revision, 2);
+    s.shutdown().await;
+    assert!(c.wait_for(WAIT, <[_]>::is_empty).await, "{:?}", c.servers());
+    c.shutdown().await;
+}
+
+/// A one-way command reaches its handler; the client counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_reaches_its_handler_once() {
+    let seen = Arc::new(AtomicU64::new(0));
+    let mut h = Handlers::new();
+    let s2 = Arc::clone(&seen);
+    h.on_send(move |ctx, _: Who| {
+        let s2 = Arc::clone(&s2);
+        async move {
+            assert!(ctx.correlation_id.is_none());
+            s2.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, CallError>(())
+        }
+    });
+    let s = ClientServerServer::start(server_config("command", "cs-a"), h, None)
+        .await
+        .unwrap();
+    let c = ClientServerClient::start(client_config("command", &[s.endpoint()]), None)
+        .await
+        .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    c.send_json(&Who { delay_ms: 0 }).unwrap();
+    eventually("the command to run", || seen.load(Ordering::Relaxed) == 1).await;
+    // A request for a packet with no request handler ends with NotFound.
+    match who(&c, 0).await {
+        Err(ClientServerError::Call(e)) => assert_eq!(e.kind(), ErrorKind::NotFound),
+        other => panic!("{other:?}"),
+    }
+    c.shutdown().await;
+    s.shutdown().await;
+}
