@@ -18,6 +18,10 @@
 //!   batching) and the transport header (leg, connection epoch, sequence, flow charge).
 //! - [`mesh`] — [`MeshNode`](mesh::MeshNode): discovery, admission, liveness, node direct,
 //!   credit-based backpressure, typed handlers (see `docs/architecture.md`, "Mesh transport").
+//! - [`clientserver`] — the ClientServer Channel: [`ClientServerServer`](clientserver::ClientServerServer)
+//!   and [`ClientServerClient`](clientserver::ClientServerClient) over DEALER/ROUTER, the
+//!   `0xF2` channel envelope, select-one, drain and discovery (`docs/architecture.md`,
+//!   "ClientServer Channel").
 //! - [`call`] — request/reply correlation, deadlines, exactly-one terminal completion (pure).
 //! - [`jobs`] — the application job queue with pause/resume pressure.
 //! - [`select`] — smooth weighted round-robin selection (pure).
@@ -30,7 +34,7 @@
 //!
 //! Planned, each as a pure core with a thin I/O shell (see `docs/architecture.md`):
 //!
-//! - channels — select-one, ClientServer Channel and classic fanout on top of [`mesh`].
+//! - channels — RouteMesh select-one channels and classic fanout.
 //! - `object` — Spots, Actors, factories, serialized execution queues and timers kept as data
 //!   (so relocation can capture them), creation and cold activation.
 //! - Message Follow (relay of messages that reach a previous owner) on top of [`routing`].

@@ -21,7 +21,9 @@ use zlink_node::mesh::auth::MeshSecret;
 use zlink_node::mesh::{Handlers, JsonMessage};
 use zlink_protocol::channel_envelope::ChannelHeader;
 use zlink_protocol::envelope::TypedPayload;
-use zlink_protocol::generated::{ChannelRole, CommandBody, NodeFence, NodeSend, RuntimeState};
+use zlink_protocol::generated::{
+    ChannelRole, ChannelWeight, CommandBody, NodeFence, NodeSend, RuntimeState, Update,
+};
 use zlink_protocol::record::{Leg, Record, WireContext};
 use zlink_store::MemoryStore;
 use zlink_store::clock::SystemClock;
@@ -308,6 +310,31 @@ impl Rogue {
                 lifecycle,
             };
         }
+    }
+
+    fn send_update(&self, rid: &str, revision: u64, weight: u16) {
+        let update = Record::new(CommandBody::Update(Update {
+            sender: NodeFence {
+                rid: rid.into(),
+                lifecycle_generation: self.lifecycle,
+            },
+            descriptor_revision: revision,
+            state: RuntimeState::Serving,
+            placement_weight: 0,
+            placement_capacity: 0,
+            maintenance_wave: String::new(),
+            channel_weights: vec![ChannelWeight {
+                channel_name: "order".into(),
+                weight,
+            }],
+        }));
+        let mut out = vec![self.routing_id.clone()];
+        out.extend(
+            update
+                .encode(WireContext::client_server(Leg::Send))
+                .unwrap(),
+        );
+        self.socket.send_multipart(out, 0).unwrap();
     }
 
     fn send_envelope(&self, header: &ChannelHeader, payload: &[u8]) {
@@ -788,5 +815,95 @@ async fn a_command_reaches_its_handler_once() {
         other => panic!("{other:?}"),
     }
     c.shutdown().await;
+    s.shutdown().await;
+}
+
+/// DescriptorRevision ordering (wire §4) of pushed `update`s: a higher revision applies, the
+/// same revision with the same bytes is idempotent, the same revision with other bytes and a
+/// lower revision are protocol errors, and an update naming another server is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_are_revision_ordered() {
+    let socket = Rogue::bind("tcp://127.0.0.1:*");
+    let endpoint = socket.get_last_endpoint().unwrap().unwrap();
+    let c = ClientServerClient::start(client_config("order", &[&endpoint]), None)
+        .await
+        .unwrap();
+    let rogue = tokio::task::spawn_blocking({
+        let endpoint = endpoint.clone();
+        move || Rogue::admit(socket, "order", "cs-rogue", &endpoint, 42)
+    })
+    .await
+    .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    rogue.send_update("cs-rogue", 2, 30);
+    assert!(c.wait_for(WAIT, |s| s[0].weight == 30).await);
+    rogue.send_update("cs-rogue", 2, 30); // same bytes: idempotent
+    rogue.send_update("cs-rogue", 2, 40); // same revision, other bytes
+    rogue.send_update("cs-rogue", 1, 50); // lower
+    rogue.send_update("cs-other", 3, 60); // not the admitted server
+    eventually("three protocol errors", || {
+        c.metrics().protocol_errors.total() == 3
+    })
+    .await;
+    let errors = c.metrics().protocol_errors.snapshot();
+    assert_eq!(errors.get("RevisionConflict"), Some(&1));
+    assert_eq!(errors.get("RevisionLower"), Some(&1));
+    assert_eq!(errors.get("UpdateSenderMismatch"), Some(&1));
+    assert_eq!(c.metrics().updates_applied.load(Ordering::Relaxed), 1);
+    assert_eq!(c.servers()[0].weight, 30);
+    rogue.send_update("cs-rogue", 3, 70);
+    assert!(c.wait_for(WAIT, |s| s[0].weight == 70).await);
+    c.shutdown().await;
+}
+
+/// Size limit on the receiving side (wire §2): a record above the admitted limit (but below
+/// the socket's own ZMQ_MAXMSGSIZE) is refused before its header is parsed and never reaches
+/// a handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_refuses_a_record_above_the_admitted_limit_before_decoding() {
+    let s = server("recvlimit", "cs-a").await;
+    let ctx = zmq::Context::new();
+    let d = ctx.socket(zmq::DEALER).unwrap();
+    d.set_linger(0).unwrap();
+    d.set_rcvtimeo(5_000).unwrap();
+    d.connect(s.endpoint()).unwrap();
+    let me = SideIdentity {
+        channel_name: "recvlimit".into(),
+        rid: "raw-client".into(),
+        lifecycle_generation: 5,
+        endpoint: s.endpoint().into(),
+        security_identity: "zlink".into(),
+    };
+    // The raw client announces 1 MiB, so 1 MiB is admitted.
+    let hello = admission::hello(&secret(), &me, MIB, [4; 32]);
+    d.send_multipart(
+        hello
+            .encode(WireContext::client_server(Leg::Request))
+            .unwrap(),
+        0,
+    )
+    .unwrap();
+    let reply = d.recv_multipart(0).unwrap();
+    let rec = Record::decode(&reply, WireContext::client_server(Leg::Reply)).unwrap();
+    let CommandBody::Admit(a) = rec.body else {
+        panic!("{rec:?}")
+    };
+    assert_eq!(a.max_message_bytes, MIB);
+    let header = ChannelHeader::Command {
+        packet_name: "bulk".into(),
+        content_type: String::new(),
+    };
+    d.send_multipart([header.encode().unwrap(), vec![0u8; 2 * MIB as usize]], 0)
+        .unwrap();
+    d.send_multipart([b"\xf2{not json".to_vec(), vec![1]], 0)
+        .unwrap();
+    eventually("two protocol errors", || {
+        s.metrics().protocol_errors.total() == 2
+    })
+    .await;
+    let errors = s.metrics().protocol_errors();
+    assert_eq!(errors.get("MessageTooLarge"), Some(&1));
+    assert_eq!(errors.get("InvalidJson"), Some(&1));
+    assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), 0);
     s.shutdown().await;
 }
