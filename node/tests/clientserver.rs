@@ -907,3 +907,50 @@ async fn the_server_refuses_a_record_above_the_admitted_limit_before_decoding() 
     assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), 0);
     s.shutdown().await;
 }
+
+/// Bound everything (STYLE): a server that stops reading fills the pipes, and the client then
+/// refuses further commands with `Backpressured` instead of queueing without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refuses_sends_beyond_its_queue_cap_when_the_server_stops_reading() {
+    let ctx = zmq::Context::new();
+    let socket = ctx.socket(zmq::ROUTER).unwrap();
+    socket.set_linger(0).unwrap();
+    socket.set_rcvhwm(1).unwrap();
+    socket.set_rcvtimeo(5_000).unwrap();
+    socket.bind("tcp://127.0.0.1:*").unwrap();
+    let endpoint = socket.get_last_endpoint().unwrap().unwrap();
+    let mut cc = client_config("cap", &[&endpoint]);
+    cc.hwm = 1;
+    cc.queue_cap_bytes = 4 * MIB as usize;
+    let c = ClientServerClient::start(cc, None).await.unwrap();
+    let rogue = tokio::task::spawn_blocking({
+        let endpoint = endpoint.clone();
+        move || Rogue::admit(socket, "cap", "cs-stuck", &endpoint, 42)
+    })
+    .await
+    .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    // The rogue never reads again.
+    let mut refused = None;
+    for i in 0..200 {
+        match c.send(bulk(MIB as usize)) {
+            Ok(()) => {}
+            Err(e) => {
+                refused = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (sent, err) = refused.expect("a stuck server must make the client refuse");
+    match err {
+        ClientServerError::Backpressured { queued, cap } => {
+            assert_eq!(cap, 4 * MIB as usize);
+            assert!(queued <= cap + MIB as usize, "{queued} queued");
+        }
+        other => panic!("expected Backpressured, got {other:?}"),
+    }
+    // Three 1 MiB messages (plus headers) fill a 4 MiB cap when none has left yet.
+    assert!(sent >= 3, "refused after only {sent} sends");
+    drop(rogue);
+    c.shutdown().await;
+}

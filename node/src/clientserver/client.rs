@@ -48,7 +48,9 @@ use super::config::{
     ClientConfig, ClientServerError, normalize_max_message_bytes, validate_name, validate_timings,
 };
 use super::descriptor::{RevisionOutcome, ServerDescriptor, order_revision};
-use super::socket::{ConnId, SocketCmd, SocketConfig, SocketEvent, SocketHandle, SocketThread};
+use super::socket::{
+    ConnId, DataRefused, SocketCmd, SocketConfig, SocketEvent, SocketHandle, SocketThread,
+};
 use super::store::ClientServerStore;
 use super::{ProtocolErrors, ms, new_generation, process_context, random};
 use crate::call::error::{CallError, ErrorKind};
@@ -251,6 +253,7 @@ impl ClientServerClient {
             inbound_batches: 64,
             reconnect_ivl_ms: i32::try_from(config.timings.reconnect_interval.as_millis())
                 .unwrap_or(i32::MAX),
+            queue_cap_bytes: config.queue_cap_bytes,
         };
         let (socket, rx) = SocketThread::start_dealers(&process_context(), &sock_cfg)
             .map_err(ClientServerError::Transport)?;
@@ -593,13 +596,19 @@ impl ClientInner {
             }
             None => None,
         };
-        if self
+        if let Err(refused) = self
             .socket
-            .send(id, vec![Bytes::from(header), payload.payload])
-            .is_err()
+            .send_data(id, vec![Bytes::from(header), payload.payload])
         {
-            lock(&self.pending).cancel(&key_of(n));
-            return Err(ClientServerError::ShuttingDown);
+            if rx.is_some() {
+                lock(&self.pending).cancel(&key_of(n));
+            }
+            return Err(match refused {
+                DataRefused::Stopped => ClientServerError::ShuttingDown,
+                DataRefused::Full { queued, cap } => {
+                    ClientServerError::Backpressured { queued, cap }
+                }
+            });
         }
         drop(st);
         if rx.is_some() {

@@ -20,6 +20,10 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 64 * 1024 * 1024;
 pub const MAX_MESSAGE_BYTES_LIMIT: u64 =
     zlink_protocol::envelope::APPLICATION_PAYLOAD_ABSOLUTE_BYTES;
 
+/// Default cap on application bytes a client keeps queued for its sockets (requests and
+/// commands not yet written to a ZeroMQ pipe).
+pub const DEFAULT_QUEUE_CAP_BYTES: usize = 64 * 1024 * 1024;
+
 /// Timings of one side. Every interval of the spec is here so tests run the real code paths in
 /// milliseconds.
 #[derive(Debug, Clone)]
@@ -128,6 +132,11 @@ pub struct ClientConfig {
     pub hwm: i32,
     /// Most requests in flight.
     pub max_pending: usize,
+    /// Most application bytes queued for the sockets and not yet written to a ZeroMQ pipe;
+    /// beyond it a send or request is refused with
+    /// [`ClientServerError::Backpressured`] (one message of any admitted size is always
+    /// accepted when nothing waits).
+    pub queue_cap_bytes: usize,
     /// Timings.
     pub timings: ClientServerTimings,
 }
@@ -144,6 +153,7 @@ impl ClientConfig {
             manual_endpoints: Vec::new(),
             hwm: 10_000,
             max_pending: 1 << 16,
+            queue_cap_bytes: DEFAULT_QUEUE_CAP_BYTES,
             timings: ClientServerTimings::default(),
         }
     }
@@ -234,6 +244,15 @@ pub enum ClientServerError {
         bytes: u64,
         /// The admitted limit.
         limit: u64,
+    },
+    /// The client's outbound queue is at its byte cap: the servers or the network do not keep
+    /// up. Nothing was sent; the caller may retry later.
+    #[error("{queued} bytes already wait for the sockets (cap {cap})")]
+    Backpressured {
+        /// Bytes waiting.
+        queued: usize,
+        /// The cap.
+        cap: usize,
     },
     /// No ready, admitted, positive-weight, non-draining server.
     #[error("no ready server for channel {0}")]

@@ -207,6 +207,9 @@ impl ClientServerServer {
             inbound_batches: 64,
             reconnect_ivl_ms: i32::try_from(config.timings.reconnect_interval.as_millis())
                 .unwrap_or(i32::MAX),
+            // The server only sends control messages (its replies are bounded by the requests
+            // it accepted), which the cap does not apply to.
+            queue_cap_bytes: super::config::DEFAULT_QUEUE_CAP_BYTES,
         };
         let (socket, bound, rx) = SocketThread::start_router(&ctx, &bind, &sock_cfg)
             .map_err(ClientServerError::Transport)?;

@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -40,8 +40,13 @@ pub(crate) const ROUTER_CONN: ConnId = 0;
 
 /// Work for the socket thread.
 pub(crate) enum SocketCmd {
-    /// Send one message. On the ROUTER, frame 0 is the routing identity.
-    Send { conn: ConnId, frames: Vec<Bytes> },
+    /// Send one message. On the ROUTER, frame 0 is the routing identity. `data` is the number
+    /// of bytes it holds against the data-queue cap (0 for control messages).
+    Send {
+        conn: ConnId,
+        frames: Vec<Bytes>,
+        data: usize,
+    },
     /// Create a DEALER `conn` and connect it to `endpoint`.
     Open { conn: ConnId, endpoint: String },
     /// Close DEALER `conn` (its parked messages are dropped).
@@ -73,6 +78,8 @@ pub(crate) struct SocketConfig {
     pub batch: usize,
     pub inbound_batches: usize,
     pub reconnect_ivl_ms: i32,
+    /// Bytes of application data that may wait in the queue and the parked FIFOs.
+    pub queue_cap_bytes: usize,
 }
 
 struct Shared {
@@ -80,6 +87,9 @@ struct Shared {
     woken: AtomicBool,
     wake_tx: Mutex<std::io::PipeWriter>,
     stopped: AtomicBool,
+    /// Application data bytes queued or parked, not yet written to a socket.
+    data_bytes: AtomicUsize,
+    cap: usize,
 }
 
 /// The producer side. Cheap to clone.
@@ -97,6 +107,15 @@ pub(crate) struct SocketThread {
 /// The socket thread is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stopped;
+
+/// Why application data was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataRefused {
+    /// The socket thread is gone.
+    Stopped,
+    /// The data cap is reached (the peer or the network does not keep up).
+    Full { queued: usize, cap: usize },
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -116,9 +135,38 @@ impl SocketHandle {
         Ok(())
     }
 
-    /// Queue one message.
+    /// Queue one control message (admission, liveness, update, reply). Never refused for
+    /// room: control traffic is bounded by the protocol (one answer per inbound record, one
+    /// probe per interval, one reply per accepted request).
     pub(crate) fn send(&self, conn: ConnId, frames: Vec<Bytes>) -> Result<(), Stopped> {
-        self.push(SocketCmd::Send { conn, frames })
+        self.push(SocketCmd::Send {
+            conn,
+            frames,
+            data: 0,
+        })
+    }
+
+    /// Queue one application message, unless the data cap is reached. A message larger than
+    /// the cap is accepted when nothing else waits, so any admitted size can be sent.
+    pub(crate) fn send_data(&self, conn: ConnId, frames: Vec<Bytes>) -> Result<(), DataRefused> {
+        let size: usize = frames.iter().map(Bytes::len).sum();
+        let queued = self.shared.data_bytes.load(Ordering::Acquire);
+        if queued > 0 && queued.saturating_add(size) > self.shared.cap {
+            return Err(DataRefused::Full {
+                queued,
+                cap: self.shared.cap,
+            });
+        }
+        self.shared.data_bytes.fetch_add(size, Ordering::AcqRel);
+        self.push(SocketCmd::Send {
+            conn,
+            frames,
+            data: size,
+        })
+        .map_err(|Stopped| {
+            self.shared.data_bytes.fetch_sub(size, Ordering::AcqRel);
+            DataRefused::Stopped
+        })
     }
 }
 
@@ -126,7 +174,8 @@ struct Entry {
     conn: ConnId,
     socket: zmq::Socket,
     monitor: Option<zmq::Socket>,
-    parked: VecDeque<Vec<Bytes>>,
+    /// Messages waiting for room in the pipe, with their data bytes.
+    parked: VecDeque<(Vec<Bytes>, usize)>,
 }
 
 static MONITOR_OFF_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -219,6 +268,8 @@ impl SocketThread {
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
             stopped: AtomicBool::new(false),
+            data_bytes: AtomicUsize::new(0),
+            cap: cfg.queue_cap_bytes.max(1),
         });
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -356,13 +407,24 @@ impl Worker {
             let commands: Vec<SocketCmd> = lock(&self.shared.queue).drain(..).collect();
             for cmd in commands {
                 match cmd {
-                    SocketCmd::Send { conn, frames } => self.send(conn, frames, &mut events),
+                    SocketCmd::Send { conn, frames, data } => {
+                        self.send(conn, frames, data, &mut events);
+                    }
                     SocketCmd::Open { conn, endpoint } => {
                         if let Err(error) = self.open(conn, &endpoint) {
                             events.push(SocketEvent::OpenFailed { conn, error });
                         }
                     }
-                    SocketCmd::Close { conn } => self.entries.retain(|e| e.conn != conn),
+                    SocketCmd::Close { conn } => {
+                        let mut released = 0;
+                        self.entries.retain(|e| {
+                            if e.conn == conn {
+                                released += e.parked.iter().map(|(_, d)| d).sum::<usize>();
+                            }
+                            e.conn != conn
+                        });
+                        self.release(released);
+                    }
                     SocketCmd::Stop => {
                         self.entries.clear();
                         return;
@@ -406,18 +468,36 @@ impl Worker {
         Ok(())
     }
 
-    fn send(&mut self, conn: ConnId, frames: Vec<Bytes>, events: &mut Vec<SocketEvent>) {
+    fn release(&self, data: usize) {
+        if data > 0 {
+            self.shared.data_bytes.fetch_sub(data, Ordering::AcqRel);
+        }
+    }
+
+    fn send(
+        &mut self,
+        conn: ConnId,
+        frames: Vec<Bytes>,
+        data: usize,
+        events: &mut Vec<SocketEvent>,
+    ) {
         let Some(i) = self.entries.iter().position(|e| e.conn == conn) else {
-            return; // closed meanwhile: the owner already treats the connection as gone
+            // Closed meanwhile: the owner already treats the connection as gone.
+            self.release(data);
+            return;
         };
         let e = &mut self.entries[i];
         if !e.parked.is_empty() {
-            e.parked.push_back(frames);
+            e.parked.push_back((frames, data));
             return;
         }
-        match send_now(&e.socket, &frames) {
+        let outcome = send_now(&e.socket, &frames);
+        if !matches!(outcome, SendOutcome::Full) {
+            self.release(data);
+        }
+        match outcome {
             SendOutcome::Sent | SendOutcome::Failed => {}
-            SendOutcome::Full => e.parked.push_back(frames),
+            SendOutcome::Full => self.entries[i].parked.push_back((frames, data)),
             SendOutcome::Unroutable => {
                 if let Some(to) = frames.into_iter().next() {
                     events.push(SocketEvent::Unroutable { to });
@@ -427,13 +507,18 @@ impl Worker {
     }
 
     fn flush_parked(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
+        let mut released = 0;
         let e = &mut self.entries[i];
-        while let Some(frames) = e.parked.pop_front() {
-            match send_now(&e.socket, &frames) {
+        while let Some((frames, data)) = e.parked.pop_front() {
+            let outcome = send_now(&e.socket, &frames);
+            if !matches!(outcome, SendOutcome::Full) {
+                released += data;
+            }
+            match outcome {
                 SendOutcome::Sent | SendOutcome::Failed => {}
                 SendOutcome::Full => {
-                    e.parked.push_front(frames);
-                    return;
+                    e.parked.push_front((frames, data));
+                    break;
                 }
                 SendOutcome::Unroutable => {
                     if let Some(to) = frames.into_iter().next() {
@@ -442,6 +527,7 @@ impl Worker {
                 }
             }
         }
+        self.release(released);
     }
 
     fn read_socket(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
