@@ -44,6 +44,7 @@ fn timings() -> ClientServerTimings {
         lease_ttl: Duration::from_millis(2_000),
         lease_renew: Duration::from_millis(300),
         hello_retry: Duration::from_millis(200),
+        admission_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
         shutdown_grace: Duration::from_secs(2),
         reconnect_interval: Duration::from_millis(50),
@@ -952,5 +953,35 @@ async fn a_client_refuses_sends_beyond_its_queue_cap_when_the_server_stops_readi
     // Three 1 MiB messages (plus headers) fill a 4 MiB cap when none has left yet.
     assert!(sent >= 3, "refused after only {sent} sends");
     drop(rogue);
+    c.shutdown().await;
+}
+
+/// Admission (wire §4): a hello that gets no answer within `admission_timeout` ends that
+/// physical connection; the client dials a new one with a new hello, which can be admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_hello_is_retried_on_a_new_connection() {
+    let socket = Rogue::bind("tcp://127.0.0.1:*");
+    let endpoint = socket.get_last_endpoint().unwrap().unwrap();
+    let mut cc = client_config("silent", &[&endpoint]);
+    cc.timings.admission_timeout = Duration::from_millis(300);
+    let c = ClientServerClient::start(cc, None).await.unwrap();
+    let (socket, first_identity) = tokio::task::spawn_blocking(move || {
+        let frames = socket.recv_multipart(0).expect("first hello");
+        let rec = Record::decode(&frames[1..], WireContext::client_server(Leg::Request)).unwrap();
+        assert!(matches!(rec.body, CommandBody::Hello(_)));
+        (socket, frames[0].clone())
+    })
+    .await
+    .unwrap();
+    // Not answered. The next hello comes on another connection (another routing identity).
+    let rogue = tokio::task::spawn_blocking({
+        let endpoint = endpoint.clone();
+        move || Rogue::admit(socket, "silent", "cs-slow", &endpoint, 9)
+    })
+    .await
+    .unwrap();
+    assert_ne!(rogue.routing_id, first_identity);
+    assert!(c.wait_selectable(1, WAIT).await);
+    assert_eq!(c.servers()[0].server_rid.as_deref(), Some("cs-slow"));
     c.shutdown().await;
 }

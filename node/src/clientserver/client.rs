@@ -11,6 +11,8 @@
 //!                         │          / bad admit    ▼  │ hello_retry       │ liveness deadline,
 //!                         │                      Rejected                  │ stale identity
 //!                         └────────────────────────────────────────────────┘
+//!   HelloSent without an answer by `admission_timeout` also goes back to Connecting on a
+//!   new physical connection.
 //! ```
 //!
 //! Leaving Ready completes every request sent on that connection with `Unavailable` (through
@@ -514,7 +516,9 @@ impl ClientInner {
                     .send(id, frames.into_iter().map(Bytes::from).collect());
                 c.hello_nonce = Some(nonce);
                 c.phase = Phase::HelloSent;
-                c.retry_at = Some(now + ms(self.config.timings.hello_retry));
+                // One hello per exchange: no answer by the admission timeout ends this
+                // physical connection (a late answer can then never meet a newer nonce).
+                c.retry_at = Some(now + ms(self.config.timings.admission_timeout));
             }
             Err(e) => tracing::warn!(error = %e, "hello did not encode"),
         }
@@ -894,6 +898,7 @@ impl ClientInner {
             let mut st = lock(&self.state);
             let ids: Vec<ConnId> = st.conns.keys().copied().collect();
             let mut dead = Vec::new();
+            let mut unanswered = Vec::new();
             for id in ids {
                 let Some(c) = st.conns.get_mut(&id) else {
                     continue;
@@ -915,6 +920,10 @@ impl ClientInner {
                         LivenessAction::None => next = next.min(a.liveness.next_wakeup()),
                     }
                 } else if let Some(at) = c.retry_at {
+                    if at <= now && c.phase == Phase::HelloSent {
+                        unanswered.push(id);
+                        continue;
+                    }
                     if at <= now {
                         if c.connected {
                             self.send_hello(id, c, now);
@@ -930,6 +939,10 @@ impl ClientInner {
             for id in dead {
                 self.metrics.liveness_deaths.fetch_add(1, Ordering::Relaxed);
                 self.reopen(&mut st, id, "liveness deadline passed");
+                changed = true;
+            }
+            for id in unanswered {
+                self.reopen(&mut st, id, "no answer to hello");
                 changed = true;
             }
         }

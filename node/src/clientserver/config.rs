@@ -38,8 +38,11 @@ pub struct ClientServerTimings {
     pub lease_ttl: Duration,
     /// Server: owner lease renewal interval (default 5 s).
     pub lease_renew: Duration,
-    /// Client: delay before a rejected or unanswered `hello` is tried again (default 1 s).
+    /// Client: delay before a rejected `hello` is tried again (default 1 s).
     pub hello_retry: Duration,
+    /// Client: how long a `hello` may go unanswered before the connection is replaced by a
+    /// new one (default 5 s).
+    pub admission_timeout: Duration,
     /// Client: request deadline when the caller gives none (default 30 s).
     pub request_timeout: Duration,
     /// Server: how long graceful shutdown waits for accepted requests (default 5 s).
@@ -57,6 +60,7 @@ impl Default for ClientServerTimings {
             lease_ttl: Duration::from_secs(15),
             lease_renew: Duration::from_secs(5),
             hello_retry: Duration::from_secs(1),
+            admission_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
             reconnect_interval: Duration::from_millis(100),
@@ -204,10 +208,16 @@ pub(crate) fn validate_timings(t: &ClientServerTimings) -> Result<(), ClientServ
             reason: "must be > 0 and shorter than the lease TTL".into(),
         });
     }
-    if t.discovery_poll.is_zero() || t.hello_retry.is_zero() || t.request_timeout.is_zero() {
+    if t.discovery_poll.is_zero()
+        || t.hello_retry.is_zero()
+        || t.admission_timeout.is_zero()
+        || t.request_timeout.is_zero()
+    {
         return Err(ClientServerError::Config {
             field: "timings",
-            reason: "discovery poll, hello retry and request timeout must be > 0".into(),
+            reason:
+                "discovery poll, hello retry, admission timeout and request timeout must be > 0"
+                    .into(),
         });
     }
     Ok(())
