@@ -419,10 +419,12 @@ async fn a_restarted_server_is_a_new_lifecycle_and_old_requests_end_once() {
     // A real new run: new generation, serves the next request.
     let mut cfg = server_config("restart", "cs-r");
     cfg.port = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    let rebind = Instant::now();
     let new = loop {
         match ClientServerServer::start(cfg.clone(), handlers("cs-r"), None).await {
             Ok(s) => break s,
-            Err(ClientServerError::Transport(_)) => {
+            // The rogue's socket may hold the port for a moment after it closed.
+            Err(ClientServerError::Transport(_)) if rebind.elapsed() < WAIT => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Err(e) => panic!("{e}"),
