@@ -608,6 +608,20 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Arbitrary header bytes behind the marker never panic the decoder, and whatever
+        /// decodes re-encodes canonically to something that decodes to the same header.
+        #[test]
+        fn arbitrary_headers_decode_or_fail_typed(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let mut frame = vec![FORMAT_MARKER];
+            frame.extend_from_slice(&body);
+            if let Ok(h) = ChannelHeader::decode(&frame) {
+                let again = h.encode().unwrap();
+                proptest::prop_assert_eq!(ChannelHeader::decode(&again).unwrap(), h);
+            }
+        }
+    }
+
     #[test]
     fn a_service_wire_record_is_not_a_channel_envelope() {
         assert!(!is_channel_envelope(&[0x5a, 0x4d, 1, 16, 0]));
