@@ -43,6 +43,7 @@ fn timings() -> ClientServerTimings {
         discovery_poll: Duration::from_millis(50),
         lease_ttl: Duration::from_millis(2_000),
         lease_renew: Duration::from_millis(300),
+        fencing_margin: Duration::from_millis(300),
         hello_retry: Duration::from_millis(200),
         admission_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
@@ -986,4 +987,54 @@ async fn an_unanswered_hello_is_retried_on_a_new_connection() {
     assert!(c.wait_selectable(1, WAIT).await);
     assert_eq!(c.servers()[0].server_rid.as_deref(), Some("cs-slow"));
     c.shutdown().await;
+}
+
+/// Fencing deadline (glossary §8): a server whose owner lease can no longer be renewed stops
+/// accepting new work at the lease deadline minus the margin; requests end with `Unavailable`
+/// and no handler runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_lost_its_lease_stops_accepting_work_at_the_fencing_deadline() {
+    let store: Arc<dyn ClientServerStore> = Arc::new(MemoryStore::new(SystemClock));
+    let s = ClientServerServer::start(
+        server_config("fence", "cs-f"),
+        handlers("cs-f"),
+        Some(Arc::clone(&store)),
+    )
+    .await
+    .unwrap();
+    let c = ClientServerClient::start(client_config("fence", &[s.endpoint()]), None)
+        .await
+        .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    assert_eq!(who(&c, 0).await.unwrap(), "cs-f");
+
+    // The lease is taken away (as if another process of this host claimed it).
+    let d = s.descriptor();
+    let token = zlink_store::types::OwnerToken {
+        owner_id: d.owner_id.clone(),
+        lease_generation: d.lease_generation,
+    };
+    assert!(store.release_lease(&token).await.unwrap());
+    let lost_at = Instant::now();
+    loop {
+        match who(&c, 0).await {
+            Ok(_) => {
+                // Before the deadline (lease TTL 2 s − margin 0.3 s after the last renewal).
+                assert!(lost_at.elapsed() < Duration::from_millis(2_000));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(ClientServerError::Call(e)) => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable);
+                break;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(s.metrics().fenced_refusals.load(Ordering::Relaxed) >= 1);
+    // Still fenced: refused again, and no handler ran for it.
+    let before = s.metrics().delivered.load(Ordering::Relaxed);
+    assert!(who(&c, 0).await.is_err());
+    assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), before);
+    c.shutdown().await;
+    s.shutdown().await;
 }

@@ -38,6 +38,9 @@ pub struct ClientServerTimings {
     pub lease_ttl: Duration,
     /// Server: owner lease renewal interval (default 5 s).
     pub lease_renew: Duration,
+    /// Server: margin before the lease deadline at which the server stops accepting new work
+    /// if no renewal succeeded (glossary §8 "Fencing deadline"; default 2 s).
+    pub fencing_margin: Duration,
     /// Client: delay before a rejected `hello` is tried again (default 1 s).
     pub hello_retry: Duration,
     /// Client: how long a `hello` may go unanswered before the connection is replaced by a
@@ -59,6 +62,7 @@ impl Default for ClientServerTimings {
             discovery_poll: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(15),
             lease_renew: Duration::from_secs(5),
+            fencing_margin: Duration::from_secs(2),
             hello_retry: Duration::from_secs(1),
             admission_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
@@ -206,6 +210,12 @@ pub(crate) fn validate_timings(t: &ClientServerTimings) -> Result<(), ClientServ
         return Err(ClientServerError::Config {
             field: "timings.lease_renew",
             reason: "must be > 0 and shorter than the lease TTL".into(),
+        });
+    }
+    if t.fencing_margin >= t.lease_ttl {
+        return Err(ClientServerError::Config {
+            field: "timings.fencing_margin",
+            reason: "must be shorter than the lease TTL".into(),
         });
     }
     if t.discovery_poll.is_zero()

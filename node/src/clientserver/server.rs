@@ -69,6 +69,8 @@ pub struct ServerMetrics {
     pub liveness_deaths: AtomicU64,
     /// `update` records pushed.
     pub updates_sent: AtomicU64,
+    /// Requests and commands refused because the owner lease's fencing deadline passed.
+    pub fenced_refusals: AtomicU64,
 }
 
 /// One admitted client connection (keyed by its ROUTER routing identity).
@@ -123,6 +125,9 @@ pub(crate) struct ServerInner {
     faults: Faults,
     store: Option<Arc<dyn ClientServerStore>>,
     lease: Mutex<Option<OwnerToken>>,
+    /// Fencing deadline in ms of `epoch` (glossary §8): after it, without a newer renewal, no
+    /// new work is accepted. `u64::MAX` without a store.
+    fence_at: AtomicU64,
     epoch: Instant,
     runners: RunnerTxs,
 }
@@ -248,14 +253,20 @@ impl ClientServerServer {
             faults: Faults::default(),
             store,
             lease: Mutex::new(None),
+            fence_at: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
             runners: runner_txs,
         });
 
         if let Some(store) = &inner.store {
+            let sent = inner.now();
             let grant = store
                 .claim_lease(&inner.owner_id, inner.config.timings.lease_ttl)
                 .await?;
+            inner.fence_at.store(
+                sent + ms(grant.fencing_delay(inner.config.timings.fencing_margin)),
+                Ordering::Release,
+            );
             let d = inner.server_descriptor(grant.token.lease_generation);
             store
                 .publish_descriptor(
@@ -743,6 +754,20 @@ impl ServerInner {
                 return;
             }
         };
+        if self.now() >= self.fence_at.load(Ordering::Acquire) {
+            // The owner lease could not be renewed: stop admitting work (glossary §8).
+            self.metrics.fenced_refusals.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = reply {
+                self.reply(
+                    &r,
+                    Err(CallError::new(
+                        ErrorKind::Unavailable,
+                        "the server's owner lease passed its fencing deadline",
+                    )),
+                );
+            }
+            return;
+        }
         if self.shutting_down.load(Ordering::Acquire) {
             if let Some(r) = reply {
                 self.reply(
@@ -988,8 +1013,15 @@ async fn discovery_loop(inner: Arc<ServerInner>) {
             return;
         };
         if last_renew.elapsed() >= t.lease_renew {
+            let sent = inner.now();
             match store.renew_lease(&token, t.lease_ttl).await {
-                Ok(_) => last_renew = tokio::time::Instant::now(),
+                Ok(grant) => {
+                    last_renew = tokio::time::Instant::now();
+                    inner.fence_at.store(
+                        sent + ms(grant.fencing_delay(t.fencing_margin)),
+                        Ordering::Release,
+                    );
+                }
                 Err(e) => tracing::warn!(error = %e, "ClientServer owner lease renewal failed"),
             }
         }
