@@ -801,6 +801,7 @@ impl ServerInner {
                 metadata: Metadata::default(),
                 deadline,
                 packet_name: name.clone(),
+                channel: Some(SharedStr::copy_from(&self.config.channel_name)),
             },
             payload: TypedPayload::new(name, SharedStr::copy_from(&content_type), payload_frame),
             reply,
