@@ -1038,3 +1038,117 @@ async fn a_server_that_lost_its_lease_stops_accepting_work_at_the_fencing_deadli
     c.shutdown().await;
     s.shutdown().await;
 }
+
+/// A raw DEALER admitted as a client of `s` under `channel`, announcing `limit`.
+fn raw_admitted_client(
+    s: &ClientServerServer,
+    channel: &str,
+    nonce: u8,
+    limit: u64,
+) -> zmq::Socket {
+    let ctx = zmq::Context::new();
+    let d = ctx.socket(zmq::DEALER).unwrap();
+    d.set_linger(0).unwrap();
+    d.set_rcvtimeo(5_000).unwrap();
+    // A small kernel receive buffer, so a client that stops reading fills its pipe early.
+    d.set_rcvbuf(4096).unwrap();
+    d.set_rcvhwm(1).unwrap();
+    d.connect(s.endpoint()).unwrap();
+    let me = SideIdentity {
+        channel_name: channel.into(),
+        rid: format!("raw-client-{nonce}"),
+        lifecycle_generation: u64::from(nonce),
+        endpoint: s.endpoint().into(),
+        security_identity: "zlink".into(),
+    };
+    let hello = admission::hello(&secret(), &me, limit, [nonce; 32]);
+    d.send_multipart(
+        hello
+            .encode(WireContext::client_server(Leg::Request))
+            .unwrap(),
+        0,
+    )
+    .unwrap();
+    let reply = d.recv_multipart(0).unwrap();
+    let rec = Record::decode(&reply, WireContext::client_server(Leg::Reply)).unwrap();
+    assert!(matches!(rec.body, CommandBody::Admit(_)), "{rec:?}");
+    d
+}
+
+/// Bound everything (STYLE; review item 1): a client that is admitted and then never reads its
+/// replies gets its replies parked in its own FIFO; the other clients keep getting replies and
+/// stay live, the server's socket thread does not spin while that FIFO waits (its poll
+/// wake-ups stay bounded over a quiet second), and once the stuck client's parked bytes pass
+/// `client_queue_cap_bytes` it is disconnected instead of growing the server's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_does_not_stall_the_others_or_spin_the_server() {
+    let mut cfg = server_config("slowpeer", "cs-a");
+    cfg.hwm = 4;
+    cfg.client_queue_cap_bytes = 16 * MIB as usize;
+    // Liveness must not remove the stuck client before the overflow does.
+    cfg.timings.liveness_deadline = Duration::from_secs(30);
+    let s = ClientServerServer::start(cfg, handlers("cs-a"), None)
+        .await
+        .unwrap();
+    let c1 = ClientServerClient::start(client_config("slowpeer", &[s.endpoint()]), None)
+        .await
+        .unwrap();
+    let c2 = ClientServerClient::start(client_config("slowpeer", &[s.endpoint()]), None)
+        .await
+        .unwrap();
+    assert!(c1.wait_selectable(1, WAIT).await);
+    assert!(c2.wait_selectable(1, WAIT).await);
+    assert_eq!(who(&c1, 0).await.unwrap(), "cs-a");
+    assert_eq!(who(&c2, 0).await.unwrap(), "cs-a");
+
+    let raw = raw_admitted_client(&s, "slowpeer", 9, MIB);
+    let header = ChannelHeader::Request {
+        packet_name: "bulk".into(),
+        content_type: "application/octet-stream".into(),
+        correlation_id: "stuck".into(),
+        deadline_unix_ms: None,
+    }
+    .encode()
+    .unwrap();
+    let chunk = vec![7u8; 512 * 1024];
+    let send_bulk = |n: usize| {
+        for _ in 0..n {
+            raw.send_multipart([header.clone(), chunk.clone()], 0)
+                .unwrap();
+        }
+    };
+    // 10 MiB of replies the raw client never reads: its pipe fills and the rest is parked.
+    send_bulk(20);
+    eventually("a parked reply", || s.socket_stalls() > 0).await;
+    assert_eq!(s.client_count(), 3);
+
+    // The others are served while the stuck client's replies wait.
+    for _ in 0..20 {
+        assert_eq!(who(&c1, 0).await.unwrap(), "cs-a");
+        assert_eq!(who(&c2, 0).await.unwrap(), "cs-a");
+    }
+    // No busy loop: over a quiet second the socket thread wakes for the retry timer (at most
+    // every 10 ms once nothing moves) and liveness, not continuously.
+    let before = s.socket_wakeups();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let wakeups = s.socket_wakeups() - before;
+    eprintln!("socket wake-ups in a quiet second with a parked client: {wakeups}");
+    assert!(
+        wakeups < 600,
+        "{wakeups} socket wake-ups in one quiet second"
+    );
+    assert!(c1.servers().iter().all(|x| x.ready));
+    assert!(c2.servers().iter().all(|x| x.ready));
+
+    // More unread replies pass the 16 MiB cap: the stuck client is disconnected.
+    send_bulk(40);
+    eventually("the stuck client is disconnected", || {
+        s.metrics().client_overflows.load(Ordering::Relaxed) == 1 && s.client_count() == 2
+    })
+    .await;
+    assert_eq!(who(&c1, 0).await.unwrap(), "cs-a");
+    assert_eq!(who(&c2, 0).await.unwrap(), "cs-a");
+    c1.shutdown().await;
+    c2.shutdown().await;
+    s.shutdown().await;
+}

@@ -256,6 +256,9 @@ impl ClientServerClient {
             reconnect_ivl_ms: i32::try_from(config.timings.reconnect_interval.as_millis())
                 .unwrap_or(i32::MAX),
             queue_cap_bytes: config.queue_cap_bytes,
+            // The client's data is bounded by `queue_cap_bytes` and its control traffic by the
+            // protocol (a stalled server dies by liveness), so no per-peer cap.
+            park_cap_bytes: usize::MAX,
         };
         let (socket, rx) = SocketThread::start_dealers(&process_context(), &sock_cfg)
             .map_err(ClientServerError::Transport)?;
@@ -654,7 +657,8 @@ impl ClientInner {
                 }
                 self.notify_changed();
             }
-            SocketEvent::Unroutable { .. } => {}
+            // Overflow never happens on the client's DEALERs (no per-peer cap).
+            SocketEvent::Unroutable { .. } | SocketEvent::Overflow { .. } => {}
             SocketEvent::Message { conn, frames } => {
                 let Some(first) = frames.first() else {
                     return;

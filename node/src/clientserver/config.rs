@@ -97,6 +97,11 @@ pub struct ServerConfig {
     pub owner_id: Option<String>,
     /// ZeroMQ high-water mark per pipe, in messages.
     pub hwm: i32,
+    /// Most bytes parked for one client whose pipe is full (a client that does not read its
+    /// replies). Beyond it the client is disconnected: its admission is dropped, so its
+    /// requests fail by liveness instead of growing the server's memory. One reply of any
+    /// admitted size is always parked when nothing else waits for that client.
+    pub client_queue_cap_bytes: usize,
     /// Timings.
     pub timings: ClientServerTimings,
 }
@@ -116,6 +121,7 @@ impl ServerConfig {
             max_message_bytes: 0,
             owner_id: None,
             hwm: 10_000,
+            client_queue_cap_bytes: DEFAULT_QUEUE_CAP_BYTES,
             timings: ClientServerTimings::default(),
         }
     }

@@ -71,6 +71,8 @@ pub struct ServerMetrics {
     pub updates_sent: AtomicU64,
     /// Requests and commands refused because the owner lease's fencing deadline passed.
     pub fenced_refusals: AtomicU64,
+    /// Clients disconnected because their parked replies passed `client_queue_cap_bytes`.
+    pub client_overflows: AtomicU64,
 }
 
 /// One admitted client connection (keyed by its ROUTER routing identity).
@@ -215,6 +217,7 @@ impl ClientServerServer {
             // The server only sends control messages (its replies are bounded by the requests
             // it accepted), which the cap does not apply to.
             queue_cap_bytes: super::config::DEFAULT_QUEUE_CAP_BYTES,
+            park_cap_bytes: config.client_queue_cap_bytes.max(1),
         };
         let (socket, bound, rx) = SocketThread::start_router(&ctx, &bind, &sock_cfg)
             .map_err(ClientServerError::Transport)?;
@@ -322,6 +325,16 @@ impl ClientServerServer {
     /// Counters.
     pub fn metrics(&self) -> &ServerMetrics {
         &self.inner.metrics
+    }
+
+    /// Returns of the socket thread from `zmq::poll` so far (a busy loop shows here).
+    pub fn socket_wakeups(&self) -> u64 {
+        self.inner.socket.stats().wakeups.load(Ordering::Relaxed)
+    }
+
+    /// Times a client's pipe was full and a message for it was parked.
+    pub fn socket_stalls(&self) -> u64 {
+        self.inner.socket.stats().stalls.load(Ordering::Relaxed)
     }
 
     /// Admitted client connections.
@@ -571,6 +584,16 @@ impl ServerInner {
             }
             SocketEvent::Unroutable { to } => {
                 lock(&self.conns).remove(&to);
+            }
+            SocketEvent::Overflow { to, .. } => {
+                // The client does not read its replies: disconnect it (its admission ends;
+                // its requests fail on its side by liveness) rather than grow the parked
+                // bytes (review item 1).
+                if lock(&self.conns).remove(&to).is_some() {
+                    self.metrics
+                        .client_overflows
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
             SocketEvent::Connected { .. }
             | SocketEvent::Disconnected { .. }

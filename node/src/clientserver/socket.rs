@@ -8,21 +8,34 @@
 //! * **Outbound**: producers push [`SocketCmd`]s onto a mutex-guarded queue and write one byte
 //!   to the pipe only if the thread has not been woken since it last drained it. The thread
 //!   drains the whole queue per wake-up and sends with `DONTWAIT`. A full pipe (`EAGAIN`, the
-//!   ZeroMQ high-water mark) parks that connection's messages in FIFO order; parked
-//!   connections are polled for `POLLOUT`, so one slow peer never blocks the others. A ROUTER
-//!   is `ROUTER_MANDATORY`: an unknown routing identity is reported as
-//!   [`SocketEvent::Unroutable`], never dropped silently.
+//!   ZeroMQ high-water mark) parks the messages of *that peer* (one FIFO per ROUTER routing
+//!   identity, one per DEALER) in order; other peers' messages keep going straight to their
+//!   pipes, so one slow peer never blocks the others. Parked messages are retried on a short
+//!   timer (1 ms doubling to 10 ms while nothing moves, like `transport/pump.rs`), never on
+//!   `POLLOUT`: with `ROUTER_MANDATORY` a ROUTER is writable whenever *any* pipe has room,
+//!   which would wake the thread in a busy loop while one peer stays full. Each peer's parked
+//!   bytes are bounded (`park_cap_bytes`, one message of any size is always parked when its
+//!   FIFO is empty); a peer whose FIFO would overflow has it dropped and is reported as
+//!   [`SocketEvent::Overflow`] so the owner disconnects it. A ROUTER is `ROUTER_MANDATORY`: an
+//!   unknown routing identity is reported as [`SocketEvent::Unroutable`], never dropped
+//!   silently.
+//!
+//! This thread duplicates part of `transport/pump.rs` (poll loop, wake pipe, parking): the
+//! pump is built around the mesh transport header and credit flow, which ClientServer does
+//! not use. Left as is on purpose; a shared core is future work (review item 15).
 //! * **Inbound**: up to `batch` messages per socket and wake-up are read and handed to tokio
 //!   as one `Vec<SocketEvent>` on a bounded channel; when tokio falls behind the thread blocks
 //!   there, the sockets stop being read and ZeroMQ's HWM and TCP push back on the senders.
 //!
 //! Every socket has `ZMQ_MAXMSGSIZE` set to its side's own complete-message limit, so libzmq
 //! drops a connection that announces a larger frame instead of allocating it (wire §2).
-//! DEALERs use `ZMQ_IMMEDIATE`: nothing is queued for a connection that is not up, so a
-//! message can never leak from one server lifecycle's connection into the next one's after a
-//! reconnect.
+//! DEALERs use `ZMQ_IMMEDIATE`, so libzmq queues nothing while no connection is up: a send
+//! then fails with `EAGAIN` and the message is parked here. On a disconnect the parked
+//! messages are dropped (their requests are failed by the owner) and anything still in the
+//! dead connection's pipe is discarded by libzmq, so a message of one server lifecycle's
+//! connection is not delivered on the next one's after a reconnect.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -64,8 +77,12 @@ pub(crate) enum SocketEvent {
     Unroutable { to: Bytes },
     /// DEALER `conn` finished a ZMTP handshake (a new physical connection is up).
     Connected { conn: ConnId },
-    /// DEALER `conn` lost its physical connection.
+    /// DEALER `conn` lost its physical connection. Its parked messages were dropped (their
+    /// bytes released); the owner fails what they carried.
     Disconnected { conn: ConnId },
+    /// The parked messages for one peer (ROUTER: routing identity `to`; DEALER: `to` empty)
+    /// passed `park_cap_bytes` and were dropped: the peer does not read.
+    Overflow { to: Bytes },
     /// A DEALER could not be created.
     OpenFailed { conn: ConnId, error: String },
 }
@@ -80,6 +97,19 @@ pub(crate) struct SocketConfig {
     pub reconnect_ivl_ms: i32,
     /// Bytes of application data that may wait in the queue and the parked FIFOs.
     pub queue_cap_bytes: usize,
+    /// Bytes (all frames) that may be parked for one peer before it is given up.
+    pub park_cap_bytes: usize,
+}
+
+/// Counters of a socket thread.
+#[derive(Debug, Default)]
+pub(crate) struct SocketStats {
+    /// Returns from `zmq::poll` (a busy loop shows here).
+    pub wakeups: AtomicU64,
+    /// Times a peer's pipe was full and a message was parked.
+    pub stalls: AtomicU64,
+    /// Peers given up because their parked bytes passed the cap.
+    pub overflows: AtomicU64,
 }
 
 struct Shared {
@@ -90,6 +120,7 @@ struct Shared {
     /// Application data bytes queued or parked, not yet written to a socket.
     data_bytes: AtomicUsize,
     cap: usize,
+    stats: SocketStats,
 }
 
 /// The producer side. Cheap to clone.
@@ -122,6 +153,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl SocketHandle {
+    /// Counters of the thread.
+    pub(crate) fn stats(&self) -> &SocketStats {
+        &self.shared.stats
+    }
+
     /// Queue a command and wake the thread.
     pub(crate) fn push(&self, cmd: SocketCmd) -> Result<(), Stopped> {
         if self.shared.stopped.load(Ordering::Acquire) {
@@ -170,12 +206,45 @@ impl SocketHandle {
     }
 }
 
+/// Messages parked for one peer, with their data bytes, and the bytes of all their frames.
+#[derive(Default)]
+struct Parked {
+    msgs: VecDeque<(Vec<Bytes>, usize)>,
+    bytes: usize,
+}
+
+impl Parked {
+    fn data(&self) -> usize {
+        self.msgs.iter().map(|(_, d)| d).sum()
+    }
+}
+
 struct Entry {
     conn: ConnId,
     socket: zmq::Socket,
     monitor: Option<zmq::Socket>,
-    /// Messages waiting for room in the pipe, with their data bytes.
-    parked: VecDeque<(Vec<Bytes>, usize)>,
+    /// Messages waiting for room in a peer's pipe, per peer key (routing identity on the
+    /// ROUTER, empty on a DEALER).
+    parked: HashMap<Bytes, Parked>,
+}
+
+impl Entry {
+    fn is_router(&self) -> bool {
+        self.conn == ROUTER_CONN && self.monitor.is_none()
+    }
+
+    /// The peer a message goes to.
+    fn key(&self, frames: &[Bytes]) -> Bytes {
+        if self.is_router() {
+            frames.first().cloned().unwrap_or_default()
+        } else {
+            Bytes::new()
+        }
+    }
+
+    fn parked_data(&self) -> usize {
+        self.parked.values().map(Parked::data).sum()
+    }
 }
 
 static MONITOR_OFF_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -242,7 +311,7 @@ impl SocketThread {
             conn: ROUTER_CONN,
             socket,
             monitor: None,
-            parked: VecDeque::new(),
+            parked: HashMap::new(),
         };
         let (t, rx) = Self::spawn(ctx.clone(), cfg.clone(), vec![entry])?;
         Ok((t, endpoint, rx))
@@ -270,6 +339,7 @@ impl SocketThread {
             stopped: AtomicBool::new(false),
             data_bytes: AtomicUsize::new(0),
             cap: cfg.queue_cap_bytes.max(1),
+            stats: SocketStats::default(),
         });
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -352,15 +422,14 @@ fn send_now(socket: &zmq::Socket, frames: &[Bytes]) -> SendOutcome {
 
 impl Worker {
     fn run(&mut self) {
+        let mut backoff_ms: i64 = 1;
         loop {
-            let (readable, writable, monitor_readable, wake) = {
+            let any_parked = self.entries.iter().any(|e| !e.parked.is_empty());
+            let timeout = if any_parked { backoff_ms } else { -1 };
+            let (readable, monitor_readable, wake) = {
                 let mut items = Vec::with_capacity(self.entries.len() * 2 + 1);
                 for e in &self.entries {
-                    let mut ev = zmq::POLLIN;
-                    if !e.parked.is_empty() {
-                        ev |= zmq::POLLOUT;
-                    }
-                    items.push(e.socket.as_poll_item(ev));
+                    items.push(e.socket.as_poll_item(zmq::POLLIN));
                 }
                 for e in &self.entries {
                     match &e.monitor {
@@ -372,20 +441,19 @@ impl Worker {
                     self.wake_rx.as_raw_fd(),
                     zmq::POLLIN,
                 ));
-                if zmq::poll(&mut items, -1).is_err() {
+                if zmq::poll(&mut items, timeout).is_err() {
                     continue; // EINTR
                 }
                 let n = self.entries.len();
                 let readable: Vec<bool> =
                     items[..n].iter().map(zmq::PollItem::is_readable).collect();
-                let writable: Vec<bool> =
-                    items[..n].iter().map(zmq::PollItem::is_writable).collect();
                 let monitor: Vec<bool> = items[n..2 * n]
                     .iter()
                     .map(zmq::PollItem::is_readable)
                     .collect();
-                (readable, writable, monitor, items[2 * n].is_readable())
+                (readable, monitor, items[2 * n].is_readable())
             };
+            self.shared.stats.wakeups.fetch_add(1, Ordering::Relaxed);
             let mut events = Vec::new();
             if wake {
                 let mut buf = [0u8; 16];
@@ -393,10 +461,14 @@ impl Worker {
             }
             // Clear before draining so a push after the drain wakes us again.
             self.shared.woken.store(false, Ordering::Release);
-            for i in 0..readable.len() {
-                if writable[i] {
-                    self.flush_parked(i, &mut events);
+            if any_parked {
+                let mut moved = false;
+                for i in 0..self.entries.len() {
+                    moved |= self.flush_parked(i, &mut events);
                 }
+                backoff_ms = if moved { 1 } else { (backoff_ms * 2).min(10) };
+            }
+            for i in 0..readable.len() {
                 if monitor_readable[i] {
                     self.read_monitor(i, &mut events);
                 }
@@ -419,7 +491,7 @@ impl Worker {
                         let mut released = 0;
                         self.entries.retain(|e| {
                             if e.conn == conn {
-                                released += e.parked.iter().map(|(_, d)| d).sum::<usize>();
+                                released += e.parked_data();
                             }
                             e.conn != conn
                         });
@@ -463,7 +535,7 @@ impl Worker {
             conn,
             socket,
             monitor: Some(monitor),
-            parked: VecDeque::new(),
+            parked: HashMap::new(),
         });
         Ok(())
     }
@@ -486,18 +558,21 @@ impl Worker {
             self.release(data);
             return;
         };
-        let e = &mut self.entries[i];
-        if !e.parked.is_empty() {
-            e.parked.push_back((frames, data));
+        let key = self.entries[i].key(&frames);
+        if self.entries[i].parked.contains_key(&key) {
+            self.park(i, key, frames, data, events);
             return;
         }
-        let outcome = send_now(&e.socket, &frames);
+        let outcome = send_now(&self.entries[i].socket, &frames);
         if !matches!(outcome, SendOutcome::Full) {
             self.release(data);
         }
         match outcome {
             SendOutcome::Sent | SendOutcome::Failed => {}
-            SendOutcome::Full => self.entries[i].parked.push_back((frames, data)),
+            SendOutcome::Full => {
+                self.shared.stats.stalls.fetch_add(1, Ordering::Relaxed);
+                self.park(i, key, frames, data, events);
+            }
             SendOutcome::Unroutable => {
                 if let Some(to) = frames.into_iter().next() {
                     events.push(SocketEvent::Unroutable { to });
@@ -506,28 +581,72 @@ impl Worker {
         }
     }
 
-    fn flush_parked(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
-        let mut released = 0;
+    /// Append to a peer's FIFO, or give the peer up when that passes its cap (a message of
+    /// any size is parked when the FIFO is empty).
+    fn park(
+        &mut self,
+        i: usize,
+        key: Bytes,
+        frames: Vec<Bytes>,
+        data: usize,
+        events: &mut Vec<SocketEvent>,
+    ) {
+        let size: usize = frames.iter().map(Bytes::len).sum();
+        let cap = self.cfg.park_cap_bytes;
         let e = &mut self.entries[i];
-        while let Some((frames, data)) = e.parked.pop_front() {
-            let outcome = send_now(&e.socket, &frames);
-            if !matches!(outcome, SendOutcome::Full) {
-                released += data;
-            }
-            match outcome {
-                SendOutcome::Sent | SendOutcome::Failed => {}
-                SendOutcome::Full => {
-                    e.parked.push_front((frames, data));
+        let q = e.parked.entry(key.clone()).or_default();
+        if !q.msgs.is_empty() && q.bytes.saturating_add(size) > cap {
+            let released = q.data() + data;
+            e.parked.remove(&key);
+            self.release(released);
+            self.shared.stats.overflows.fetch_add(1, Ordering::Relaxed);
+            events.push(SocketEvent::Overflow { to: key });
+            return;
+        }
+        q.bytes += size;
+        q.msgs.push_back((frames, data));
+    }
+
+    /// Retry every parked peer of entry `i` in FIFO order; a peer still full keeps the rest
+    /// of its FIFO and does not hold up the next peer. Returns whether anything was sent.
+    fn flush_parked(&mut self, i: usize, events: &mut Vec<SocketEvent>) -> bool {
+        let mut released = 0;
+        let mut moved = false;
+        let e = &mut self.entries[i];
+        let keys: Vec<Bytes> = e.parked.keys().cloned().collect();
+        for key in keys {
+            let Some(q) = e.parked.get_mut(&key) else {
+                continue;
+            };
+            let mut gone = false;
+            while let Some((frames, data)) = q.msgs.pop_front() {
+                let outcome = send_now(&e.socket, &frames);
+                if matches!(outcome, SendOutcome::Full) {
+                    q.msgs.push_front((frames, data));
                     break;
                 }
-                SendOutcome::Unroutable => {
-                    if let Some(to) = frames.into_iter().next() {
-                        events.push(SocketEvent::Unroutable { to });
+                released += data;
+                q.bytes = q
+                    .bytes
+                    .saturating_sub(frames.iter().map(Bytes::len).sum::<usize>());
+                match outcome {
+                    SendOutcome::Sent => moved = true,
+                    SendOutcome::Failed | SendOutcome::Full => {}
+                    SendOutcome::Unroutable => {
+                        // The peer is gone: the rest of its FIFO cannot be delivered either.
+                        released += q.data();
+                        q.msgs.clear();
+                        gone = true;
+                        events.push(SocketEvent::Unroutable { to: key.clone() });
                     }
                 }
             }
+            if gone || q.msgs.is_empty() {
+                e.parked.remove(&key);
+            }
         }
         self.release(released);
+        moved
     }
 
     fn read_socket(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
@@ -546,7 +665,8 @@ impl Worker {
     }
 
     fn read_monitor(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
-        let e = &self.entries[i];
+        let mut released = 0;
+        let e = &mut self.entries[i];
         let Some(monitor) = &e.monitor else { return };
         while let Ok(parts) = monitor.recv_multipart(zmq::DONTWAIT) {
             let Some(raw) = parts.first().and_then(|h| h.get(0..2)) else {
@@ -556,8 +676,13 @@ impl Worker {
             if id == zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw() {
                 events.push(SocketEvent::Connected { conn: e.conn });
             } else if id == zmq::SocketEvent::DISCONNECTED.to_raw() {
+                // What was parked belonged to requests the owner now fails (review item 4):
+                // drop it and give its bytes back to the data cap.
+                released += e.parked_data();
+                e.parked.clear();
                 events.push(SocketEvent::Disconnected { conn: e.conn });
             }
         }
+        self.release(released);
     }
 }
