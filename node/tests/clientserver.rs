@@ -1152,3 +1152,40 @@ async fn a_client_that_stops_reading_does_not_stall_the_others_or_spin_the_serve
     c2.shutdown().await;
     s.shutdown().await;
 }
+
+/// Graceful shutdown (glossary §8; review item 2): a discovered server that shuts down with a
+/// slow request in flight finishes it first and only then removes its descriptor; the client
+/// gets the reply (not `Unavailable`) and afterwards forgets the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discovered_server_shutting_down_finishes_a_request_in_flight() {
+    let store = Arc::new(MemoryStore::new(SystemClock));
+    let dyn_store: Arc<dyn ClientServerStore> = store.clone();
+    let s = ClientServerServer::start(
+        server_config("graceful", "cs-g"),
+        handlers("cs-g"),
+        Some(Arc::clone(&dyn_store)),
+    )
+    .await
+    .unwrap();
+    let c = Arc::new(
+        ClientServerClient::start(client_config("graceful", &[]), Some(dyn_store))
+            .await
+            .unwrap(),
+    );
+    assert!(c.wait_selectable(1, WAIT).await);
+    let c2 = Arc::clone(&c);
+    let slow = tokio::spawn(async move { who(&c2, 600).await });
+    eventually("the slow request is running", || {
+        s.metrics().delivered.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    let started = Instant::now();
+    s.shutdown().await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "shutdown did not wait"
+    );
+    assert_eq!(slow.await.unwrap().unwrap(), "cs-g");
+    assert!(c.wait_for(WAIT, <[_]>::is_empty).await, "{:?}", c.servers());
+    c.shutdown().await;
+}

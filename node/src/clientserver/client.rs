@@ -143,6 +143,9 @@ struct ServerConn {
     retry_at: Option<u64>,
     admitted: Option<Admitted>,
     last_server: Option<NodeFence>,
+    /// Its descriptor vanished while requests were in flight on it: never selected again,
+    /// closed once those requests are done (or by liveness, or their deadlines).
+    retiring: bool,
 }
 
 impl ServerConn {
@@ -159,11 +162,13 @@ impl ServerConn {
             retry_at: None,
             admitted: None,
             last_server: None,
+            retiring: false,
         }
     }
 
     fn selectable(&self) -> bool {
-        self.phase == Phase::Ready
+        !self.retiring
+            && self.phase == Phase::Ready
             && self
                 .admitted
                 .as_ref()
@@ -940,6 +945,28 @@ impl ClientInner {
                     }
                 }
             }
+            // Retiring connections close once their requests are done; one that dies by
+            // liveness closes too (its requests fail), and is not redialed.
+            let retired: Vec<ConnId> = st
+                .conns
+                .iter()
+                .filter(|(id, c)| {
+                    c.retiring
+                        && (dead.contains(id)
+                            || c.admitted
+                                .as_ref()
+                                .is_none_or(|a| !lock(&self.pending).has_pending_for(&a.peer)))
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in retired {
+                dead.retain(|d| *d != id);
+                if let Some(mut c) = st.conns.remove(&id) {
+                    self.lose(&mut c, "descriptor removed");
+                    let _ = self.socket.push(SocketCmd::Close { conn: id });
+                    changed = true;
+                }
+            }
             for id in dead {
                 self.metrics.liveness_deaths.fetch_add(1, Ordering::Relaxed);
                 self.reopen(&mut st, id, "liveness deadline passed");
@@ -983,7 +1010,22 @@ impl ClientInner {
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
-            if let Some(mut c) = st.conns.remove(&id) {
+            // A vanished descriptor only makes the connection unselectable: a gracefully
+            // stopping server removes its descriptor after it finished the requests it
+            // accepted, and a crashed one is caught by liveness. Requests in flight are not
+            // failed because of it (review item 2).
+            let busy = st.conns.get(&id).is_some_and(|c| {
+                c.admitted
+                    .as_ref()
+                    .is_some_and(|a| lock(&self.pending).has_pending_for(&a.peer))
+            });
+            if busy {
+                if let Some(c) = st.conns.get_mut(&id) {
+                    c.retiring = true;
+                    c.discovered = false;
+                    c.reason = Some("descriptor removed".into());
+                }
+            } else if let Some(mut c) = st.conns.remove(&id) {
                 self.lose(&mut c, "descriptor removed");
                 let _ = self.socket.push(SocketCmd::Close { conn: id });
             }

@@ -134,6 +134,9 @@ pub(crate) struct ServerInner {
     runners: RunnerTxs,
 }
 
+/// How long a graceful stop lets the socket deliver what it already accepted.
+const SHUTDOWN_LINGER: Duration = Duration::from_millis(200);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -385,33 +388,31 @@ impl ClientServerServer {
             .store(drop_acks, Ordering::Release);
     }
 
-    /// Graceful shutdown: announce Stopped (clients stop selecting), remove the descriptor,
-    /// answer new requests with `ShuttingDown`, wait up to `shutdown_grace` for accepted
-    /// requests, release the owner lease and close the socket.
+    /// Graceful shutdown, in this order: stop new work (announce Stopped so clients stop
+    /// selecting, refuse new hellos and answer new requests with `ShuttingDown`), finish the
+    /// requests already accepted (at most `shutdown_grace`), remove the descriptor, release
+    /// the owner lease, close the socket. Clients that discovered the server keep their
+    /// connection (unselectable) until their requests are answered.
     pub async fn shutdown(&self) {
         if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
             return;
         }
         self.inner.bump(|s| s.state = RuntimeState::Stopped);
+        self.inner
+            .wait_idle(self.inner.config.timings.shutdown_grace)
+            .await;
         let token = lock(&self.inner.lease).clone();
         if let (Some(store), Some(token)) = (&self.inner.store, &token) {
             let d = self.descriptor();
             let _ = store.remove_descriptor(token, &d.key()).await;
         }
-        let grace = tokio::time::sleep(self.inner.config.timings.shutdown_grace);
-        tokio::pin!(grace);
-        loop {
-            let idle = self.inner.idle.notified();
-            if self.inner.inflight.load(Ordering::Acquire) == 0 {
-                break;
-            }
-            tokio::select! {
-                () = idle => {}
-                () = &mut grace => break,
-            }
-        }
         if let (Some(store), Some(token)) = (&self.inner.store, token) {
             let _ = store.release_lease(&token).await;
+        }
+        // A short linger: the last replies handed to the socket still reach the wire.
+        let socket = lock(&self.socket).take();
+        if let Some(mut s) = socket {
+            let _ = tokio::task::spawn_blocking(move || s.stop_lingering(SHUTDOWN_LINGER)).await;
         }
         self.stop_now().await;
     }
@@ -832,6 +833,23 @@ impl ServerInner {
         self.inflight.fetch_add(1, Ordering::AcqRel);
         if runner.send(job).is_err() {
             self.job_done();
+        }
+    }
+
+    /// Wait until no accepted request or command is running, at most `limit`. Returns whether
+    /// it became idle.
+    async fn wait_idle(&self, limit: Duration) -> bool {
+        let grace = tokio::time::sleep(limit);
+        tokio::pin!(grace);
+        loop {
+            let idle = self.idle.notified();
+            if self.inflight.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            tokio::select! {
+                () = idle => {}
+                () = &mut grace => return self.inflight.load(Ordering::Acquire) == 0,
+            }
         }
     }
 

@@ -64,8 +64,11 @@ pub(crate) enum SocketCmd {
     Open { conn: ConnId, endpoint: String },
     /// Close DEALER `conn` (its parked messages are dropped).
     Close { conn: ConnId },
-    /// Stop the thread and close every socket.
+    /// Stop the thread and close every socket (linger 0).
     Stop,
+    /// Stop after one last attempt at the parked messages, closing every socket with this
+    /// linger so replies already handed to libzmq still reach the wire (graceful shutdown).
+    StopLinger(i32),
 }
 
 /// What the socket thread hands to tokio.
@@ -378,6 +381,16 @@ impl SocketThread {
             let _ = t.join();
         }
     }
+
+    /// Stop after the queued commands, closing the sockets with `linger` so what was sent
+    /// still leaves (a graceful stop).
+    pub(crate) fn stop_lingering(&mut self, linger: std::time::Duration) {
+        let ms = i32::try_from(linger.as_millis()).unwrap_or(i32::MAX);
+        let _ = self.handle.push(SocketCmd::StopLinger(ms));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Drop for SocketThread {
@@ -498,6 +511,14 @@ impl Worker {
                         self.release(released);
                     }
                     SocketCmd::Stop => {
+                        self.entries.clear();
+                        return;
+                    }
+                    SocketCmd::StopLinger(linger_ms) => {
+                        for i in 0..self.entries.len() {
+                            self.flush_parked(i, &mut events);
+                            let _ = self.entries[i].socket.set_linger(linger_ms);
+                        }
                         self.entries.clear();
                         return;
                     }
