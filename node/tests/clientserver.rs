@@ -1189,3 +1189,33 @@ async fn a_discovered_server_shutting_down_finishes_a_request_in_flight() {
     assert!(c.wait_for(WAIT, <[_]>::is_empty).await, "{:?}", c.servers());
     c.shutdown().await;
 }
+
+/// Exactly one terminal reply per request (glossary §8; review item 3): a handler error whose
+/// detail grows past the header frame once JSON-escaped (5000 `"`) still reaches the client as
+/// that typed error, with its detail cut, not as a missing reply (`DeadlineExceeded`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_error_with_a_detail_that_escapes_large_still_replies() {
+    let mut h = Handlers::new();
+    h.on_request(|_, _: Who| async move {
+        Err::<Me, _>(CallError::new(ErrorKind::Conflict, "\"".repeat(5000)))
+    });
+    let s = ClientServerServer::start(server_config("escape", "cs-e"), h, None)
+        .await
+        .unwrap();
+    let mut cfg = client_config("escape", &[s.endpoint()]);
+    cfg.timings.request_timeout = Duration::from_secs(3);
+    let c = ClientServerClient::start(cfg, None).await.unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    let err = c
+        .request_json::<Who, Me>(&Who { delay_ms: 0 })
+        .await
+        .unwrap_err();
+    let ClientServerError::Call(call) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(call.kind(), ErrorKind::Conflict, "{err:?}");
+    assert!(call.detail().chars().all(|ch| ch == '"'));
+    assert!(!call.detail().is_empty());
+    c.shutdown().await;
+    s.shutdown().await;
+}

@@ -893,19 +893,14 @@ impl ServerInner {
         };
         let (header, payload) = match built {
             Ok(x) => x,
-            Err(e) => {
-                let mut detail = e.detail().to_owned();
-                truncate_utf8(&mut detail, MAX_DETAIL_BYTES);
-                let header = ChannelHeader::Error {
-                    correlation_id: to.correlation_id.clone(),
-                    code: e.status(),
-                    detail,
-                };
-                match header.encode() {
-                    Ok(h) => (h, Bytes::new()),
-                    Err(_) => return,
+            Err(e) => match error_header(&to.correlation_id, &e) {
+                Some(h) => (h, Bytes::new()),
+                None => {
+                    // Unreachable with a decoded correlation ID; counted, never silent.
+                    self.metrics.protocol_errors.count("ErrorReplyUnencodable");
+                    return;
                 }
-            }
+            },
         };
         if self
             .socket
@@ -950,6 +945,28 @@ impl ServerInner {
             self.send_record(&rid, &probe, Leg::Send);
         }
         next
+    }
+}
+
+/// The `error` header of a request's terminal reply. The detail is cut to what fits once
+/// *encoded* (JSON escaping can grow it up to six times, and the header frame is bounded):
+/// the longest prefix that encodes, halving the budget, and at worst an empty detail, which
+/// always encodes for a correlation ID that was decoded (review item 3).
+fn error_header(correlation_id: &str, e: &CallError) -> Option<Vec<u8>> {
+    let mut budget = MAX_DETAIL_BYTES;
+    loop {
+        let mut detail = e.detail().to_owned();
+        truncate_utf8(&mut detail, budget);
+        let header = ChannelHeader::Error {
+            correlation_id: correlation_id.to_owned(),
+            code: e.status(),
+            detail,
+        };
+        match header.encode() {
+            Ok(h) => return Some(h),
+            Err(_) if budget > 0 => budget /= 2,
+            Err(_) => return None,
+        }
     }
 }
 
