@@ -1219,3 +1219,66 @@ async fn a_handler_error_with_a_detail_that_escapes_large_still_replies() {
     c.shutdown().await;
     s.shutdown().await;
 }
+
+/// Bound everything (review item 4): messages parked for a server that then goes away for good
+/// are dropped with its connection and their bytes go back to the client's queue cap, so
+/// later requests to another server are not refused with `Backpressured`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_parked_for_a_vanished_server_are_released() {
+    let ctx = zmq::Context::new();
+    let socket = ctx.socket(zmq::ROUTER).unwrap();
+    socket.set_linger(0).unwrap();
+    socket.set_rcvhwm(1).unwrap();
+    socket.set_rcvtimeo(5_000).unwrap();
+    socket.bind("tcp://127.0.0.1:*").unwrap();
+    let endpoint = socket.get_last_endpoint().unwrap().unwrap();
+    // Server B starts unselectable (weight 0).
+    let mut bcfg = server_config("leak", "cs-b");
+    bcfg.weight = 0;
+    let b = ClientServerServer::start(bcfg, handlers("cs-b"), None)
+        .await
+        .unwrap();
+    let mut cc = client_config("leak", &[&endpoint, b.endpoint()]);
+    cc.hwm = 1;
+    cc.queue_cap_bytes = 4 * MIB as usize;
+    let c = ClientServerClient::start(cc, None).await.unwrap();
+    let rogue = tokio::task::spawn_blocking({
+        let endpoint = endpoint.clone();
+        move || Rogue::admit(socket, "leak", "cs-stuck", &endpoint, 43)
+    })
+    .await
+    .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    // Fill the cap towards the rogue, which never reads.
+    let mut full = false;
+    for _ in 0..200 {
+        if let Err(e) = c.send(bulk(MIB as usize)) {
+            assert!(
+                matches!(e, ClientServerError::Backpressured { .. }),
+                "{e:?}"
+            );
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the rogue must fill the cap");
+    // The rogue goes away for good; B becomes the only candidate.
+    drop(rogue);
+    b.set_weight(100).await.unwrap();
+    assert!(
+        c.wait_for(WAIT, |v| {
+            v.iter().filter(|x| x.selectable).count() == 1
+                && v.iter()
+                    .any(|x| x.selectable && x.server_rid.as_deref() == Some("cs-b"))
+        })
+        .await,
+        "{:?}",
+        c.servers()
+    );
+    for _ in 0..3 {
+        let reply = c.request(bulk(MIB as usize), None).await.unwrap();
+        assert_eq!(reply.payload.len(), MIB as usize);
+    }
+    c.shutdown().await;
+    b.shutdown().await;
+}
