@@ -32,7 +32,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -336,7 +336,7 @@ impl ClientServerClient {
         pred: impl Fn(&[ServerSnapshot]) -> bool,
     ) -> bool {
         let mut rx = self.inner.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = super::instant_after(tokio::time::Instant::now(), timeout);
         loop {
             if pred(&self.servers()) {
                 return true;
@@ -526,7 +526,7 @@ impl ClientInner {
                 c.phase = Phase::HelloSent;
                 // One hello per exchange: no answer by the admission timeout ends this
                 // physical connection (a late answer can then never meet a newer nonce).
-                c.retry_at = Some(now + ms(self.config.timings.admission_timeout));
+                c.retry_at = Some(now.saturating_add(ms(self.config.timings.admission_timeout)));
             }
             Err(e) => tracing::warn!(error = %e, "hello did not encode"),
         }
@@ -566,10 +566,7 @@ impl ClientInner {
         let timeout = request.map(|t| t.unwrap_or(self.config.timings.request_timeout));
         let header = match timeout {
             Some(t) => {
-                let deadline = SystemTime::now() + t;
-                let unix_ms = deadline
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(1, |d| ms(d).max(1));
+                let unix_ms = super::deadline_unix_ms(SystemTime::now(), t);
                 ChannelHeader::Request {
                     packet_name: payload.packet_name.as_str().to_owned(),
                     content_type: payload.content_type.as_str().to_owned(),
@@ -596,7 +593,7 @@ impl ClientInner {
         let rx = match timeout {
             Some(t) => {
                 let (tx, rx) = oneshot::channel();
-                let deadline_ms = self.now() + ms(t);
+                let deadline_ms = self.now().saturating_add(ms(t));
                 lock(&self.pending).insert(
                     key_of(n),
                     correlation_id,
@@ -743,7 +740,7 @@ impl ClientInner {
                             refusal.detail
                         ));
                         c.hello_nonce = None;
-                        c.retry_at = Some(now + ms(self.config.timings.hello_retry));
+                        c.retry_at = Some(now.saturating_add(ms(self.config.timings.hello_retry)));
                         self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -760,7 +757,7 @@ impl ClientInner {
                 c.phase = Phase::Rejected;
                 c.reason = Some(format!("{}: {}", r.reason.name(), r.detail));
                 c.hello_nonce = None;
-                c.retry_at = Some(now + ms(self.config.timings.hello_retry));
+                c.retry_at = Some(now.saturating_add(ms(self.config.timings.hello_retry)));
                 self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
                 drop(st);
                 self.notify_changed();

@@ -65,6 +65,21 @@ impl ProtocolErrors {
     }
 }
 
+/// The `deadlineUnixMs` of a request sent now with `timeout`: saturating, so a huge timeout
+/// (`Duration::MAX`) never overflows the clock (review item 5); at least 1 (0 is invalid).
+pub(crate) fn deadline_unix_ms(now: std::time::SystemTime, timeout: Duration) -> u64 {
+    let since_epoch = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    ms(since_epoch).saturating_add(ms(timeout)).max(1)
+}
+
+/// `now + d` on tokio's clock, or about thirty years from now when that overflows.
+pub(crate) fn instant_after(now: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
+}
+
 pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -80,5 +95,26 @@ pub(crate) fn new_generation() -> Result<u64, ClientServerError> {
         if let Some(g) = zlink_protocol::ids::lifecycle_generation_from_random(r) {
             return Ok(g);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use super::{deadline_unix_ms, instant_after, ms};
+
+    /// Review item 5: adding the largest timeouts to a clock saturates instead of panicking.
+    #[test]
+    fn huge_timeouts_saturate_instead_of_overflowing() {
+        assert_eq!(deadline_unix_ms(SystemTime::now(), Duration::MAX), u64::MAX);
+        assert_eq!(deadline_unix_ms(UNIX_EPOCH, Duration::ZERO), 1);
+        let now = SystemTime::now();
+        let d = deadline_unix_ms(now, Duration::from_secs(2));
+        let base = ms(now.duration_since(UNIX_EPOCH).unwrap());
+        assert_eq!(d, base + 2_000);
+        let t = tokio::time::Instant::now();
+        assert!(instant_after(t, Duration::MAX) > t + Duration::from_secs(86_400 * 365));
+        assert_eq!(u64::MAX.saturating_add(ms(Duration::MAX)), u64::MAX);
     }
 }

@@ -134,8 +134,9 @@ pub(crate) struct ServerInner {
     runners: RunnerTxs,
 }
 
-/// How long a graceful stop lets the socket deliver what it already accepted.
-const SHUTDOWN_LINGER: Duration = Duration::from_millis(200);
+/// How long a graceful stop waits before closing the socket, and its linger at the close, so
+/// the last replies leave and are read by the clients (see `shutdown`).
+const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -270,7 +271,7 @@ impl ClientServerServer {
                 .claim_lease(&inner.owner_id, inner.config.timings.lease_ttl)
                 .await?;
             inner.fence_at.store(
-                sent + ms(grant.fencing_delay(inner.config.timings.fencing_margin)),
+                sent.saturating_add(ms(grant.fencing_delay(inner.config.timings.fencing_margin))),
                 Ordering::Release,
             );
             let d = inner.server_descriptor(grant.token.lease_generation);
@@ -409,7 +410,11 @@ impl ClientServerServer {
         if let (Some(store), Some(token)) = (&self.inner.store, token) {
             let _ = store.release_lease(&token).await;
         }
-        // A short linger: the last replies handed to the socket still reach the wire.
+        // A short linger before and at the close: the last replies reach the wire and the
+        // clients' sockets read them before the TCP close. A client DEALER uses
+        // ZMQ_IMMEDIATE, and libzmq then drops a pipe's *unread* inbound messages when its
+        // connection ends, so closing right after the last reply could lose it.
+        tokio::time::sleep(SHUTDOWN_LINGER).await;
         let socket = lock(&self.socket).take();
         if let Some(mut s) = socket {
             let _ = tokio::task::spawn_blocking(move || s.stop_lingering(SHUTDOWN_LINGER)).await;
@@ -766,7 +771,7 @@ impl ServerInner {
                     correlation_id,
                     limit,
                 }),
-                deadline_unix_ms.map(|d| UNIX_EPOCH + Duration::from_millis(d)),
+                deadline_unix_ms.and_then(|d| UNIX_EPOCH.checked_add(Duration::from_millis(d))),
             ),
             ChannelHeader::Command {
                 packet_name,
@@ -1077,7 +1082,7 @@ async fn discovery_loop(inner: Arc<ServerInner>) {
                 Ok(grant) => {
                     last_renew = tokio::time::Instant::now();
                     inner.fence_at.store(
-                        sent + ms(grant.fencing_delay(t.fencing_margin)),
+                        sent.saturating_add(ms(grant.fencing_delay(t.fencing_margin))),
                         Ordering::Release,
                     );
                 }

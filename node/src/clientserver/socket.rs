@@ -34,6 +34,10 @@
 //! messages are dropped (their requests are failed by the owner) and anything still in the
 //! dead connection's pipe is discarded by libzmq, so a message of one server lifecycle's
 //! connection is not delivered on the next one's after a reconnect.
+//! The price: when a DEALER's connection ends, libzmq also drops the messages it received on
+//! it that were not read yet, so this thread reads a socket before its monitor (a reply that
+//! arrived before a close is handed over before the disconnect), and a gracefully stopping
+//! server waits briefly before closing.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
@@ -482,11 +486,13 @@ impl Worker {
                 backoff_ms = if moved { 1 } else { (backoff_ms * 2).min(10) };
             }
             for i in 0..readable.len() {
+                // Messages first: a reply that arrived before the peer closed is handed over
+                // before the disconnect that would fail its request.
+                if readable[i] || monitor_readable[i] {
+                    self.read_socket(i, &mut events);
+                }
                 if monitor_readable[i] {
                     self.read_monitor(i, &mut events);
-                }
-                if readable[i] {
-                    self.read_socket(i, &mut events);
                 }
             }
             let commands: Vec<SocketCmd> = lock(&self.shared.queue).drain(..).collect();
