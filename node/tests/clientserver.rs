@@ -511,7 +511,7 @@ async fn route_mesh_records_on_a_client_server_connection_are_protocol_errors() 
         endpoint: s.endpoint().into(),
         security_identity: "zlink".into(),
     };
-    let hello = admission::hello(&secret(), &me, MIB, [3; 32]);
+    let hello = admission::hello(&secret(), &me, MIB, [3; 32], None);
     d.send_multipart(
         hello
             .encode(WireContext::client_server(Leg::Request))
@@ -882,7 +882,7 @@ async fn the_server_refuses_a_record_above_the_admitted_limit_before_decoding() 
         security_identity: "zlink".into(),
     };
     // The raw client announces 1 MiB, so 1 MiB is admitted.
-    let hello = admission::hello(&secret(), &me, MIB, [4; 32]);
+    let hello = admission::hello(&secret(), &me, MIB, [4; 32], None);
     d.send_multipart(
         hello
             .encode(WireContext::client_server(Leg::Request))
@@ -1064,7 +1064,7 @@ fn raw_admitted_client(
         endpoint: s.endpoint().into(),
         security_identity: "zlink".into(),
     };
-    let hello = admission::hello(&secret(), &me, limit, [nonce; 32]);
+    let hello = admission::hello(&secret(), &me, limit, [nonce; 32], None);
     d.send_multipart(
         hello
             .encode(WireContext::client_server(Leg::Request))
@@ -1289,5 +1289,50 @@ async fn bytes_parked_for_a_vanished_server_are_released() {
         assert_eq!(reply.payload.len(), MIB as usize);
     }
     c.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Admission replay (wire §4; review item 6): a hello bound to server A (its RID and lifecycle
+/// from the descriptor) is rejected by server B of the same channel with the same secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_captured_for_one_server_is_rejected_by_another() {
+    let a = server("replay", "cs-a").await;
+    let b = server("replay", "cs-b").await;
+    let ctx = zmq::Context::new();
+    let d = ctx.socket(zmq::DEALER).unwrap();
+    d.set_linger(0).unwrap();
+    d.set_rcvtimeo(5_000).unwrap();
+    d.connect(b.endpoint()).unwrap();
+    let me = SideIdentity {
+        channel_name: "replay".into(),
+        rid: "raw-client".into(),
+        lifecycle_generation: 3,
+        endpoint: a.endpoint().into(),
+        security_identity: "zlink".into(),
+    };
+    let for_a = NodeFence {
+        rid: a.rid().into(),
+        lifecycle_generation: a.lifecycle_generation(),
+    };
+    let hello = admission::hello(&secret(), &me, MIB, [5; 32], Some(&for_a));
+    d.send_multipart(
+        hello
+            .encode(WireContext::client_server(Leg::Request))
+            .unwrap(),
+        0,
+    )
+    .unwrap();
+    let reply = d.recv_multipart(0).unwrap();
+    let rec = Record::decode(&reply, WireContext::client_server(Leg::Reply)).unwrap();
+    let CommandBody::Reject(r) = rec.body else {
+        panic!("{rec:?}")
+    };
+    assert_eq!(
+        r.reason,
+        zlink_protocol::generated::RejectReason::AuthenticationFailed
+    );
+    assert_eq!(b.metrics().rejected.load(Ordering::Relaxed), 1);
+    assert_eq!(b.client_count(), 0);
+    a.shutdown().await;
     b.shutdown().await;
 }

@@ -516,7 +516,13 @@ impl ClientInner {
             endpoint: c.endpoint.clone(),
             security_identity: self.config.security_identity.clone(),
         };
-        let hello = admission::hello(&self.config.secret, &me, self.limit, nonce);
+        // Bound to the server the descriptor names (review item 6); a manual endpoint's
+        // server is unknown before admission.
+        let target = c.expected.as_ref().map(|e| NodeFence {
+            rid: e.rid.clone(),
+            lifecycle_generation: e.lifecycle_generation,
+        });
+        let hello = admission::hello(&self.config.secret, &me, self.limit, nonce, target.as_ref());
         match hello.encode(WireContext::client_server(Leg::Request)) {
             Ok(frames) => {
                 let _ = self

@@ -669,6 +669,10 @@ impl ServerInner {
                 &self.config.secret,
                 &self.config.channel_name,
                 self.limit,
+                &NodeFence {
+                    rid: self.rid.clone(),
+                    lifecycle_generation: self.lifecycle,
+                },
             )
             .and_then(|limit| {
                 if lock(&self.nonces).first_use(hello.nonce) {
