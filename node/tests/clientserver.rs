@@ -1336,3 +1336,53 @@ async fn a_hello_captured_for_one_server_is_rejected_by_another() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Bound accepted work (glossary §3 job queue; review item 8): with every job permit held by
+/// requests waiting for their handler, a new request is answered `Backpressured` at once; the
+/// accepted ones complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_job_queue_answers_backpressured() {
+    let mut h = Handlers::new();
+    // One at a time: the next requests wait for the handler, holding their permits.
+    h.on_request(|_, w: Who| async move {
+        tokio::time::sleep(Duration::from_millis(w.delay_ms)).await;
+        Ok::<_, CallError>(Me { rid: "cs-j".into() })
+    });
+    let mut cfg = server_config("jobs", "cs-j");
+    cfg.jobs = zlink_node::jobs::JobQueueConfig::with_permits(2);
+    let s = ClientServerServer::start(cfg, h, None).await.unwrap();
+    let c = Arc::new(
+        ClientServerClient::start(client_config("jobs", &[s.endpoint()]), None)
+            .await
+            .unwrap(),
+    );
+    assert!(c.wait_selectable(1, WAIT).await);
+    let spawn = |delay| {
+        let c = Arc::clone(&c);
+        tokio::spawn(async move { who(&c, delay).await })
+    };
+    let first = spawn(500);
+    eventually("the first request runs", || {
+        s.metrics().delivered.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    let waiting = [spawn(0), spawn(0)];
+    eventually("two requests wait", || {
+        s.metrics().delivered.load(Ordering::Relaxed) == 1
+            && c.metrics().requests_sent.load(Ordering::Relaxed) == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let err = who(&c, 0).await.unwrap_err();
+    match &err {
+        ClientServerError::Call(e) => assert_eq!(e.kind(), ErrorKind::Backpressured),
+        other => panic!("expected Backpressured, got {other:?}"),
+    }
+    assert_eq!(s.metrics().backpressured.load(Ordering::Relaxed), 1);
+    assert_eq!(first.await.unwrap().unwrap(), "cs-j");
+    for w in waiting {
+        assert_eq!(w.await.unwrap().unwrap(), "cs-j");
+    }
+    c.shutdown().await;
+    s.shutdown().await;
+}

@@ -102,6 +102,11 @@ pub struct ServerConfig {
     /// requests fail by liveness instead of growing the server's memory. One reply of any
     /// admitted size is always parked when nothing else waits for that client.
     pub client_queue_cap_bytes: usize,
+    /// The application job queue (glossary §3): a permit is taken before a request or
+    /// command is dispatched and released when its handler starts. With every permit in use
+    /// a new request is answered `Backpressured` (a command is dropped and counted) instead
+    /// of queueing without bound.
+    pub jobs: crate::jobs::JobQueueConfig,
     /// Timings.
     pub timings: ClientServerTimings,
 }
@@ -122,6 +127,9 @@ impl ServerConfig {
             owner_id: None,
             hwm: 10_000,
             client_queue_cap_bytes: DEFAULT_QUEUE_CAP_BYTES,
+            jobs: crate::jobs::JobQueueConfig::with_permits(
+                crate::mesh::config::DEFAULT_JOB_PERMITS,
+            ),
             timings: ClientServerTimings::default(),
         }
     }

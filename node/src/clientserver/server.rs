@@ -41,6 +41,7 @@ use super::socket::{ROUTER_CONN, SocketConfig, SocketEvent, SocketHandle, Socket
 use super::store::ClientServerStore;
 use super::{ProtocolErrors, ms, new_generation, process_context, random};
 use crate::call::error::{CallError, ErrorKind};
+use crate::jobs::{JobPermit, JobQueue};
 use crate::mesh::handler::{Handler, Handlers, MessageContext, MessageKind};
 use crate::mesh::liveness::{Liveness, LivenessAction};
 
@@ -73,6 +74,9 @@ pub struct ServerMetrics {
     pub fenced_refusals: AtomicU64,
     /// Clients disconnected because their parked replies passed `client_queue_cap_bytes`.
     pub client_overflows: AtomicU64,
+    /// Requests answered `Backpressured` and commands dropped because every job permit was
+    /// in use.
+    pub backpressured: AtomicU64,
 }
 
 /// One admitted client connection (keyed by its ROUTER routing identity).
@@ -100,6 +104,8 @@ struct Job {
     ctx: MessageContext,
     payload: TypedPayload,
     reply: Option<ReplyTo>,
+    /// Released at the handler's first instruction (as in `mesh/dispatch.rs`).
+    permit: JobPermit,
 }
 
 struct ReplyTo {
@@ -132,6 +138,7 @@ pub(crate) struct ServerInner {
     fence_at: AtomicU64,
     epoch: Instant,
     runners: RunnerTxs,
+    jobs: JobQueue,
 }
 
 /// How long a graceful stop waits before closing the socket, and its linger at the close, so
@@ -184,6 +191,10 @@ impl ClientServerServer {
         validate_timings(&config.timings)?;
         validate_weight(u32::from(config.weight))?;
         let limit = normalize_max_message_bytes(config.max_message_bytes)?;
+        let jobs = JobQueue::new(config.jobs).map_err(|e| ClientServerError::Config {
+            field: "jobs",
+            reason: e.to_string(),
+        })?;
         let handler_map =
             handlers
                 .build(&config.channel_name)
@@ -263,6 +274,7 @@ impl ClientServerServer {
             fence_at: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
             runners: runner_txs,
+            jobs,
         });
 
         if let Some(store) = &inner.store {
@@ -826,6 +838,21 @@ impl ServerInner {
             }
             return;
         };
+        // Bound accepted work: a permit before dispatch, answered `Backpressured` when none is
+        // free (the socket keeps being read so liveness and other clients are not starved).
+        let Ok(permit) = self.jobs.try_acquire() else {
+            self.metrics.backpressured.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = reply {
+                self.reply(
+                    &r,
+                    Err(CallError::new(
+                        ErrorKind::Backpressured,
+                        "the server's job queue is full",
+                    )),
+                );
+            }
+            return;
+        };
         let name = SharedStr::copy_from(&packet_name);
         let job = Job {
             ctx: MessageContext {
@@ -838,6 +865,7 @@ impl ServerInner {
             },
             payload: TypedPayload::new(name, SharedStr::copy_from(&content_type), payload_frame),
             reply,
+            permit,
         };
         self.inflight.fetch_add(1, Ordering::AcqRel);
         if runner.send(job).is_err() {
@@ -1006,6 +1034,10 @@ async fn reactor(inner: Arc<ServerInner>, mut rx: mpsc::Receiver<Vec<SocketEvent
     }
 }
 
+// The runner mirrors `mesh/dispatch.rs`'s (per-handler concurrency slots, the job permit
+// released at the handler's first instruction, panics caught) but not its claim/flow-credit
+// steps, which ClientServer does not have; a shared helper would need those abstracted, so
+// the duplication is kept deliberately small here.
 async fn runner(
     inner: Arc<ServerInner>,
     handler: Handler,
@@ -1020,22 +1052,36 @@ async fn runner(
         let inner = Arc::clone(&inner);
         let handler = handler.clone();
         tokio::spawn(async move {
-            run_job(&inner, &handler, job).await;
+            let Job {
+                ctx,
+                payload,
+                reply,
+                permit: job_permit,
+            } = job;
+            // The handler's first instruction: the job-queue permit goes back here.
+            job_permit.release();
+            run_job(&inner, &handler, ctx, payload, reply).await;
             drop(permit);
             inner.job_done();
         });
     }
 }
 
-async fn run_job(inner: &ServerInner, handler: &Handler, job: Job) {
+async fn run_job(
+    inner: &ServerInner,
+    handler: &Handler,
+    ctx: MessageContext,
+    payload: TypedPayload,
+    reply: Option<ReplyTo>,
+) {
     inner.metrics.delivered.fetch_add(1, Ordering::Relaxed);
     let panicked = || {
         inner.metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
         CallError::new(ErrorKind::HandlerFailed, "the handler panicked")
     };
-    match (handler, job.reply) {
+    match (handler, reply) {
         (Handler::Send(f), None) => {
-            let outcome = AssertUnwindSafe(f(job.ctx, job.payload))
+            let outcome = AssertUnwindSafe(f(ctx, payload))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| Err(panicked()));
@@ -1044,14 +1090,14 @@ async fn run_job(inner: &ServerInner, handler: &Handler, job: Job) {
             }
         }
         (Handler::Request(f), Some(reply)) => {
-            let expired = job.ctx.deadline.is_some_and(|d| d <= SystemTime::now());
+            let expired = ctx.deadline.is_some_and(|d| d <= SystemTime::now());
             let result = if expired {
                 Err(CallError::new(
                     ErrorKind::DeadlineExceeded,
                     "deadline passed before the handler ran",
                 ))
             } else {
-                AssertUnwindSafe(f(job.ctx, job.payload))
+                AssertUnwindSafe(f(ctx, payload))
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| Err(panicked()))
