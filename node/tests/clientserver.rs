@@ -676,7 +676,9 @@ async fn a_draining_server_gets_no_new_work_but_finishes_accepted_requests() {
             && b.metrics().delivered.load(Ordering::Relaxed) == 1
     })
     .await;
+    // drain() returns once the request A accepted is done and replied to.
     a.drain().await.unwrap();
+    assert_eq!(a.metrics().replies_sent.load(Ordering::Relaxed), 1);
     assert!(
         c.wait_for(WAIT, |s| s[0].state == Some(RuntimeState::Draining)
             && !s[0].selectable)
@@ -685,6 +687,37 @@ async fn a_draining_server_gets_no_new_work_but_finishes_accepted_requests() {
     for _ in 0..10 {
         assert_eq!(who(&c, 0).await.unwrap(), "cs-b");
     }
+    // A request that still reaches the draining server is refused with a typed Unavailable.
+    let raw = raw_admitted_client(&a, "drain", 11, MIB);
+    let header = ChannelHeader::Request {
+        packet_name: Who::PACKET_NAME.into(),
+        content_type: "application/json".into(),
+        correlation_id: "late".into(),
+        deadline_unix_ms: None,
+    };
+    raw.send_multipart([header.encode().unwrap(), br#"{"delay_ms":0}"#.to_vec()], 0)
+        .unwrap();
+    // Skip liveness probes; the reply is the first channel envelope.
+    let reply = loop {
+        let m = raw.recv_multipart(0).unwrap();
+        if m[0].first() == Some(&0xF2) {
+            break m;
+        }
+    };
+    match zlink_protocol::channel_envelope::decode_record(
+        &reply.into_iter().map(Bytes::from).collect::<Vec<_>>(),
+    )
+    .unwrap()
+    {
+        ChannelHeader::Error { code, detail, .. } => {
+            assert_eq!(
+                CallError::from_status(code, detail).unwrap().kind(),
+                ErrorKind::Unavailable
+            );
+        }
+        other => panic!("expected an error reply, got {other:?}"),
+    }
+    assert_eq!(a.metrics().drain_refusals.load(Ordering::Relaxed), 1);
     let mut answered: Vec<String> = Vec::new();
     for h in slow {
         answered.push(h.await.unwrap().unwrap());

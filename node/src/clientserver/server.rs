@@ -77,6 +77,8 @@ pub struct ServerMetrics {
     /// Requests answered `Backpressured` and commands dropped because every job permit was
     /// in use.
     pub backpressured: AtomicU64,
+    /// Requests refused (`Unavailable`) and commands dropped because the server drains.
+    pub drain_refusals: AtomicU64,
 }
 
 /// One admitted client connection (keyed by its ROUTER routing identity).
@@ -127,6 +129,8 @@ pub(crate) struct ServerInner {
     nonces: Mutex<NonceGuard>,
     metrics: ServerMetrics,
     shutting_down: AtomicBool,
+    /// Set by `drain()`: new requests and commands are refused.
+    draining: AtomicBool,
     inflight: AtomicUsize,
     idle: Notify,
     wake: Notify,
@@ -265,6 +269,7 @@ impl ClientServerServer {
             nonces: Mutex::new(NonceGuard::new(1 << 16)),
             metrics: ServerMetrics::default(),
             shutting_down: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
             idle: Notify::new(),
             wake: Notify::new(),
@@ -376,13 +381,22 @@ impl ClientServerServer {
         self.change(|s| s.weight = weight).await
     }
 
-    /// Announce Draining: clients stop selecting this server for new work; requests it has
-    /// already accepted run to completion and get their replies.
+    /// Drain: announce Draining (clients stop selecting this server), refuse every request
+    /// that arrives from now on with a typed `Unavailable` ("server is draining", counted in
+    /// `drain_refusals`; commands are dropped and counted too), and return once the requests
+    /// and commands accepted before are done and replied to. The wait has no bound of its
+    /// own: wrap it in a timeout to bound it.
     ///
     /// # Errors
     /// [`ClientServerError::ShuttingDown`].
     pub async fn drain(&self) -> Result<(), ClientServerError> {
-        self.change(|s| s.state = RuntimeState::Draining).await
+        if self.inner.shutting_down.load(Ordering::Acquire) {
+            return Err(ClientServerError::ShuttingDown);
+        }
+        self.inner.draining.store(true, Ordering::Release);
+        self.change(|s| s.state = RuntimeState::Draining).await?;
+        self.inner.wait_idle(Duration::MAX).await;
+        Ok(())
     }
 
     async fn change(&self, f: impl FnOnce(&mut Selection)) -> Result<(), ClientServerError> {
@@ -821,6 +835,16 @@ impl ServerInner {
                         ErrorKind::ShuttingDown,
                         "server is shutting down",
                     )),
+                );
+            }
+            return;
+        }
+        if self.draining.load(Ordering::Acquire) {
+            self.metrics.drain_refusals.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = reply {
+                self.reply(
+                    &r,
+                    Err(CallError::new(ErrorKind::Unavailable, "server is draining")),
                 );
             }
             return;
