@@ -1419,3 +1419,70 @@ async fn a_full_job_queue_answers_backpressured() {
     c.shutdown().await;
     s.shutdown().await;
 }
+
+/// Crash-restart on the same endpoint (glossary §6, §8; review item 10): the crashed
+/// lifecycle's descriptor stays until its lease lapses, next to the successor's on the same
+/// endpoint. The client accepts an admit that matches any live descriptor, so it is served by
+/// the successor long before the old lease lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_on_the_same_endpoint_is_admitted_while_the_old_descriptor_lives() {
+    let store = Arc::new(MemoryStore::new(SystemClock));
+    let dyn_store: Arc<dyn ClientServerStore> = store.clone();
+    let mut t = timings();
+    t.lease_ttl = Duration::from_secs(20);
+    t.lease_renew = Duration::from_secs(5);
+    let mut first_cfg = server_config("restart", "cs-r1");
+    first_cfg.timings = t.clone();
+    let first =
+        ClientServerServer::start(first_cfg, handlers("cs-r1"), Some(Arc::clone(&dyn_store)))
+            .await
+            .unwrap();
+    let port: u16 = first
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let c = ClientServerClient::start(client_config("restart", &[]), Some(Arc::clone(&dyn_store)))
+        .await
+        .unwrap();
+    assert!(c.wait_selectable(1, WAIT).await);
+    assert_eq!(who(&c, 0).await.unwrap(), "cs-r1");
+    first.abort().await;
+    // Named to sort before the crashed one: a client keeping only one descriptor per endpoint
+    // would keep expecting the dead lifecycle.
+    let mut second_cfg = server_config("restart", "cs-r0");
+    second_cfg.timings = t;
+    second_cfg.port = port;
+    let start = Instant::now();
+    let second = loop {
+        match ClientServerServer::start(
+            second_cfg.clone(),
+            handlers("cs-r0"),
+            Some(Arc::clone(&dyn_store)),
+        )
+        .await
+        {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(start.elapsed() < WAIT, "rebind: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(second.endpoint(), first.endpoint());
+    // Both descriptors are live (the first lease has 20 s left): well before that the client
+    // is admitted by the successor.
+    assert!(
+        c.wait_for(Duration::from_secs(5), |v| v
+            .iter()
+            .any(|x| x.selectable && x.server_rid.as_deref() == Some("cs-r0")))
+            .await,
+        "{:?}",
+        c.servers()
+    );
+    assert_eq!(who(&c, 0).await.unwrap(), "cs-r0");
+    c.shutdown().await;
+    second.shutdown().await;
+}

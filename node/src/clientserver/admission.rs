@@ -335,6 +335,8 @@ pub struct ExpectedServer {
 pub struct AdmittedServer {
     /// Server identity.
     pub server: NodeFence,
+    /// The server's security identity.
+    pub security_identity: String,
     /// Connection generation liveness is stamped with.
     pub connection_generation: u64,
     /// Admitted complete-message limit.
@@ -358,7 +360,7 @@ pub fn check_admit(
     client_nonce: &[u8; 32],
     channel_name: &str,
     own_limit: u64,
-    expected: Option<&ExpectedServer>,
+    expected: &[ExpectedServer],
 ) -> Result<AdmittedServer, Refusal> {
     if !secret.verify_over(&admit_parts(admit, client_nonce).each(), &admit.proof) {
         return Err(refuse(
@@ -383,16 +385,26 @@ pub fn check_admit(
             "admit descriptor has no server membership for the channel",
         ));
     };
-    if let Some(e) = expected
-        && (e.rid != d.node.rid
-            || e.lifecycle_generation != d.node.lifecycle_generation
-            || e.security_identity != d.security_identity)
+    // Any live descriptor behind the endpoint may answer (a restarted server's old
+    // descriptor stays until its lease lapses); none known (manual endpoint) accepts any.
+    if !expected.is_empty()
+        && !expected.iter().any(|e| {
+            e.rid == d.node.rid
+                && e.lifecycle_generation == d.node.lifecycle_generation
+                && e.security_identity == d.security_identity
+        })
     {
+        let want: Vec<String> = expected
+            .iter()
+            .map(|e| format!("{}/{}", e.rid, e.lifecycle_generation))
+            .collect();
         return Err(refuse(
             RejectReason::DescriptorMismatch,
             format!(
-                "expected server {}/{} but {}/{} answered",
-                e.rid, e.lifecycle_generation, d.node.rid, d.node.lifecycle_generation
+                "expected server {} but {}/{} answered",
+                want.join(" or "),
+                d.node.rid,
+                d.node.lifecycle_generation
             ),
         ));
     }
@@ -407,6 +419,7 @@ pub fn check_admit(
     }
     Ok(AdmittedServer {
         server: d.node.clone(),
+        security_identity: d.security_identity.clone(),
         connection_generation: admit.connection_generation,
         limit: admit.max_message_bytes,
         weight: membership.weight,
@@ -507,13 +520,13 @@ mod tests {
         let s = secret(b"0123456789abcdef0");
         let d = descriptor(&server(), ChannelRole::Server, 3, RuntimeState::Serving, 40);
         let a = admit(&s, d, &[1; 32], [2; 32], 77, 1 << 20);
-        let ok = check_admit(admit_body(&a), &s, &[1; 32], "lobby", 1 << 20, None).unwrap();
+        let ok = check_admit(admit_body(&a), &s, &[1; 32], "lobby", 1 << 20, &[]).unwrap();
         assert_eq!(ok.weight, 40);
         assert_eq!(ok.revision, 3);
         assert_eq!(ok.server.lifecycle_generation, 9);
         // A replayed admit (another hello's nonce) does not verify.
         assert_eq!(
-            check_admit(admit_body(&a), &s, &[3; 32], "lobby", 1 << 20, None)
+            check_admit(admit_body(&a), &s, &[3; 32], "lobby", 1 << 20, &[])
                 .unwrap_err()
                 .reason,
             RejectReason::AuthenticationFailed
@@ -525,14 +538,21 @@ mod tests {
             security_identity: "zlink".into(),
         };
         assert_eq!(
-            check_admit(admit_body(&a), &s, &[1; 32], "lobby", 1 << 20, Some(&stale))
-                .unwrap_err()
-                .reason,
+            check_admit(
+                admit_body(&a),
+                &s,
+                &[1; 32],
+                "lobby",
+                1 << 20,
+                std::slice::from_ref(&stale)
+            )
+            .unwrap_err()
+            .reason,
             RejectReason::DescriptorMismatch
         );
         // An admitted limit above our own is refused.
         assert_eq!(
-            check_admit(admit_body(&a), &s, &[1; 32], "lobby", 1 << 19, None)
+            check_admit(admit_body(&a), &s, &[1; 32], "lobby", 1 << 19, &[])
                 .unwrap_err()
                 .reason,
             RejectReason::DescriptorMismatch
@@ -617,16 +637,16 @@ mod tests {
             100,
         );
         let a = admit(&s, d, &[1; 32], [2; 32], 7, 1 << 20);
-        assert!(check_admit(admit_body(&a), &s, &[1; 32], "lobby", 1 << 20, None).is_ok());
+        assert!(check_admit(admit_body(&a), &s, &[1; 32], "lobby", 1 << 20, &[]).is_ok());
         let mut t = admit_body(&a).clone();
         t.max_message_bytes = 1 << 19;
-        let err = check_admit(&t, &s, &[1; 32], "lobby", 1 << 20, None).unwrap_err();
+        let err = check_admit(&t, &s, &[1; 32], "lobby", 1 << 20, &[]).unwrap_err();
         assert_eq!(err.reason, RejectReason::AuthenticationFailed);
         let mut t = admit_body(&a).clone();
         t.descriptor.channels[0].weight = 10_000;
-        assert!(check_admit(&t, &s, &[1; 32], "lobby", 1 << 20, None).is_err());
+        assert!(check_admit(&t, &s, &[1; 32], "lobby", 1 << 20, &[]).is_err());
         let mut t = admit_body(&a).clone();
         t.descriptor.state = RuntimeState::Draining;
-        assert!(check_admit(&t, &s, &[1; 32], "lobby", 1 << 20, None).is_err());
+        assert!(check_admit(&t, &s, &[1; 32], "lobby", 1 << 20, &[]).is_err());
     }
 }

@@ -121,6 +121,8 @@ enum Phase {
 
 struct Admitted {
     server: NodeFence,
+    /// The server's security identity from its admit descriptor.
+    security_identity: String,
     peer: PeerRef,
     limit: u64,
     liveness: Liveness,
@@ -135,7 +137,9 @@ struct ServerConn {
     endpoint: String,
     manual: bool,
     discovered: bool,
-    expected: Option<ExpectedServer>,
+    /// Every live descriptor behind this endpoint (a crashed lifecycle's stays until its
+    /// lease lapses, next to its successor's); empty for a manual endpoint.
+    expected: Vec<ExpectedServer>,
     phase: Phase,
     connected: bool,
     reason: Option<String>,
@@ -149,7 +153,7 @@ struct ServerConn {
 }
 
 impl ServerConn {
-    fn new(endpoint: String, manual: bool, expected: Option<ExpectedServer>) -> Self {
+    fn new(endpoint: String, manual: bool, expected: Vec<ExpectedServer>) -> Self {
         Self {
             endpoint,
             manual,
@@ -290,7 +294,7 @@ impl ClientServerClient {
         {
             let mut st = lock(&inner.state);
             for endpoint in inner.config.manual_endpoints.clone() {
-                inner.open(&mut st, ServerConn::new(endpoint, true, None));
+                inner.open(&mut st, ServerConn::new(endpoint, true, Vec::new()));
             }
         }
         let mut tasks = vec![tokio::spawn(reactor(Arc::clone(&inner), rx))];
@@ -518,10 +522,15 @@ impl ClientInner {
         };
         // Bound to the server the descriptor names (review item 6); a manual endpoint's
         // server is unknown before admission.
-        let target = c.expected.as_ref().map(|e| NodeFence {
-            rid: e.rid.clone(),
-            lifecycle_generation: e.lifecycle_generation,
-        });
+        // With several live descriptors behind the endpoint (a restart), which one answers is
+        // not known: the hello is unbound then.
+        let target = match c.expected.as_slice() {
+            [e] => Some(NodeFence {
+                rid: e.rid.clone(),
+                lifecycle_generation: e.lifecycle_generation,
+            }),
+            _ => None,
+        };
         let hello = admission::hello(&self.config.secret, &me, self.limit, nonce, target.as_ref());
         match hello.encode(WireContext::client_server(Leg::Request)) {
             Ok(frames) => {
@@ -709,7 +718,7 @@ impl ClientInner {
                     &nonce,
                     &self.config.channel_name,
                     self.limit,
-                    c.expected.as_ref(),
+                    &c.expected,
                 ) {
                     Ok(adm) => {
                         let t = &self.config.timings;
@@ -719,6 +728,7 @@ impl ClientInner {
                                 adm.server.lifecycle_generation,
                             ),
                             server: adm.server.clone(),
+                            security_identity: adm.security_identity.clone(),
                             limit: adm.limit,
                             liveness: Liveness::admitted(
                                 adm.connection_generation,
@@ -999,10 +1009,10 @@ impl ClientInner {
     /// higher descriptor revision of the admitted lifecycle updates weight and state.
     fn on_discovered(&self, descriptors: Vec<ServerDescriptor>) {
         let now = self.now();
-        let mut by_endpoint: HashMap<String, ServerDescriptor> = HashMap::new();
+        let mut by_endpoint: HashMap<String, Vec<ServerDescriptor>> = HashMap::new();
         for d in descriptors {
             if d.state != RuntimeState::Stopped {
-                by_endpoint.insert(d.endpoint.clone(), d);
+                by_endpoint.entry(d.endpoint.clone()).or_default().push(d);
             }
         }
         let mut st = lock(&self.state);
@@ -1034,31 +1044,44 @@ impl ClientInner {
             }
         }
         let mut stale = Vec::new();
-        for (endpoint, d) in by_endpoint {
-            let expected = ExpectedServer {
-                rid: d.server_rid.clone(),
-                lifecycle_generation: d.lifecycle_generation,
-                security_identity: d.security_identity.clone(),
-            };
+        for (endpoint, ds) in by_endpoint {
+            let mut expected: Vec<ExpectedServer> = ds
+                .iter()
+                .map(|d| ExpectedServer {
+                    rid: d.server_rid.clone(),
+                    lifecycle_generation: d.lifecycle_generation,
+                    security_identity: d.security_identity.clone(),
+                })
+                .collect();
+            expected.sort_by(|a, b| {
+                (&a.rid, a.lifecycle_generation, &a.security_identity).cmp(&(
+                    &b.rid,
+                    b.lifecycle_generation,
+                    &b.security_identity,
+                ))
+            });
             let existing = st
                 .conns
                 .iter_mut()
-                .find(|(_, c)| c.endpoint == endpoint)
+                .find(|(_, c)| c.endpoint == endpoint && !c.retiring)
                 .map(|(id, c)| (*id, c));
             match existing {
                 None => {
-                    self.open(&mut st, ServerConn::new(endpoint, false, Some(expected)));
+                    self.open(&mut st, ServerConn::new(endpoint, false, expected));
                 }
                 Some((id, c)) => {
                     c.discovered = true;
-                    if c.expected.as_ref() != Some(&expected) {
-                        c.expected = Some(expected.clone());
+                    if c.expected != expected {
+                        c.expected = expected;
+                        // An admitted connection to a server no live descriptor names any more
+                        // (or whose security identity changed) is stale (review item 10).
+                        let matches = |a: &Admitted, e: &ExpectedServer| {
+                            a.server.rid == e.rid
+                                && a.server.lifecycle_generation == e.lifecycle_generation
+                                && a.security_identity == e.security_identity
+                        };
                         match &c.admitted {
-                            Some(a)
-                                if a.server.rid != expected.rid
-                                    || a.server.lifecycle_generation
-                                        != expected.lifecycle_generation =>
-                            {
+                            Some(a) if !c.expected.iter().any(|e| matches(a, e)) => {
                                 stale.push(id);
                             }
                             _ => {
@@ -1068,14 +1091,18 @@ impl ClientInner {
                             }
                         }
                     }
-                    if let Some(a) = c.admitted.as_mut()
-                        && a.server.lifecycle_generation == d.lifecycle_generation
-                        && d.descriptor_revision > a.revision
-                    {
-                        a.weight = d.weight;
-                        a.state = d.state;
-                        a.revision = d.descriptor_revision;
-                        a.revision_bytes = None;
+                    if let Some(a) = c.admitted.as_mut() {
+                        for d in &ds {
+                            if a.server.rid == d.server_rid
+                                && a.server.lifecycle_generation == d.lifecycle_generation
+                                && d.descriptor_revision > a.revision
+                            {
+                                a.weight = d.weight;
+                                a.state = d.state;
+                                a.revision = d.descriptor_revision;
+                                a.revision_bytes = None;
+                            }
+                        }
                     }
                 }
             }
