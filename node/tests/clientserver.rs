@@ -1486,3 +1486,44 @@ async fn a_server_restarted_on_the_same_endpoint_is_admitted_while_the_old_descr
     c.shutdown().await;
     second.shutdown().await;
 }
+
+/// Receive limits per message (wire §2; review item 11): the socket thread reads frame by
+/// frame, refuses a message with more than three frames and discards its rest without
+/// desynchronising the connection: the next request on it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_with_too_many_frames_is_discarded_and_the_connection_keeps_working() {
+    let s = server("frames", "cs-f").await;
+    let raw = raw_admitted_client(&s, "frames", 12, MIB);
+    let header = ChannelHeader::Request {
+        packet_name: "bulk".into(),
+        content_type: "application/octet-stream".into(),
+        correlation_id: "ok".into(),
+        deadline_unix_ms: None,
+    }
+    .encode()
+    .unwrap();
+    raw.send_multipart(
+        [
+            header.clone(),
+            vec![1; 10],
+            vec![2; 10],
+            vec![3; 10],
+            vec![4; 10],
+        ],
+        0,
+    )
+    .unwrap();
+    raw.send_multipart([header, vec![9; 32]], 0).unwrap();
+    let reply = loop {
+        let m = raw.recv_multipart(0).unwrap();
+        if m[0].first() == Some(&0xF2) {
+            break m;
+        }
+    };
+    assert_eq!(reply.len(), 2);
+    assert_eq!(reply[1], vec![9; 32]);
+    let errors = s.metrics().protocol_errors();
+    assert_eq!(errors.get("WrongFrameCount"), Some(&1), "{errors:?}");
+    assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), 1);
+    s.shutdown().await;
+}

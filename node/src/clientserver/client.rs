@@ -676,6 +676,7 @@ impl ClientInner {
             }
             // Overflow never happens on the client's DEALERs (no per-peer cap).
             SocketEvent::Unroutable { .. } | SocketEvent::Overflow { .. } => {}
+            SocketEvent::Refused { kind, .. } => self.metrics.protocol_errors.count(kind),
             SocketEvent::Message { conn, frames } => {
                 let Some(first) = frames.first() else {
                     return;

@@ -617,6 +617,7 @@ impl ServerInner {
             SocketEvent::Unroutable { to } => {
                 lock(&self.conns).remove(&to);
             }
+            SocketEvent::Refused { kind, .. } => self.metrics.protocol_errors.count(kind),
             SocketEvent::Overflow { to, .. } => {
                 // The client does not read its replies: disconnect it (its admission ends;
                 // its requests fail on its side by liveness) rather than grow the parked

@@ -55,6 +55,10 @@ pub(crate) type ConnId = u64;
 /// The key of the server's only socket.
 pub(crate) const ROUTER_CONN: ConnId = 0;
 
+/// Most frames of one ClientServer message (a record has at most 2, the envelope 2; one
+/// spare), not counting the ROUTER's routing identity.
+pub(crate) const MAX_FRAMES: usize = 3;
+
 /// Work for the socket thread.
 pub(crate) enum SocketCmd {
     /// Send one message. On the ROUTER, frame 0 is the routing identity. `data` is the number
@@ -90,6 +94,9 @@ pub(crate) enum SocketEvent {
     /// The parked messages for one peer (ROUTER: routing identity `to`; DEALER: `to` empty)
     /// passed `park_cap_bytes` and were dropped: the peer does not read.
     Overflow { to: Bytes },
+    /// A message broke the frame-count cap or this side's byte limit while it was read; its
+    /// frames were discarded. `kind` is the protocol error to count.
+    Refused { kind: &'static str },
     /// A DEALER could not be created.
     OpenFailed { conn: ConnId, error: String },
 }
@@ -676,17 +683,56 @@ impl Worker {
         moved
     }
 
+    /// Read up to `batch` messages frame by frame (review item 11): at most
+    /// [`MAX_FRAMES`] frames after the ROUTER's routing identity, and a running byte total
+    /// against this side's own limit (the owner checks the smaller admitted limit before
+    /// parsing). The rest of a message that breaks either is read and discarded, never
+    /// accumulated, and reported as [`SocketEvent::Refused`].
     fn read_socket(&mut self, i: usize, events: &mut Vec<SocketEvent>) {
         let e = &self.entries[i];
+        let max_frames = MAX_FRAMES + usize::from(e.is_router());
+        let limit = u64::try_from(self.cfg.max_message_bytes).unwrap_or(u64::MAX);
         for _ in 0..self.cfg.batch.max(1) {
-            match e.socket.recv_multipart(zmq::DONTWAIT) {
-                Ok(parts) => {
-                    events.push(SocketEvent::Message {
-                        conn: e.conn,
-                        frames: parts.into_iter().map(Bytes::from).collect(),
-                    });
+            let Ok(first) = e.socket.recv_bytes(zmq::DONTWAIT) else {
+                return;
+            };
+            let mut frames = vec![Bytes::from(first)];
+            let mut total: u64 = 0;
+            let mut refused: Option<&'static str> = None;
+            while e.socket.get_rcvmore().unwrap_or(false) {
+                // The rest of a multipart message is already here (atomic delivery).
+                let Ok(part) = e.socket.recv_bytes(0) else {
+                    break;
+                };
+                if refused.is_some() {
+                    continue;
                 }
-                Err(_) => return,
+                if frames.len() >= max_frames {
+                    refused = Some("WrongFrameCount");
+                    frames.clear();
+                    continue;
+                }
+                total = total.saturating_add(part.len() as u64);
+                if total > limit {
+                    refused = Some("MessageTooLarge");
+                    frames.clear();
+                    continue;
+                }
+                frames.push(Bytes::from(part));
+            }
+            if !e.is_router() {
+                // A DEALER's first frame is the record's own first frame.
+                total = total.saturating_add(frames.first().map_or(0, |f| f.len() as u64));
+                if refused.is_none() && total > limit {
+                    refused = Some("MessageTooLarge");
+                }
+            }
+            match refused {
+                Some(kind) => events.push(SocketEvent::Refused { kind }),
+                None => events.push(SocketEvent::Message {
+                    conn: e.conn,
+                    frames,
+                }),
             }
         }
     }
