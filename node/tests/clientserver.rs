@@ -385,7 +385,15 @@ async fn a_restarted_server_is_a_new_lifecycle_and_old_requests_end_once() {
         .unwrap()
         .unwrap();
     match first {
-        Err(ClientServerError::Call(e)) => assert_eq!(e.kind(), ErrorKind::Unavailable),
+        Err(ClientServerError::Call(e)) => {
+            assert_eq!(e.kind(), ErrorKind::Unavailable);
+            // Ended by the lifecycle it was sent to, not by whatever answers next.
+            assert!(
+                e.detail().contains(&old_generation.to_string()),
+                "{}",
+                e.detail()
+            );
+        }
         other => panic!("expected Unavailable, got {other:?}"),
     }
 
@@ -764,8 +772,10 @@ async fn a_server_that_stops_acking_becomes_not_ready_at_the_deadline() {
         took >= Duration::from_millis(200),
         "not-ready after {took:?}"
     );
+    // Upper bound relative to the configured deadline (300 ms) with generous slack for a
+    // loaded 2-core machine: far below "never".
     assert!(
-        took <= Duration::from_millis(1_500),
+        took <= Duration::from_millis(300) * 10,
         "not-ready after {took:?}"
     );
     // While the server keeps not answering, every new connection dies the same way.
@@ -1053,10 +1063,16 @@ async fn a_server_that_lost_its_lease_stops_accepting_work_at_the_fencing_deadli
     assert!(store.release_lease(&token).await.unwrap());
     let lost_at = Instant::now();
     loop {
+        // Timestamp at send time: a reply delayed by a loaded machine does not count.
+        let sent_at = lost_at.elapsed();
         match who(&c, 0).await {
             Ok(_) => {
-                // Before the deadline (lease TTL 2 s − margin 0.3 s after the last renewal).
-                assert!(lost_at.elapsed() < Duration::from_millis(2_000));
+                // Sent before the deadline (lease TTL 2 s − margin 0.3 s after the last
+                // renewal, which was at most `lease_renew` 0.3 s before the release).
+                assert!(
+                    sent_at < Duration::from_millis(2_000),
+                    "accepted at {sent_at:?}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(ClientServerError::Call(e)) => {

@@ -81,6 +81,15 @@ async fn a_channel_envelope_on_a_mesh_node_is_a_protocol_error() {
     }
     // Give a wrongly dispatched record time to show up.
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // Both refused by the transport header check (the 0xF2 marker is not the mesh magic),
+    // before any decode of a body.
+    let errors = node.metrics().protocol_errors();
+    assert_eq!(before, 0, "a fresh node has counted nothing: {errors:?}");
+    assert_eq!(
+        errors.get("header_bad_magic").copied(),
+        Some(2),
+        "{errors:?}"
+    );
     assert_eq!(ran.load(Ordering::Relaxed), 0);
     assert_eq!(node.metrics().delivered.load(Ordering::Relaxed), 0);
     node.shutdown().await;
