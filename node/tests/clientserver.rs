@@ -1543,3 +1543,40 @@ async fn a_message_with_too_many_frames_is_discarded_and_the_connection_keeps_wo
     assert_eq!(s.metrics().delivered.load(Ordering::Relaxed), 1);
     s.shutdown().await;
 }
+
+/// Stopping a server ends its handlers (review item 13): a handler still running when the
+/// server is aborted does not run on to completion afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_server_aborts_its_running_handlers() {
+    let finished = Arc::new(AtomicU64::new(0));
+    let mut h = Handlers::new();
+    let f = Arc::clone(&finished);
+    h.on_request(move |_, w: Who| {
+        let f = Arc::clone(&f);
+        async move {
+            tokio::time::sleep(Duration::from_millis(w.delay_ms)).await;
+            f.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, CallError>(Me { rid: "cs-x".into() })
+        }
+    });
+    let s = ClientServerServer::start(server_config("abort", "cs-x"), h, None)
+        .await
+        .unwrap();
+    let c = Arc::new(
+        ClientServerClient::start(client_config("abort", &[s.endpoint()]), None)
+            .await
+            .unwrap(),
+    );
+    assert!(c.wait_selectable(1, WAIT).await);
+    let c2 = Arc::clone(&c);
+    let req = tokio::spawn(async move { who(&c2, 300).await });
+    eventually("the handler runs", || {
+        s.metrics().delivered.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    s.abort().await;
+    assert!(req.await.unwrap().is_err());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(finished.load(Ordering::Relaxed), 0);
+    c.shutdown().await;
+}

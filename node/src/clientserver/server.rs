@@ -1070,13 +1070,17 @@ async fn runner(
     mut rx: mpsc::UnboundedReceiver<Job>,
 ) {
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    // Handler tasks are owned here: when the server stops (this task is aborted) the set is
+    // dropped and every handler still running is aborted with it (review item 13).
+    let mut handlers = tokio::task::JoinSet::new();
     while let Some(job) = rx.recv().await {
+        while handlers.try_join_next().is_some() {}
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             return;
         };
         let inner = Arc::clone(&inner);
         let handler = handler.clone();
-        tokio::spawn(async move {
+        handlers.spawn(async move {
             let Job {
                 ctx,
                 payload,
