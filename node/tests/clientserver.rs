@@ -1580,3 +1580,28 @@ async fn an_aborted_server_aborts_its_running_handlers() {
     assert_eq!(finished.load(Ordering::Relaxed), 0);
     c.shutdown().await;
 }
+
+/// Select-one (glossary §7): a submit refused before sending (here over the admitted limit)
+/// does not advance the smooth weighted sequence, so equal weights still alternate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_submit_does_not_advance_the_selection() {
+    let a = server("refusedpick", "cs-a").await;
+    let b = server("refusedpick", "cs-b").await;
+    let mut cc = client_config("refusedpick", &[a.endpoint(), b.endpoint()]);
+    cc.max_message_bytes = MIB;
+    let c = ClientServerClient::start(cc, None).await.unwrap();
+    assert!(c.wait_selectable(2, WAIT).await);
+    for _ in 0..3 {
+        let first = who(&c, 0).await.unwrap();
+        let err = c.request(bulk(2 * MIB as usize), None).await.unwrap_err();
+        assert!(
+            matches!(err, ClientServerError::MessageTooLarge { .. }),
+            "{err:?}"
+        );
+        let second = who(&c, 0).await.unwrap();
+        assert_ne!(first, second, "the refused submit took a turn");
+    }
+    c.shutdown().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}

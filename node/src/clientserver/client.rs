@@ -568,9 +568,34 @@ impl ClientInner {
         let State {
             conns, selector, ..
         } = &mut *st;
+        // A refused submit must not advance the selection sequence: the pick is undone then.
+        let before = selector.clone();
         let id = selector
             .pick_filtered(|id| conns.get(id).is_some_and(ServerConn::selectable))
             .ok_or_else(|| ClientServerError::NoReadyServer(self.config.channel_name.clone()))?;
+        let result = self.submit_to(conns, id, payload, request);
+        if result.is_err() {
+            *selector = before;
+        }
+        drop(st);
+        let rx = result?;
+        if rx.is_some() {
+            self.metrics.requests_sent.fetch_add(1, Ordering::Relaxed);
+            self.wake.notify_one();
+        } else {
+            self.metrics.commands_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(rx)
+    }
+
+    /// Build and queue the envelope for the picked connection `id` (under the state lock).
+    fn submit_to(
+        &self,
+        conns: &BTreeMap<ConnId, ServerConn>,
+        id: ConnId,
+        payload: TypedPayload,
+        request: Option<Option<Duration>>,
+    ) -> Result<Option<oneshot::Receiver<Result<TypedPayload, CallError>>>, ClientServerError> {
         let Some(a) = conns.get(&id).and_then(|c| c.admitted.as_ref()) else {
             return Err(ClientServerError::NoReadyServer(
                 self.config.channel_name.clone(),
@@ -633,13 +658,6 @@ impl ClientInner {
                     ClientServerError::Backpressured { queued, cap }
                 }
             });
-        }
-        drop(st);
-        if rx.is_some() {
-            self.metrics.requests_sent.fetch_add(1, Ordering::Relaxed);
-            self.wake.notify_one();
-        } else {
-            self.metrics.commands_sent.fetch_add(1, Ordering::Relaxed);
         }
         Ok(rx)
     }

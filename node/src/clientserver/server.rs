@@ -233,8 +233,8 @@ impl ClientServerServer {
             inbound_batches: 64,
             reconnect_ivl_ms: i32::try_from(config.timings.reconnect_interval.as_millis())
                 .unwrap_or(i32::MAX),
-            // The server only sends control messages (its replies are bounded by the requests
-            // it accepted), which the cap does not apply to.
+            // The server sends only control messages (`send`, not `send_data`), which the total
+            // data cap does not apply to; what waits for one client is capped per client.
             queue_cap_bytes: super::config::DEFAULT_QUEUE_CAP_BYTES,
             park_cap_bytes: config.client_queue_cap_bytes.max(1),
         };
