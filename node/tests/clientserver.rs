@@ -1605,3 +1605,35 @@ async fn a_refused_submit_does_not_advance_the_selection() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Select-one (glossary §7): two endpoint strings reaching the same server (same RID and
+/// lifecycle) count as one candidate, so it is not selected twice as often as its peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_endpoints_of_one_server_are_one_candidate() {
+    let a = server("dedupe", "cs-a").await;
+    let b = server("dedupe", "cs-b").await;
+    let port = a.endpoint().rsplit(':').next().unwrap().to_owned();
+    let alias = format!("tcp://localhost:{port}");
+    let c = ClientServerClient::start(
+        client_config("dedupe", &[a.endpoint(), &alias, b.endpoint()]),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(
+        c.wait_for(WAIT, |v| v.iter().filter(|x| x.ready).count() == 3)
+            .await,
+        "{:?}",
+        c.servers()
+    );
+    let mut to_a = 0;
+    for _ in 0..12 {
+        if who(&c, 0).await.unwrap() == "cs-a" {
+            to_a += 1;
+        }
+    }
+    assert_eq!(to_a, 6, "cs-a got {to_a} of 12");
+    c.shutdown().await;
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -467,8 +467,20 @@ impl ClientInner {
     }
 
     fn refresh_candidates(st: &mut State) {
-        let candidates: Vec<(ConnId, u16)> =
-            st.conns.iter().map(|(id, c)| (*id, c.weight())).collect();
+        // Two endpoint strings can reach one server (a hostname and its address): only the
+        // first connection admitted to a server (RID, lifecycle) gets its weight, the others
+        // take no turns, so the server is not selected twice as often.
+        let mut seen: std::collections::HashSet<(&str, u64)> = std::collections::HashSet::new();
+        let candidates: Vec<(ConnId, u16)> = st
+            .conns
+            .iter()
+            .map(|(id, c)| {
+                let first = c.admitted.as_ref().is_none_or(|a| {
+                    seen.insert((a.server.rid.as_str(), a.server.lifecycle_generation))
+                });
+                (*id, if first { c.weight() } else { 0 })
+            })
+            .collect();
         // Weights are checked at admission and update (0..=10000) and ids are unique, so
         // the set is always accepted.
         let _ = st.selector.set_candidates(candidates);
@@ -998,6 +1010,9 @@ impl ClientInner {
                     let _ = self.socket.push(SocketCmd::Close { conn: id });
                     changed = true;
                 }
+            }
+            if changed {
+                Self::refresh_candidates(&mut st);
             }
             for id in dead {
                 self.metrics.liveness_deaths.fetch_add(1, Ordering::Relaxed);
