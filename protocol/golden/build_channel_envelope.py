@@ -40,6 +40,13 @@ valid = [
       "errorDetail": "boom"}, b""),
     ("error-no-detail", {"kind": "error", "correlationId": "~!", "errorCode": "shuttingDown"},
      b""),
+    # JSON escapes in the canonical header: quote, backslash, the short forms (\b \f \n \r
+    # \t), other control characters as lowercase \u00xx, DEL and non-ASCII kept as is.
+    ("error-detail-with-escapes",
+     {"kind": "error", "correlationId": "17", "errorCode": "handlerFailed",
+      "errorDetail": 'say "hi" \\ path\b\f\n\r\t\x01\x1f\x7f é \u2028'}, b""),
+    ("command-packet-name-with-quote-and-backslash",
+     {"kind": "command", "packetName": 'a"b\\c', "contentType": "text/plain"}, b"x"),
 ]
 
 invalid = [
