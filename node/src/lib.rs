@@ -17,12 +17,20 @@
 //! - [`transport`] — the ZeroMQ socket pump (one thread per ROUTER socket, bounded queues,
 //!   batching) and the transport header (leg, connection epoch, sequence, flow charge).
 //! - [`mesh`] — [`MeshNode`](mesh::MeshNode): discovery, admission, liveness, node direct,
-//!   credit-based backpressure, typed handlers (see `docs/architecture.md`, "Mesh transport").
+//!   credit-based backpressure, typed handlers (see `docs/architecture.md`, "Mesh transport"),
+//!   and RouteMesh Channels with select-one (`channel_send` / `channel_request`).
+//! - [`clientserver`] — the ClientServer Channel: [`ClientServerServer`](clientserver::ClientServerServer)
+//!   and [`ClientServerClient`](clientserver::ClientServerClient) over DEALER/ROUTER, the
+//!   `0xF2` channel envelope, select-one, drain and discovery (`docs/architecture.md`,
+//!   "ClientServer Channel").
 //! - [`call`] — request/reply correlation, deadlines, exactly-one terminal completion (pure).
 //! - [`jobs`] — the application job queue with pause/resume pressure.
 //! - [`select`] — smooth weighted round-robin selection (pure).
-//! - [`object`] — the pure cores of object execution: execution queues with lanes, yield debt
-//!   and capture; timers as data; the dispatch table with the relocation hooks.
+//! - [`object`] — Spots and Actors: execution queues with lanes, yield debt and capture; timers
+//!   as data; the dispatch table with the relocation hooks; handler turns with `Async` /
+//!   `Yield`; factory registration; the object runtime (creation and placement through the
+//!   Location Store, calls by ID, target admission, Entry Spots, fencing). See
+//!   `examples/chat_room.rs`.
 //! - [`routing`] — the resolver (`ReadyRoute` / `Missing` / `Unavailable` / `StoreFailure`)
 //!   and the positive route cache with its fences and invalidation triggers.
 //! - [`fanout`] — classic fanout: PUB/SUB publisher with the liveness beacon, subscriber with
@@ -33,9 +41,7 @@
 //!
 //! Planned, each as a pure core with a thin I/O shell (see `docs/architecture.md`):
 //!
-//! - channels — select-one and the ClientServer Channel on top of [`mesh`].
-//! - `object` — Spots, Actors, factories, serialized execution queues and timers kept as data
-//!   (so relocation can capture them), creation and cold activation.
+//! - Instance Spot cold activation, Logical Multicast, Actor join / leave between Spots.
 //! - Message Follow (relay of messages that reach a previous owner) on top of [`routing`].
 //! - `relocation` — host `Relocate`, capture/restore, chunked state transfer, target-only
 //!   cutover CAS and `SafeToShutdown`.
@@ -53,6 +59,7 @@
 //! shorten them to milliseconds and drive the real code paths instead of sleeping.
 
 pub mod call;
+pub mod clientserver;
 pub mod config;
 pub mod fanout;
 pub mod jobs;

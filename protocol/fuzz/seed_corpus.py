@@ -58,6 +58,12 @@ def main() -> None:
                 data = bytes([len(data) // 2 % 256]) + data  # byte 0 = split point
             put(target, data)
             n += 1
+    doc = json.loads((GOLDEN / "channel-envelope.json").read_text())
+    for item in doc["valid"] + doc["invalid"]:
+        frames = [bytes.fromhex(f) for f in item["frames"]]
+        if len(frames) == 2 and len(frames[0]) < 65536:
+            put("channel_envelope_decode", len(frames[0]).to_bytes(2, "big") + frames[0] + frames[1])
+            n += 1
     print(f"seeded {n} corpus inputs under {CORPUS}")
 
 

@@ -5,6 +5,7 @@
 //! keys and identifier rules, CRC-32C, the client STREAM packet and classic fanout beacon.
 //! No tokio, no sockets, no clocks.
 
+pub mod channel_envelope;
 pub mod codec;
 pub mod crc;
 pub mod envelope;

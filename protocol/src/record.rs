@@ -59,6 +59,14 @@ impl WireContext {
             leg,
         }
     }
+
+    /// A ClientServer context on the given leg (only commands 1..6 are allowed there).
+    pub const fn client_server(leg: Leg) -> Self {
+        Self {
+            topology: Topology::ClientServer,
+            leg,
+        }
+    }
 }
 
 impl Topology {

@@ -535,6 +535,9 @@ fn every_protocol_error_variant_has_a_malformed_fixture() {
         .into_iter()
         .chain(json_files(&dir.join("durable")))
         .chain(json_files(&dir))
+        // The ClientServer channel envelope has its own error enum (`ChannelEnvelopeError`),
+        // checked against its fixtures in `src/channel_envelope.rs`.
+        .filter(|p| p.file_name().and_then(|n| n.to_str()) != Some("channel-envelope.json"))
     {
         error_kinds_in(&load(&path), &mut seen);
     }

@@ -479,6 +479,12 @@ impl<T, R> PendingTable<T, R> {
             .collect()
     }
 
+    /// Whether any request whose target is exactly `peer` is still pending. One pass over the
+    /// pending requests.
+    pub fn has_pending_for(&self, peer: &PeerRef) -> bool {
+        self.entries.values().any(|entry| entry.target == *peer)
+    }
+
     /// Complete every pending request with [`ErrorKind::ShuttingDown`], earliest deadline
     /// first, and refuse every later [`insert`](Self::insert). Idempotent.
     pub fn shutdown(&mut self) -> Vec<Completion<T, R>> {

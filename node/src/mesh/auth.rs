@@ -145,6 +145,18 @@ impl MeshSecret {
         ])
     }
 
+    /// An HMAC over length-prefixed `parts` (the first part is the proof's label). For
+    /// proofs of other topologies (ClientServer's `zlink-cs-hello-v1`/`zlink-cs-admit-v1`,
+    /// see `clientserver::admission`).
+    pub fn proof_over(&self, parts: &[&[u8]]) -> [u8; 32] {
+        self.tag(&Self::message(parts))
+    }
+
+    /// Check a [`proof_over`](Self::proof_over) proof (constant time).
+    pub fn verify_over(&self, parts: &[&[u8]], proof: &[u8; 32]) -> bool {
+        self.verify(&Self::message(parts), proof)
+    }
+
     /// The dialer's `hello` proof.
     pub fn hello_proof(
         &self,
@@ -223,7 +235,7 @@ fn trim_newline(b: &[u8]) -> &[u8] {
 }
 
 /// The identity fields a proof binds, length-prefixed.
-fn identity_bytes(d: &NodeDescriptor, capability: &str) -> Vec<u8> {
+pub(crate) fn identity_bytes(d: &NodeDescriptor, capability: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     for part in [
         d.mesh_name.as_bytes(),
