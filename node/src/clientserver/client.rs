@@ -1179,7 +1179,13 @@ async fn discovery_loop(inner: Arc<ClientInner>) {
         if inner.shutting_down.load(Ordering::Acquire) {
             return;
         }
-        match store.list_servers(&inner.config.channel_name).await {
+        match store
+            .list_descriptors(
+                zlink_store::types::DescriptorKind::ClientServerServer,
+                &inner.config.channel_name,
+            )
+            .await
+        {
             Ok(records) => {
                 let mut found = Vec::with_capacity(records.len());
                 for r in &records {

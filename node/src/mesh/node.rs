@@ -1094,13 +1094,19 @@ impl MeshNode {
 
     /// The ready connection to the owner node named by `route`, if it is still that lifecycle.
     fn owner_conn(&self, route: &RouteFence) -> Result<ConnRef, CallError> {
-        let conn = self.inner.ready_conn(&route.target_node.rid)?;
-        if conn.peer().lifecycle_generation != route.target_node.lifecycle_generation {
+        self.conn_to(&route.target_node, &route.object_id)
+    }
+
+    /// The ready connection to node `target`, only while it is still that lifecycle (`what`
+    /// names the object the call is about, for the error).
+    fn conn_to(&self, target: &NodeFence, what: &str) -> Result<ConnRef, CallError> {
+        let conn = self.inner.ready_conn(&target.rid)?;
+        if conn.peer().lifecycle_generation != target.lifecycle_generation {
             return Err(CallError::new(
                 ErrorKind::Unavailable,
                 format!(
-                    "owner node {} of {} restarted since the route was resolved",
-                    route.target_node.rid, route.object_id
+                    "node {} (for {what}) is another lifecycle than the one chosen",
+                    target.rid
                 ),
             ));
         }
@@ -1203,13 +1209,7 @@ impl MeshNode {
         timeout: Duration,
     ) -> Result<(), CallError> {
         self.check_open()?;
-        let conn = self.inner.ready_conn(&target.rid)?;
-        if conn.peer().lifecycle_generation != target.lifecycle_generation {
-            return Err(CallError::new(
-                ErrorKind::Unavailable,
-                format!("node {} restarted since it was chosen", target.rid),
-            ));
-        }
+        let conn = self.conn_to(target, id)?;
         self.request_on(
             conn,
             |request, source, _| match membership {
@@ -1252,13 +1252,7 @@ impl MeshNode {
         timeout: Duration,
     ) -> Result<(), CallError> {
         self.check_open()?;
-        let conn = self.inner.ready_conn(&target.rid)?;
-        if conn.peer().lifecycle_generation != target.lifecycle_generation {
-            return Err(CallError::new(
-                ErrorKind::Unavailable,
-                format!("node {} restarted since the Spot was read", target.rid),
-            ));
-        }
+        let conn = self.conn_to(target, &spot.spot_id)?;
         let target_node = target.clone();
         self.request_on(
             conn,
