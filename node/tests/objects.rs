@@ -804,3 +804,29 @@ async fn a_user_spot_is_closed_from_another_node_with_remote_close() {
     );
     c.shutdown().await;
 }
+
+/// Command 27: an Actor is destroyed from any node; its owner checks the incarnation, owner
+/// generation and lease the caller read (§2.6: destroy names its incarnation), deletes it under
+/// its fence, and the ID is Missing everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_is_destroyed_from_another_node_with_remote_destroy() {
+    use zlink_store::types::ObjectKind as StoreKind;
+    let c = Cluster::start(2).await;
+    let (owner, other) = (&c.rts[0], &c.rts[1]);
+    // Equal weights: node-1's first Actor placement goes to node-0.
+    other.create_actor("player", "p-x", None).await.unwrap();
+    assert!(owner.live_generation(StoreKind::Actor, "p-x").is_some());
+    let _: Balance = other.request_to_actor("p-x", &Look, T).await.unwrap();
+    other.destroy_actor("p-x").await.unwrap();
+    assert!(owner.live_generation(StoreKind::Actor, "p-x").is_none());
+    for rt in &c.rts {
+        assert_eq!(
+            rt.request_to_actor::<Look, Balance>("p-x", &Look, T)
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::NotFound
+        );
+    }
+    c.shutdown().await;
+}

@@ -225,8 +225,23 @@ pub struct CloseDelivery {
     pub store_version: u64,
 }
 
+/// An admitted remote Actor destroy (command 27): the route names the exact incarnation
+/// (ObjectGeneration), owner generation and lease the caller read.
+#[derive(Debug)]
+pub struct DestroyDelivery {
+    /// The sending node.
+    pub source: Arc<NodeFence>,
+    /// Terminal identity of the destroy request.
+    pub request: RequestHeader,
+    /// The Actor incarnation and its owner fences.
+    pub route: RouteFence,
+}
+
 /// The receiver of admitted object commands: the object runtime of this node.
 pub trait ObjectSink: Send + Sync + 'static {
+    /// Take one remote Actor destroy. Must not block; answers with
+    /// [`MeshNode::reply_create`].
+    fn destroy(&self, delivery: DestroyDelivery);
     /// Take one remote close. Must not block; answers with [`MeshNode::reply_create`].
     fn close(&self, delivery: CloseDelivery);
     /// Take one delivery. Must not block: the reactor calls it.
@@ -1264,6 +1279,37 @@ impl MeshNode {
                     target_node,
                     authority_owner_generation,
                     store_version,
+                })
+            },
+            None,
+            None,
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Ask the owner named by `route` to destroy that Actor incarnation (command 27). Ok means
+    /// destroyed.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that lifecycle), `DeadlineExceeded`, the owner's
+    /// error (`Conflict` when the incarnation or owner changed meanwhile).
+    pub async fn actor_destroy(
+        &self,
+        route: &RouteFence,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.owner_conn(route)?;
+        let route = route.clone();
+        self.request_on(
+            conn,
+            move |request, source, _| {
+                CommandBody::ActorDestroy(zlink_protocol::generated::ActorDestroy {
+                    request,
+                    route,
+                    source,
                 })
             },
             None,

@@ -834,6 +834,7 @@ impl Reactor {
                 | CommandBody::UserSpotCreate(_)
                 | CommandBody::ActorCreate(_)
                 | CommandBody::UserSpotClose(_)
+                | CommandBody::ActorDestroy(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -851,6 +852,7 @@ impl Reactor {
                 CommandBody::UserSpotCreate(c) => Some(&c.source),
                 CommandBody::ActorCreate(c) => Some(&c.source),
                 CommandBody::UserSpotClose(c) => Some(&c.source),
+                CommandBody::ActorDestroy(c) => Some(&c.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1072,6 +1074,26 @@ impl Reactor {
                     membership: None,
                     reservation: c.reservation,
                 });
+            }
+            CommandBody::ActorDestroy(c) => {
+                let source = Arc::clone(conn.peer_shared());
+                self.consumed(&conn, stamp.charge);
+                match self.inner.object_sink.get() {
+                    Some(sink) => sink.destroy(super::node::DestroyDelivery {
+                        source,
+                        request: c.request,
+                        route: c.route,
+                    }),
+                    None => super::dispatch::send_reply(
+                        &self.inner,
+                        &source,
+                        &c.request,
+                        Err(CallError::new(
+                            crate::call::error::ErrorKind::NotFound,
+                            format!("node {} hosts no objects", self.inner.rid),
+                        )),
+                    ),
+                }
             }
             CommandBody::UserSpotClose(c) => {
                 let source = Arc::clone(conn.peer_shared());

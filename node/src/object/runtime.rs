@@ -46,7 +46,9 @@ use super::registry::{
 };
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
-use crate::mesh::{CloseDelivery, CreateDelivery, MeshNode, ObjectDelivery, ObjectSink};
+use crate::mesh::{
+    CloseDelivery, CreateDelivery, DestroyDelivery, MeshNode, ObjectDelivery, ObjectSink,
+};
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
 };
@@ -676,6 +678,41 @@ impl<S: LocationStore> Inner<S> {
         Ok(())
     }
 
+    /// Serve a remote Actor destroy (command 27): the route's incarnation, owner generation and
+    /// lease must all still be the current record on this node (§2.6: destroy names its
+    /// incarnation).
+    async fn destroy_for(&self, d: &DestroyDelivery) -> Result<ReplyResult, CallError> {
+        let me = self.mesh.fence();
+        let r = &d.route;
+        if r.target_node != me || r.object_kind != WireKind::Actor {
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                "the destroy names another node lifecycle",
+            ));
+        }
+        let key = AuthorityKey::new(StoreKind::Actor, &r.object_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let zlink_store::types::AuthorityRead::Found(a) =
+            self.store.read_authority(&key).await.map_err(store_error)?
+        else {
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                "the Actor does not exist",
+            ));
+        };
+        if a.object_generation != r.object_generation
+            || a.authority_owner_generation != r.authority_owner_generation
+            || a.owner.lease_generation != r.owner_lease_generation
+        {
+            return Err(CallError::new(
+                ErrorKind::Conflict,
+                "the Actor changed since the destroy was addressed",
+            ));
+        }
+        self.remove_local(&key, &r.object_id, &a).await?;
+        Ok(ReplyResult::None)
+    }
+
     /// Serve a remote close (command 48): the Spot, incarnation, owner generation and
     /// StoreVersion must all still be the current record on this node.
     async fn close_for(&self, d: &CloseDelivery) -> Result<ReplyResult, CallError> {
@@ -854,6 +891,11 @@ impl<S: LocationStore> ObjectCaller for Inner<S> {
 struct SinkRef<S: LocationStore>(std::sync::Weak<Inner<S>>);
 
 impl<S: LocationStore> ObjectSink for SinkRef<S> {
+    fn destroy(&self, d: DestroyDelivery) {
+        if let Some(inner) = self.0.upgrade() {
+            ObjectSink::destroy(inner.as_ref(), d);
+        }
+    }
     fn close(&self, d: CloseDelivery) {
         if let Some(inner) = self.0.upgrade() {
             ObjectSink::close(inner.as_ref(), d);
@@ -872,6 +914,24 @@ impl<S: LocationStore> ObjectSink for SinkRef<S> {
 }
 
 impl<S: LocationStore> ObjectSink for Inner<S> {
+    fn destroy(&self, d: DestroyDelivery) {
+        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            self.mesh.reply_create(
+                &d.source,
+                &d.request,
+                Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "object runtime stopped",
+                )),
+            );
+            return;
+        };
+        tokio::spawn(async move {
+            let result = this.destroy_for(&d).await;
+            this.mesh.reply_create(&d.source, &d.request, result);
+        });
+    }
+
     fn close(&self, d: CloseDelivery) {
         let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
             self.mesh.reply_create(
@@ -1432,11 +1492,30 @@ impl<S: LocationStore> ObjectRuntime<S> {
             ));
         };
         let me = inner.mesh.fence();
-        let remote_owner = kind == StoreKind::Spot
-            && (snapshot.owner_node.rid != me.rid
-                || snapshot.owner_node.lifecycle_generation != me.lifecycle_generation);
+        let remote_owner = snapshot.owner_node.rid != me.rid
+            || snapshot.owner_node.lifecycle_generation != me.lifecycle_generation;
         if !remote_owner {
             return inner.remove_local(&key, id, &snapshot).await;
+        }
+        if kind == StoreKind::Actor {
+            // Remote destroy (command 27) of exactly the incarnation read.
+            let route = RouteFence {
+                object_kind: WireKind::Actor,
+                object_id: id.to_owned(),
+                object_generation: snapshot.object_generation,
+                target_node: zlink_protocol::generated::NodeFence {
+                    rid: snapshot.owner_node.rid.clone(),
+                    lifecycle_generation: snapshot.owner_node.lifecycle_generation,
+                },
+                authority_owner_generation: snapshot.authority_owner_generation,
+                owner_lease_generation: snapshot.owner.lease_generation,
+            };
+            inner.mesh.actor_destroy(&route, CREATE_TIMEOUT).await?;
+            inner
+                .resolver
+                .cache()
+                .stale_route(&fence_of(&key, &snapshot));
+            return Ok(());
         }
         // Remote close (command 48): the owner checks the same fences and deletes.
         let target = zlink_protocol::generated::NodeFence {
