@@ -181,6 +181,21 @@ impl Cluster {
                 hall_handlers,
             )
             .register();
+            // A factory that fails while cutting the store off, so the abort of its
+            // reservation cannot land (an ambiguous failure).
+            let cut = Arc::clone(&store);
+            reg.actor(
+                "flaky",
+                move |_: FactoryInput| {
+                    let cut = Arc::clone(&cut);
+                    async move {
+                        cut.begin_outage();
+                        Err::<Player, _>(CallError::new(ErrorKind::HandlerFailed, "flaky"))
+                    }
+                },
+                player_handlers,
+            )
+            .register();
             reg.actor(
                 "broken",
                 |_: FactoryInput| async {
@@ -828,5 +843,34 @@ async fn an_actor_is_destroyed_from_another_node_with_remote_destroy() {
             ErrorKind::NotFound
         );
     }
+    c.shutdown().await;
+}
+
+/// Wire §7 "Factory 실패 처리": a factory fails while the store is unreachable, so its
+/// reservation cannot be aborted and the outcome is unknown. The node keeps the ID *failed*;
+/// the next creation of it first retries the abort (the store is back) and only then proceeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_creation_whose_abort_was_lost_is_cleared_before_the_id_is_created_again() {
+    use zlink_store::LocationStore;
+    use zlink_store::types::{
+        AuthorityKey, AuthorityRead, AuthorityState, ObjectKind as StoreKind,
+    };
+    let c = Cluster::start(1).await;
+    let rt = &c.rts[0];
+    let err = rt.create_actor("flaky", "f-1", None).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::HandlerFailed);
+    c.store.end_outage();
+    let key = AuthorityKey::new(StoreKind::Actor, "f-1").unwrap();
+    let AuthorityRead::Found(a) = c.store.read_authority(&key).await.unwrap() else {
+        panic!("the reservation should still be there")
+    };
+    assert_eq!(a.state, AuthorityState::Creating, "the abort was lost");
+    // The next creation retries the abort, then creates.
+    rt.create_actor("player", "f-1", None).await.unwrap();
+    let bal: Balance = rt
+        .request_to_actor("f-1", &Earn { coins: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(bal.coins, 2);
     c.shutdown().await;
 }

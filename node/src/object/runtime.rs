@@ -146,6 +146,9 @@ struct Inner<S> {
     this: std::sync::OnceLock<std::sync::Weak<Inner<S>>>,
     /// Placement state per stable type.
     placement: Mutex<HashMap<String, crate::select::SmoothWeighted<String>>>,
+    /// IDs whose creation failed here with an unknown outcome, with the reservation still to
+    /// abort (see `give_back`).
+    failed: Mutex<HashMap<AuthorityKey, zlink_store::types::Reservation>>,
 }
 
 /// The object runtime attached to one MeshNode.
@@ -440,6 +443,70 @@ impl<S: LocationStore> Inner<S> {
         }
     }
 
+    /// Abort a failed creation's reservation under its fence. If the outcome is unknown (the
+    /// store did not answer), read: a record still Creating under this reservation keeps the ID
+    /// **failed** on this node — no new creation of it starts here until a read confirms it
+    /// Missing (wire §7 "Factory 실패 처리").
+    async fn give_back(&self, reservation: &zlink_store::types::Reservation) {
+        if self.store.abort(reservation).await.is_ok() {
+            return;
+        }
+        let still_ours = match self.store.read_authority(&reservation.key).await {
+            Ok(zlink_store::types::AuthorityRead::Found(a)) => {
+                a.state == zlink_store::types::AuthorityState::Creating
+                    && a.object_generation == reservation.object_generation
+            }
+            Ok(zlink_store::types::AuthorityRead::Missing { .. }) => false,
+            // Unknown: keep the barrier; the next creation re-reads.
+            Err(_) => true,
+        };
+        if still_ours {
+            self.failed_lock()
+                .insert(reservation.key.clone(), reservation.clone());
+        }
+    }
+
+    fn failed_lock(
+        &self,
+    ) -> MutexGuard<'_, HashMap<AuthorityKey, zlink_store::types::Reservation>> {
+        self.failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The failed-creation barrier of `key`: open when no failure is recorded, or when a read
+    /// now finds the ID Missing (the barrier is then lifted).
+    async fn failed_barrier_open(&self, key: &AuthorityKey) -> Result<(), CallError> {
+        let Some(reservation) = self.failed_lock().get(key).cloned() else {
+            return Ok(());
+        };
+        // Retry the abort first: it succeeds once the store answers again.
+        if self.store.abort(&reservation).await.is_ok() {
+            self.failed_lock().remove(key);
+            return Ok(());
+        }
+        match self.store.read_authority(key).await {
+            Ok(zlink_store::types::AuthorityRead::Missing { .. }) => {
+                self.failed_lock().remove(key);
+                Ok(())
+            }
+            // Another incarnation replaced the failed reservation: the barrier is moot.
+            Ok(zlink_store::types::AuthorityRead::Found(a))
+                if a.object_generation != reservation.object_generation =>
+            {
+                self.failed_lock().remove(key);
+                Ok(())
+            }
+            _ => Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "an earlier creation of {} failed and its reservation is not cleared yet",
+                    key.as_str()
+                ),
+            )),
+        }
+    }
+
     /// On this node, for a reservation that names it: open the queue (work may queue before
     /// the instance exists), run the factory, commit Ready with the reservation fence, make the
     /// queue Ready. A factory failure aborts the reservation under its fence.
@@ -487,7 +554,7 @@ impl<S: LocationStore> Inner<S> {
         let obj: Arc<dyn LiveObject> = match made {
             Ok(o) => Arc::from(o),
             Err(e) => {
-                let _ = self.store.abort(&reservation).await;
+                self.give_back(&reservation).await;
                 let _ = self.objects.remove(&key, generation);
                 return Err(CallError::new(
                     ErrorKind::HandlerFailed,
@@ -524,7 +591,7 @@ impl<S: LocationStore> Inner<S> {
                     _ => {
                         obj.close().await;
                         let _ = self.objects.remove(&key, generation);
-                        let _ = self.store.abort(&reservation).await;
+                        self.give_back(&reservation).await;
                         return Err(store_error(e));
                     }
                 }
@@ -1065,6 +1132,7 @@ impl<S: LocationStore> ObjectRuntime<S> {
             stats: RuntimeStats::default(),
             this: std::sync::OnceLock::new(),
             placement: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.
@@ -1376,6 +1444,7 @@ impl<S: LocationStore> ObjectRuntime<S> {
         let key = AuthorityKey::new(kind, id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let ty = inner.type_of(kind, stable_type)?;
+        inner.failed_barrier_open(&key).await?;
         if !inner.mesh.admission_open() {
             return Err(CallError::new(
                 ErrorKind::Unavailable,
@@ -1451,7 +1520,7 @@ impl<S: LocationStore> ObjectRuntime<S> {
                     _ => {
                         // Not committed: give the slot back under its fence (a commit that
                         // races this abort makes the abort fail harmlessly).
-                        let _ = inner.store.abort(&reservation).await;
+                        inner.give_back(&reservation).await;
                         Err(e)
                     }
                 }
