@@ -859,6 +859,10 @@ async fn a_failed_creation_whose_abort_was_lost_is_cleared_before_the_id_is_crea
     let rt = &c.rts[0];
     let err = rt.create_actor("flaky", "f-1", None).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::HandlerFailed);
+    // While the store is still out, the ID stays failed here: no new creation starts.
+    let err = rt.create_actor("player", "f-1", None).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.detail().contains("earlier creation"), "{err}");
     c.store.end_outage();
     let key = AuthorityKey::new(StoreKind::Actor, "f-1").unwrap();
     let AuthorityRead::Found(a) = c.store.read_authority(&key).await.unwrap() else {

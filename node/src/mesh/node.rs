@@ -635,6 +635,30 @@ impl MeshNode {
         let epoch = Instant::now();
         let mut fencing_deadline_ms = u64::MAX;
         if let Some(store) = &store {
+            // A live lease of this owner ID belongs to an earlier lifecycle of this host that
+            // may still be running (a crash-restart, a duplicated pod). Claiming now would
+            // replace it while that lifecycle still admits work until its next renewal; wait
+            // for it to lapse instead (bounded by one minute), so lifecycles never overlap and
+            // a replaced lease always means a finished one (fenced cleanup relies on that).
+            if let zlink_store::types::LeaseRead::Found {
+                lease_expires_at,
+                store_now,
+                ..
+            } = store.read_lease(&owner_id).await?
+            {
+                let wait = Duration::from_millis(
+                    lease_expires_at
+                        .millis()
+                        .saturating_sub(store_now.millis())
+                        .saturating_add(50),
+                );
+                tracing::warn!(
+                    owner = %owner_id,
+                    ?wait,
+                    "a live lease of this owner ID exists; waiting for it to lapse"
+                );
+                tokio::time::sleep(wait.min(Duration::from_secs(60))).await;
+            }
             let sent_ms = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
             let grant = store
                 .claim_lease(&owner_id, config.timings.lease_ttl)

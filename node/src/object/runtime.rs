@@ -53,6 +53,16 @@ use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
 };
 
+/// What giving a failed creation's reservation back found.
+enum GiveBack {
+    /// The reservation is gone (aborted, or replaced).
+    Aborted,
+    /// Unknown or still Creating: the ID stays failed on this node (barrier).
+    Barrier,
+    /// The creation was committed after all.
+    Committed(Box<zlink_store::types::AuthoritySnapshot>),
+}
+
 /// How long a remote create may take before the source reconciles with the store.
 pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -447,22 +457,33 @@ impl<S: LocationStore> Inner<S> {
     /// store did not answer), read: a record still Creating under this reservation keeps the ID
     /// **failed** on this node — no new creation of it starts here until a read confirms it
     /// Missing (wire §7 "Factory 실패 처리").
-    async fn give_back(&self, reservation: &zlink_store::types::Reservation) {
+    async fn give_back(&self, reservation: &zlink_store::types::Reservation) -> GiveBack {
         if self.store.abort(reservation).await.is_ok() {
-            return;
+            return GiveBack::Aborted;
         }
-        let still_ours = match self.store.read_authority(&reservation.key).await {
-            Ok(zlink_store::types::AuthorityRead::Found(a)) => {
-                a.state == zlink_store::types::AuthorityState::Creating
-                    && a.object_generation == reservation.object_generation
+        match self.store.read_authority(&reservation.key).await {
+            Ok(zlink_store::types::AuthorityRead::Found(a))
+                if a.state == zlink_store::types::AuthorityState::Creating
+                    && a.object_generation == reservation.object_generation =>
+            {
+                self.failed_lock()
+                    .insert(reservation.key.clone(), reservation.clone());
+                GiveBack::Barrier
             }
-            Ok(zlink_store::types::AuthorityRead::Missing { .. }) => false,
+            // The commit landed after all (e.g. on the remote target).
+            Ok(zlink_store::types::AuthorityRead::Found(a))
+                if a.state == zlink_store::types::AuthorityState::Ready
+                    && a.object_generation == reservation.object_generation =>
+            {
+                GiveBack::Committed(a)
+            }
+            Ok(_) => GiveBack::Aborted,
             // Unknown: keep the barrier; the next creation re-reads.
-            Err(_) => true,
-        };
-        if still_ours {
-            self.failed_lock()
-                .insert(reservation.key.clone(), reservation.clone());
+            Err(_) => {
+                self.failed_lock()
+                    .insert(reservation.key.clone(), reservation.clone());
+                GiveBack::Barrier
+            }
         }
     }
 
@@ -490,9 +511,11 @@ impl<S: LocationStore> Inner<S> {
                 self.failed_lock().remove(key);
                 Ok(())
             }
-            // Another incarnation replaced the failed reservation: the barrier is moot.
+            // Another incarnation replaced the failed reservation, or the creation was
+            // committed after all: the barrier is moot.
             Ok(zlink_store::types::AuthorityRead::Found(a))
-                if a.object_generation != reservation.object_generation =>
+                if a.object_generation != reservation.object_generation
+                    || a.state != zlink_store::types::AuthorityState::Creating =>
             {
                 self.failed_lock().remove(key);
                 Ok(())
@@ -521,9 +544,11 @@ impl<S: LocationStore> Inner<S> {
     ) -> Result<ObjectRef, CallError> {
         let key = reservation.key.clone();
         let generation = reservation.object_generation;
-        self.objects
-            .open(&key, generation)
-            .map_err(|e| CallError::new(ErrorKind::Conflict, e.to_string()))?;
+        if let Err(e) = self.objects.open(&key, generation) {
+            // An older incarnation's queue is still closing here: give the slot back.
+            let _ = self.give_back(&reservation).await;
+            return Err(CallError::new(ErrorKind::Conflict, e.to_string()));
+        }
         self.stats.factory_runs.fetch_add(1, Ordering::Relaxed);
         let caller = self
             .this
@@ -554,7 +579,10 @@ impl<S: LocationStore> Inner<S> {
         let obj: Arc<dyn LiveObject> = match made {
             Ok(o) => Arc::from(o),
             Err(e) => {
-                self.give_back(&reservation).await;
+                if let GiveBack::Committed(a) = self.give_back(&reservation).await {
+                    // Cannot happen for a factory that never reached commit; delete to be sure.
+                    let _ = self.store.delete_fenced(&a.fence()).await;
+                }
                 let _ = self.objects.remove(&key, generation);
                 return Err(CallError::new(
                     ErrorKind::HandlerFailed,
@@ -591,7 +619,11 @@ impl<S: LocationStore> Inner<S> {
                     _ => {
                         obj.close().await;
                         let _ = self.objects.remove(&key, generation);
-                        self.give_back(&reservation).await;
+                        // A commit that landed although its reply and the read failed leaves a
+                        // Ready record without an instance: delete it under its fence.
+                        if let GiveBack::Committed(a) = self.give_back(&reservation).await {
+                            let _ = self.store.delete_fenced(&a.fence()).await;
+                        }
                         return Err(store_error(e));
                     }
                 }
@@ -715,33 +747,75 @@ impl<S: LocationStore> Inner<S> {
         id: &str,
         snapshot: &zlink_store::types::AuthoritySnapshot,
     ) -> Result<(), CallError> {
-        let entry = self.live().remove(key);
-        let Some(entry) = entry else {
+        let me = self.mesh.fence();
+        let record_is_ours = self.owner().is_ok_and(|o| o == snapshot.owner)
+            && snapshot.owner_node.rid == me.rid
+            && snapshot.owner_node.lifecycle_generation == me.lifecycle_generation;
+        // Take the entry only if it is exactly the incarnation read: a newer one (created
+        // here since the read) is never touched, an older one is stale and closed.
+        enum Take {
+            Mine(Option<LiveEntry>),
+            Newer,
+            Stale(Option<LiveEntry>),
+        }
+        let take = {
+            let mut live = self.live();
+            match live.get(key).map(|e| e.generation) {
+                Some(g) if g == snapshot.object_generation && record_is_ours => {
+                    Take::Mine(live.remove(key))
+                }
+                Some(g) if g > snapshot.object_generation => Take::Newer,
+                Some(_) => Take::Stale(live.remove(key)),
+                None => Take::Mine(None),
+            }
+        };
+        let entry = match take {
+            Take::Mine(e) => e,
+            Take::Newer => {
+                return Err(CallError::new(
+                    ErrorKind::Conflict,
+                    format!("{id} was re-created since it was read"),
+                ));
+            }
+            Take::Stale(stale) => {
+                if let Some(stale) = stale {
+                    stale.obj.close().await;
+                    let _ = self.objects.remove(key, stale.generation);
+                }
+                return Err(CallError::new(
+                    ErrorKind::StaleRoute,
+                    format!("{id} is no longer owned by this node's incarnation of it"),
+                ));
+            }
+        };
+        if entry.is_none() && !record_is_ours {
             return Err(CallError::new(
                 ErrorKind::NotFound,
                 format!("{id} is not owned by this node"),
             ));
-        };
-        let me = self.mesh.fence();
-        let ours = self.owner().is_ok_and(|o| o == snapshot.owner)
-            && snapshot.owner_node.rid == me.rid
-            && snapshot.owner_node.lifecycle_generation == me.lifecycle_generation
-            && snapshot.object_generation == entry.generation;
-        if !ours {
-            entry.obj.close().await;
-            let _ = self.objects.remove(key, entry.generation);
-            return Err(CallError::new(
-                ErrorKind::StaleRoute,
-                format!("{id} is no longer owned by this node's incarnation of it"),
-            ));
         }
+        // (No entry but the record names this node: a Ready record left without an instance
+        // by an ambiguous commit; it is deleted the same way.)
         if let Err(e) = self.store.delete_fenced(&snapshot.fence()).await {
-            // Keep serving it: the authority still names us.
-            self.live().insert(key.clone(), entry);
+            // Keep serving only if the record provably still names this incarnation: a delete
+            // whose reply was lost must not leave a second admitting instance behind.
+            let still = matches!(
+                self.store.read_authority(key).await,
+                Ok(zlink_store::types::AuthorityRead::Found(a)) if a.fence() == snapshot.fence()
+            );
+            if let Some(entry) = entry {
+                if still {
+                    self.live().insert(key.clone(), entry);
+                } else {
+                    entry.obj.close().await;
+                }
+            }
             return Err(store_error(e));
         }
         self.resolver.cache().stale_route(&fence_of(key, snapshot));
-        entry.obj.close().await;
+        if let Some(entry) = entry {
+            entry.obj.close().await;
+        }
         Ok(())
     }
 
@@ -788,6 +862,12 @@ impl<S: LocationStore> Inner<S> {
             return Err(CallError::new(
                 ErrorKind::StaleRoute,
                 "the close names another node lifecycle",
+            ));
+        }
+        if zlink_protocol::ids::is_entry_spot_id(&d.spot.spot_id) {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                "an Entry Spot lives as long as its node lifecycle and is not closed",
             ));
         }
         let key = AuthorityKey::new(StoreKind::Spot, &d.spot.spot_id)
@@ -871,6 +951,21 @@ impl<S: LocationStore> Inner<S> {
                 "the reservation names another node lifecycle or owner lease",
             ));
         }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        if f.deadline_unix_ms <= now_ms {
+            return Err(CallError::new(
+                ErrorKind::DeadlineExceeded,
+                "the create's deadline passed before it ran",
+            ));
+        }
+        if !self.mesh.admission_open() {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                "this host is past its fencing deadline and creates nothing",
+            ));
+        }
         let kind = store_kind(d.kind);
         let ty = self.type_of(kind, &d.stable_type)?;
         let key = AuthorityKey::new(kind, &d.id)
@@ -887,10 +982,15 @@ impl<S: LocationStore> Inner<S> {
             && a.store_version == f.store_version
             && a.object_generation == f.object_generation
             && a.authority_owner_generation == f.authority_owner_generation;
-        let Some(pending) = a.pending_creation.clone().filter(|_| current) else {
+        let Some(pending) = a.pending_creation.clone().filter(|p| {
+            current
+                && p.target.node.rid == me.rid
+                && p.target.node.lifecycle_generation == me.lifecycle_generation
+                && p.target.owner == owner
+        }) else {
             return Err(CallError::new(
                 ErrorKind::Conflict,
-                "the reservation is no longer the current creation of this ID",
+                "the reservation is no longer the current creation of this ID on this node",
             ));
         };
         let reservation = zlink_store::types::Reservation {
@@ -954,28 +1054,55 @@ impl<S: LocationStore> ObjectCaller for Inner<S> {
     }
 }
 
-/// The sink the MeshNode holds: a weak handle on the runtime.
-struct SinkRef<S: LocationStore>(std::sync::Weak<Inner<S>>);
+/// The sink the MeshNode holds: weak handles on the runtime and on the node itself, so there
+/// is no reference cycle; a runtime that is gone answers requests `ShuttingDown`.
+struct SinkRef<S: LocationStore> {
+    runtime: std::sync::Weak<Inner<S>>,
+    mesh: std::sync::Weak<MeshNode>,
+}
+
+impl<S: LocationStore> SinkRef<S> {
+    fn gone(
+        &self,
+        source: &zlink_protocol::generated::NodeFence,
+        request: Option<&zlink_protocol::generated::RequestHeader>,
+    ) {
+        if let (Some(mesh), Some(req)) = (self.mesh.upgrade(), request) {
+            mesh.reply_to(
+                source,
+                req,
+                Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "the object runtime stopped",
+                )),
+            );
+        }
+    }
+}
 
 impl<S: LocationStore> ObjectSink for SinkRef<S> {
     fn destroy(&self, d: DestroyDelivery) {
-        if let Some(inner) = self.0.upgrade() {
-            ObjectSink::destroy(inner.as_ref(), d);
+        match self.runtime.upgrade() {
+            Some(inner) => ObjectSink::destroy(inner.as_ref(), d),
+            None => self.gone(&d.source, Some(&d.request)),
         }
     }
     fn close(&self, d: CloseDelivery) {
-        if let Some(inner) = self.0.upgrade() {
-            ObjectSink::close(inner.as_ref(), d);
+        match self.runtime.upgrade() {
+            Some(inner) => ObjectSink::close(inner.as_ref(), d),
+            None => self.gone(&d.source, Some(&d.request)),
         }
     }
     fn create(&self, d: CreateDelivery) {
-        if let Some(inner) = self.0.upgrade() {
-            ObjectSink::create(inner.as_ref(), d);
+        match self.runtime.upgrade() {
+            Some(inner) => ObjectSink::create(inner.as_ref(), d),
+            None => self.gone(&d.source, Some(&d.request)),
         }
     }
     fn deliver(&self, d: ObjectDelivery) {
-        if let Some(inner) = self.0.upgrade() {
-            inner.deliver(d);
+        match self.runtime.upgrade() {
+            Some(inner) => inner.deliver(d),
+            None => self.gone(&d.source, d.request.as_ref()),
         }
     }
 }
@@ -1136,8 +1263,6 @@ impl<S: LocationStore> ObjectRuntime<S> {
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.
-        mesh.set_object_sink(Arc::new(SinkRef(Arc::downgrade(&inner))) as Arc<dyn ObjectSink>)
-            .map_err(RuntimeError::Attach)?;
         let entry = mesh.descriptor().entry_spot_id;
         if !entry.is_empty() {
             // The Entry Spot of this lifecycle exists before the node turns Serving (wire §7).
@@ -1165,6 +1290,15 @@ impl<S: LocationStore> ObjectRuntime<S> {
                 .materialize(&ty, StoreKind::Spot, &entry, None, None, reservation)
                 .await
                 .map_err(RuntimeError::EntrySpot)?;
+        }
+        // Attached only once the runtime is complete: a failed start leaves the node free for
+        // another attempt.
+        mesh.set_object_sink(Arc::new(SinkRef {
+            runtime: Arc::downgrade(&inner),
+            mesh: Arc::downgrade(&mesh),
+        }) as Arc<dyn ObjectSink>)
+            .map_err(RuntimeError::Attach)?;
+        if !entry.is_empty() {
             mesh.set_runtime_state(zlink_protocol::generated::RuntimeState::Serving);
         }
         Ok(Self { inner })
@@ -1518,10 +1652,15 @@ impl<S: LocationStore> ObjectRuntime<S> {
                         Ok(made)
                     }
                     _ => {
-                        // Not committed: give the slot back under its fence (a commit that
-                        // races this abort makes the abort fail harmlessly).
-                        inner.give_back(&reservation).await;
-                        Err(e)
+                        // Not committed when read: give the slot back under its fence. A commit
+                        // that races this abort wins, and then the creation did succeed.
+                        match inner.give_back(&reservation).await {
+                            GiveBack::Committed(_) => {
+                                inner.stats.created_remotely.fetch_add(1, Ordering::Relaxed);
+                                Ok(made)
+                            }
+                            GiveBack::Aborted | GiveBack::Barrier => Err(e),
+                        }
                     }
                 }
             }
@@ -1547,6 +1686,12 @@ impl<S: LocationStore> ObjectRuntime<S> {
 
     async fn remove(&self, kind: StoreKind, id: &str) -> Result<(), CallError> {
         let inner = &self.inner;
+        if kind == StoreKind::Spot && zlink_protocol::ids::is_entry_spot_id(id) {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                "an Entry Spot lives as long as its node lifecycle and is not closed",
+            ));
+        }
         let key = AuthorityKey::new(kind, id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let read = inner
