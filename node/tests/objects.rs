@@ -752,6 +752,9 @@ async fn objects_of_a_gone_owner_are_unavailable_until_a_fenced_cleanup_frees_th
         .unwrap();
     c.rts[1].create_actor("player", "p-d", None).await.unwrap();
     assert_eq!(c.rts[0].live_count(), 1 + 2, "both placed on node-0");
+    let old_generation = c.rts[0]
+        .live_generation(zlink_store::types::ObjectKind::Spot, "hall-d")
+        .unwrap();
     // node-0 goes away; its lease is released (as at a graceful exit or after expiry).
     c.rts[0].shutdown().await;
     c.nodes[0].shutdown().await;
@@ -775,7 +778,10 @@ async fn objects_of_a_gone_owner_are_unavailable_until_a_fenced_cleanup_frees_th
         .await
         .unwrap();
     assert_eq!(bal.coins, 3, "a fresh incarnation answered");
-    assert!(r.object_generation > 0);
+    assert_ne!(
+        r.object_generation, old_generation,
+        "a new incarnation, not the dead owner's"
+    );
     assert_eq!(b.stats().fenced_cleanups.load(Ordering::Relaxed), 2);
     c.nodes[1].shutdown().await;
 }

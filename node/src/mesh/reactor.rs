@@ -1078,44 +1078,26 @@ impl Reactor {
             CommandBody::ActorDestroy(c) => {
                 let source = Arc::clone(conn.peer_shared());
                 self.consumed(&conn, stamp.charge);
-                match self.inner.object_sink.get() {
-                    Some(sink) => sink.destroy(super::node::DestroyDelivery {
+                if let Some(sink) = self.object_sink_or_refuse(&source, &c.request) {
+                    sink.destroy(super::node::DestroyDelivery {
                         source,
                         request: c.request,
                         route: c.route,
-                    }),
-                    None => super::dispatch::send_reply(
-                        &self.inner,
-                        &source,
-                        &c.request,
-                        Err(CallError::new(
-                            crate::call::error::ErrorKind::NotFound,
-                            format!("node {} hosts no objects", self.inner.rid),
-                        )),
-                    ),
+                    });
                 }
             }
             CommandBody::UserSpotClose(c) => {
                 let source = Arc::clone(conn.peer_shared());
                 self.consumed(&conn, stamp.charge);
-                match self.inner.object_sink.get() {
-                    Some(sink) => sink.close(super::node::CloseDelivery {
+                if let Some(sink) = self.object_sink_or_refuse(&source, &c.request) {
+                    sink.close(super::node::CloseDelivery {
                         source,
                         request: c.request,
                         spot: c.spot,
                         target_node: c.target_node,
                         authority_owner_generation: c.authority_owner_generation,
                         store_version: c.store_version,
-                    }),
-                    None => super::dispatch::send_reply(
-                        &self.inner,
-                        &source,
-                        &c.request,
-                        Err(CallError::new(
-                            crate::call::error::ErrorKind::NotFound,
-                            format!("node {} hosts no objects", self.inner.rid),
-                        )),
-                    ),
+                    });
                 }
             }
             CommandBody::ActorCreate(c) => {
@@ -1212,18 +1194,31 @@ impl Reactor {
 
     /// Hand a remote create to the object runtime, or answer `NotFound` without one.
     fn deliver_create(&self, d: super::node::CreateDelivery) {
-        match self.inner.object_sink.get() {
-            Some(sink) => sink.create(d),
-            None => super::dispatch::send_reply(
+        if let Some(sink) = self.object_sink_or_refuse(&d.source, &d.request) {
+            sink.create(d);
+        }
+    }
+
+    /// The object runtime for an object control request (create, close, destroy), or — on a
+    /// node without one — the request answered `NotFound` here.
+    fn object_sink_or_refuse(
+        &self,
+        source: &NodeFence,
+        request: &zlink_protocol::generated::RequestHeader,
+    ) -> Option<&Arc<dyn super::node::ObjectSink>> {
+        let sink = self.inner.object_sink.get();
+        if sink.is_none() {
+            super::dispatch::send_reply(
                 &self.inner,
-                &d.source,
-                &d.request,
+                source,
+                request,
                 Err(CallError::new(
                     crate::call::error::ErrorKind::NotFound,
                     format!("node {} hosts no objects", self.inner.rid),
                 )),
-            ),
+            );
         }
+        sink
     }
 
     /// Whether this node has a Server membership of `channel` (at any weight: weight `0` and

@@ -1080,24 +1080,48 @@ impl<S: LocationStore> SinkRef<S> {
     }
 }
 
+impl<S: LocationStore> SinkRef<S> {
+    /// Run an object control request (create, close, destroy) on its own task and answer it
+    /// once with its result, or `ShuttingDown` when the runtime is gone.
+    fn serve<F, Fut>(
+        &self,
+        source: Arc<zlink_protocol::generated::NodeFence>,
+        request: zlink_protocol::generated::RequestHeader,
+        op: F,
+    ) where
+        F: FnOnce(Arc<Inner<S>>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<ReplyResult, CallError>> + Send + 'static,
+    {
+        match self.runtime.upgrade() {
+            Some(inner) => {
+                tokio::spawn(async move {
+                    let result = op(Arc::clone(&inner)).await;
+                    inner.mesh.reply_create(&source, &request, result);
+                });
+            }
+            None => self.gone(&source, Some(&request)),
+        }
+    }
+}
+
 impl<S: LocationStore> ObjectSink for SinkRef<S> {
     fn destroy(&self, d: DestroyDelivery) {
-        match self.runtime.upgrade() {
-            Some(inner) => ObjectSink::destroy(inner.as_ref(), d),
-            None => self.gone(&d.source, Some(&d.request)),
-        }
+        let (source, request) = (Arc::clone(&d.source), d.request.clone());
+        self.serve(source, request, move |inner| async move {
+            inner.destroy_for(&d).await
+        });
     }
     fn close(&self, d: CloseDelivery) {
-        match self.runtime.upgrade() {
-            Some(inner) => ObjectSink::close(inner.as_ref(), d),
-            None => self.gone(&d.source, Some(&d.request)),
-        }
+        let (source, request) = (Arc::clone(&d.source), d.request.clone());
+        self.serve(source, request, move |inner| async move {
+            inner.close_for(&d).await
+        });
     }
     fn create(&self, d: CreateDelivery) {
-        match self.runtime.upgrade() {
-            Some(inner) => ObjectSink::create(inner.as_ref(), d),
-            None => self.gone(&d.source, Some(&d.request)),
-        }
+        let (source, request) = (Arc::clone(&d.source), d.request.clone());
+        self.serve(source, request, move |inner| async move {
+            inner.create_for(&d).await
+        });
     }
     fn deliver(&self, d: ObjectDelivery) {
         match self.runtime.upgrade() {
@@ -1107,61 +1131,8 @@ impl<S: LocationStore> ObjectSink for SinkRef<S> {
     }
 }
 
-impl<S: LocationStore> ObjectSink for Inner<S> {
-    fn destroy(&self, d: DestroyDelivery) {
-        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
-            self.mesh.reply_create(
-                &d.source,
-                &d.request,
-                Err(CallError::new(
-                    ErrorKind::ShuttingDown,
-                    "object runtime stopped",
-                )),
-            );
-            return;
-        };
-        tokio::spawn(async move {
-            let result = this.destroy_for(&d).await;
-            this.mesh.reply_create(&d.source, &d.request, result);
-        });
-    }
-
-    fn close(&self, d: CloseDelivery) {
-        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
-            self.mesh.reply_create(
-                &d.source,
-                &d.request,
-                Err(CallError::new(
-                    ErrorKind::ShuttingDown,
-                    "object runtime stopped",
-                )),
-            );
-            return;
-        };
-        tokio::spawn(async move {
-            let result = this.close_for(&d).await;
-            this.mesh.reply_create(&d.source, &d.request, result);
-        });
-    }
-
-    fn create(&self, d: CreateDelivery) {
-        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
-            self.mesh.reply_create(
-                &d.source,
-                &d.request,
-                Err(CallError::new(
-                    ErrorKind::ShuttingDown,
-                    "object runtime stopped",
-                )),
-            );
-            return;
-        };
-        tokio::spawn(async move {
-            let result = this.create_for(&d).await;
-            this.mesh.reply_create(&d.source, &d.request, result);
-        });
-    }
-
+impl<S: LocationStore> Inner<S> {
+    /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
     fn deliver(&self, d: ObjectDelivery) {
         let admitted = self.admit(&d.route);
         match (d.request, admitted) {
