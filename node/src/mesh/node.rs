@@ -237,8 +237,27 @@ pub struct DestroyDelivery {
     pub route: RouteFence,
 }
 
+/// An admitted Actor join proposal (command 28, wire §9 "Actor join 요청 envelope"): the
+/// Actor's route fence, whether the target is an Entry Spot, and the target Spot's route fence.
+/// The receiver reads the Actor's authority row and accepts only if it matches the fence.
+#[derive(Debug)]
+pub struct JoinDelivery {
+    /// The sending node (the connection's admitted peer; command 28 has no source field).
+    pub source: Arc<NodeFence>,
+    /// Terminal identity of the join request.
+    pub request: RequestHeader,
+    /// The Actor incarnation and its owner fences.
+    pub actor_route: RouteFence,
+    /// The target is an Entry Spot (a leave back to the node's Entry Spot).
+    pub entry: bool,
+    /// The target Spot incarnation and its owner fences.
+    pub spot_route: RouteFence,
+}
+
 /// The receiver of admitted object commands: the object runtime of this node.
 pub trait ObjectSink: Send + Sync + 'static {
+    /// Take one Actor join proposal. Must not block; answers with [`MeshNode::reply_create`].
+    fn join(&self, delivery: JoinDelivery);
     /// Take one remote Actor destroy. Must not block; answers with
     /// [`MeshNode::reply_create`].
     fn destroy(&self, delivery: DestroyDelivery);
@@ -1334,6 +1353,41 @@ impl MeshNode {
                     request,
                     route,
                     source,
+                })
+            },
+            None,
+            None,
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Propose that the Actor of `actor_route` join the Spot of `spot_route` (command 28,
+    /// wire §9), to the owner `actor_route` names. Ok means the membership change committed.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that lifecycle), `DeadlineExceeded` (outcome
+    /// unknown: read the Actor's authority), the owner's error (`StaleRoute` when a fence no
+    /// longer matches, `NotFound`, `InvalidOperation`).
+    pub async fn actor_join(
+        &self,
+        actor_route: &RouteFence,
+        entry: bool,
+        spot_route: &RouteFence,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.owner_conn(actor_route)?;
+        let (actor_route, target_spot_route) = (actor_route.clone(), spot_route.clone());
+        self.request_on(
+            conn,
+            move |request, _, _| {
+                CommandBody::ActorJoin(zlink_protocol::generated::ActorJoin {
+                    request,
+                    actor_route,
+                    entry,
+                    target_spot_route,
                 })
             },
             None,

@@ -835,6 +835,7 @@ impl Reactor {
                 | CommandBody::ActorCreate(_)
                 | CommandBody::UserSpotClose(_)
                 | CommandBody::ActorDestroy(_)
+                | CommandBody::ActorJoin(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -853,6 +854,8 @@ impl Reactor {
                 CommandBody::ActorCreate(c) => Some(&c.source),
                 CommandBody::UserSpotClose(c) => Some(&c.source),
                 CommandBody::ActorDestroy(c) => Some(&c.source),
+                // Command 28 carries no source field: it comes from the admitted peer.
+                CommandBody::ActorJoin(_) => Some(conn.peer()),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1097,6 +1100,19 @@ impl Reactor {
                         target_node: c.target_node,
                         authority_owner_generation: c.authority_owner_generation,
                         store_version: c.store_version,
+                    });
+                }
+            }
+            CommandBody::ActorJoin(j) => {
+                let source = Arc::clone(conn.peer_shared());
+                self.consumed(&conn, stamp.charge);
+                if let Some(sink) = self.object_sink_or_refuse(&source, &j.request) {
+                    sink.join(super::node::JoinDelivery {
+                        source,
+                        request: j.request,
+                        actor_route: j.actor_route,
+                        entry: j.entry,
+                        spot_route: j.target_spot_route,
                     });
                 }
             }

@@ -58,6 +58,26 @@ pub enum ExecMode {
 
 type Reply = oneshot::Sender<Result<TypedPayload, CallError>>;
 
+/// The execution gate a SpotWide User Spot shares with its member Actors (glossary §3
+/// "Execution gate"): a turn of the Spot, of any member Actor, or of a timer of either, runs
+/// only while it holds the gate. FIFO-fair, so no member starves another.
+pub type SpotGate = Arc<tokio::sync::Mutex<()>>;
+
+/// A new, free gate.
+pub fn new_gate() -> SpotGate {
+    Arc::new(tokio::sync::Mutex::new(()))
+}
+
+type GateGuard = tokio::sync::OwnedMutexGuard<()>;
+
+/// What a turn holds of its gate: the gate it took (for a member Actor's `Yield`, which gives it
+/// back and takes it again) and the guard while held.
+#[derive(Default)]
+struct TurnGate {
+    gate: Option<SpotGate>,
+    guard: Option<GateGuard>,
+}
+
 /// The receiving end of a request's single terminal reply (dropped sender: the object closed).
 pub type ReplyReceiver = oneshot::Receiver<Result<TypedPayload, CallError>>;
 
@@ -66,13 +86,18 @@ pub(crate) enum Work {
     Send(TypedPayload, Option<Metadata>),
     Request(TypedPayload, Option<Metadata>, Reply),
     Tick(Tick),
+    /// A Spot control claim (glossary §5): Actor `actor` joined (`true`) or left this Spot.
+    Member {
+        joined: bool,
+        actor: String,
+    },
 }
 
 impl Work {
     fn metadata(&self) -> Option<&Metadata> {
         match self {
             Self::Send(_, m) | Self::Request(_, m, _) => m.as_ref(),
-            Self::Tick(_) => None,
+            Self::Tick(_) | Self::Member { .. } => None,
         }
     }
 }
@@ -82,10 +107,14 @@ type SendFn<S> =
 type RequestFn<S> =
     Arc<dyn Fn(Ctx<S>, TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>> + Send + Sync>;
 
+type MemberFn<S> = Arc<dyn Fn(Ctx<S>, String) -> BoxFuture<Result<(), CallError>> + Send + Sync>;
+
 /// The typed handlers of one object type, by packet name.
 pub struct ObjectHandlers<S> {
     sends: HashMap<String, SendFn<S>>,
     requests: HashMap<String, RequestFn<S>>,
+    joined: Option<MemberFn<S>>,
+    left: Option<MemberFn<S>>,
 }
 
 impl<S> Default for ObjectHandlers<S> {
@@ -93,6 +122,8 @@ impl<S> Default for ObjectHandlers<S> {
         Self {
             sends: HashMap::new(),
             requests: HashMap::new(),
+            joined: None,
+            left: None,
         }
     }
 }
@@ -141,6 +172,29 @@ impl<S: Send + 'static> ObjectHandlers<S> {
         self.requests.insert(M::PACKET_NAME.to_owned(), h);
         self
     }
+
+    /// Spots: called with the Actor's ID when an Actor became a member (created into this
+    /// Spot, or joined it). It runs as a Spot turn on the lifecycle lane, after the membership
+    /// was committed; an error is logged, it does not undo the membership.
+    pub fn on_member_joined<F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        F: Fn(Ctx<S>, String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), CallError>> + Send + 'static,
+    {
+        self.joined = Some(Arc::new(move |ctx, a| Box::pin(f(ctx, a))));
+        self
+    }
+
+    /// Spots: called with the Actor's ID when a member Actor left (joined another Spot, or was
+    /// destroyed), like [`ObjectHandlers::on_member_joined`].
+    pub fn on_member_left<F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        F: Fn(Ctx<S>, String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), CallError>> + Send + 'static,
+    {
+        self.left = Some(Arc::new(move |ctx, a| Box::pin(f(ctx, a))));
+        self
+    }
 }
 
 /// Counters of one executor.
@@ -162,6 +216,9 @@ enum TurnEnd {
 }
 
 type Ender = oneshot::Sender<TurnEnd>;
+
+/// What a resumed continuation receives: its turn's ender and the gate it holds.
+type Grant = (Ender, TurnGate);
 
 /// Where an executor's queue lives: a slot of a node's [`Objects`] table.
 #[derive(Clone)]
@@ -238,8 +295,13 @@ impl Binding {
 struct Shared<S> {
     state: Mutex<S>,
     home: Binding,
+    /// The gate this object's turns take: a SpotWide User Spot's own, or, for a member Actor
+    /// of one, the Spot's. `None`: the queue alone serializes the turns.
+    gate: Mutex<Option<SpotGate>>,
+    /// No new turns are handed out (capture at the next handler boundary).
+    paused: AtomicBool,
     timers: Mutex<TimerSet>,
-    resume: Mutex<HashMap<ResumeToken, oneshot::Sender<Ender>>>,
+    resume: Mutex<HashMap<ResumeToken, oneshot::Sender<Grant>>>,
     wake: Arc<Notify>,
     handlers: ObjectHandlers<S>,
     mode: ExecMode,
@@ -277,12 +339,29 @@ impl<S> Shared<S> {
     fn with_queue<R>(&self, f: impl FnOnce(&mut super::queue::ExecQueue<Work>) -> R) -> Option<R> {
         self.home.objects.with_queue(&self.home.key, f)
     }
+
+    /// Put captured work back at the front of the queue and re-arm captured timers (with their
+    /// remaining time on this executor's clock). Timers are checked first: on an error nothing
+    /// changed.
+    fn restore(
+        &self,
+        items: Vec<super::queue::Captured<Work>>,
+        timers: &[zlink_protocol::generated::CapturedTimer],
+    ) -> Result<(), CallError> {
+        let restored = TimerSet::restore(timers, self.now_ms())
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        self.with_queue(|q| q.restore_front(items))
+            .ok_or_else(|| CallError::new(ErrorKind::Unavailable, "the object's queue is gone"))?;
+        *lock(&self.timers) = restored;
+        Ok(())
+    }
 }
 
 /// What a handler sees: the object's state and its turn.
 pub struct Ctx<S> {
     shared: Arc<Shared<S>>,
     ender: Arc<Mutex<Option<Ender>>>,
+    gate: Arc<Mutex<TurnGate>>,
     metadata: Arc<Metadata>,
 }
 
@@ -291,6 +370,7 @@ impl<S> Clone for Ctx<S> {
         Self {
             shared: Arc::clone(&self.shared),
             ender: Arc::clone(&self.ender),
+            gate: Arc::clone(&self.gate),
             metadata: Arc::clone(&self.metadata),
         }
     }
@@ -322,22 +402,39 @@ impl<S: Send + 'static> Ctx<S> {
 
     /// `Yield`: give the turn back while `fut` runs, then continue in a new turn.
     ///
+    /// - In a SpotWide User Spot or an Instance Spot the shared Spot turn goes back: other
+    ///   queue work of the Spot (and of its member Actors) runs meanwhile, and the handler
+    ///   continues in a new turn queued behind the work accepted before its result arrived.
+    /// - In a member Actor of a SpotWide User Spot only the Spot's gate goes back: the Spot and
+    ///   the other members run meanwhile, but this Actor keeps its queue claim (glossary §5
+    ///   "Actor queue claim"), so its next message waits for this job to finish. The handler
+    ///   continues once it has the gate again.
+    ///
     /// # Errors
-    /// `InvalidOperation` in an [`ExecMode::Serial`] object (the turn is kept; `fut` is not
-    /// polled).
+    /// `InvalidOperation` anywhere else (the turn is kept; `fut` is not polled).
     pub async fn yield_on<F: Future>(&self, fut: F) -> Result<F::Output, CallError> {
         if self.shared.mode != ExecMode::Yielding {
-            return Err(CallError::new(
-                ErrorKind::InvalidOperation,
-                "Yield is allowed only in SpotWide User Spots and Instance Spots",
-            ));
+            let gate = lock(&self.gate).gate.clone();
+            let Some(gate) = gate else {
+                return Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    "Yield is allowed only in SpotWide User Spots (and their member Actors) and \
+                     Instance Spots",
+                ));
+            };
+            // A member Actor: give the Spot's gate back, keep the Actor's queue claim.
+            drop(lock(&self.gate).guard.take());
+            let out = fut.await;
+            let guard = gate.lock_owned().await;
+            lock(&self.gate).guard = Some(guard);
+            return Ok(out);
         }
         let token = self
             .shared
             .with_queue(|q| q.yield_turn())
             .ok_or_else(|| CallError::new(ErrorKind::Unavailable, "the object's queue is gone"))?
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        let (grant_tx, grant_rx) = oneshot::channel();
+        let (grant_tx, grant_rx) = oneshot::channel::<Grant>();
         lock(&self.shared.resume).insert(token, grant_tx);
         // If this future is dropped or panics before it has its turn back, the continuation is
         // forgotten, so the object still reaches a handler boundary (capture) afterwards.
@@ -354,10 +451,11 @@ impl<S: Send + 'static> Ctx<S> {
             return Err(CallError::new(ErrorKind::ShuttingDown, "object closed"));
         }
         self.shared.wake.notify_one();
-        let ender = grant_rx
+        let (ender, gate) = grant_rx
             .await
             .map_err(|_| CallError::new(ErrorKind::ShuttingDown, "object closed"))?;
         guard.armed = false;
+        *lock(&self.gate) = gate;
         *lock(&self.ender) = Some(ender);
         Ok(out)
     }
@@ -490,10 +588,133 @@ impl<S: Send + 'static> Ctx<S> {
     }
 
     fn end_turn(&self, how: TurnEnd) {
+        // The gate goes back first, so the next turn (or another member) can take it.
+        drop(lock(&self.gate).guard.take());
         if let Some(tx) = lock(&self.ender).take() {
             let _ = tx.send(how);
         }
     }
+}
+
+/// A queue and its timers captured at a handler boundary (glossary §5 "Object execution
+/// queue"; wire §9), in the durable forms of `relocation-envelope-v1`.
+#[derive(Debug)]
+pub struct CapturedQueue {
+    /// Not-yet-run application work in run order: each one-way message (and each timer tick
+    /// that was due and queued already, as a send to the tick's handler) as the original
+    /// service record it would travel as, with its queue sequence.
+    pub saved: Vec<zlink_protocol::generated::SavedWork>,
+    /// Timers not yet due, with their remaining time.
+    pub timers: Vec<zlink_protocol::generated::CapturedTimer>,
+    /// Connection-bound work that no envelope can carry: requests whose caller waits in this
+    /// process, and membership notifications. The caller of the capture decides their fate
+    /// ([`BoundWork::fail`], or put them back with [`ObjectExecutor::resume_after_capture`]).
+    pub bound: Vec<BoundWork>,
+}
+
+/// One connection-bound queue item left out of a capture (see [`CapturedQueue::bound`]).
+pub struct BoundWork {
+    seq: u64,
+    lane: Lane,
+    work: Work,
+}
+
+impl std::fmt::Debug for BoundWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundWork").field("seq", &self.seq).finish()
+    }
+}
+
+impl BoundWork {
+    /// End it: a request gets `err` as its single terminal result.
+    pub fn fail(self, err: CallError) {
+        if let Work::Request(_, _, reply) = self.work {
+            let _ = reply.send(Err(err));
+        }
+    }
+}
+
+/// The service record a saved one-way message travels as: `spotSend` (21) or `actorSend`
+/// (24) on the object's own route, from `source`.
+fn saved_record(
+    seq: u64,
+    route: &zlink_protocol::generated::RouteFence,
+    source: &zlink_protocol::generated::NodeFence,
+    payload: TypedPayload,
+    metadata: Option<Metadata>,
+) -> Result<zlink_protocol::generated::SavedWork, CallError> {
+    use zlink_protocol::generated::{ActorSend, CommandBody, Leg, ObjectKind as Wk, SpotSend};
+    use zlink_protocol::record::{Record, WireContext};
+    let body = match route.object_kind {
+        Wk::Actor => CommandBody::ActorSend(ActorSend {
+            route: route.clone(),
+            source: source.clone(),
+        }),
+        Wk::Spot => CommandBody::SpotSend(SpotSend {
+            route: route.clone(),
+            source: source.clone(),
+        }),
+    };
+    let mut record = Record::new(body).with_payload(payload);
+    record.metadata = metadata;
+    let frames = record
+        .encode(WireContext::route_mesh(Leg::Send))
+        .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    Ok(zlink_protocol::generated::SavedWork {
+        sequence: seq,
+        frames: frames.into_iter().map(bytes::Bytes::from).collect(),
+    })
+}
+
+/// Decode saved work back into queue items (typed errors for anything that is not a saved
+/// one-way Spot / Actor record of object `key`).
+fn restore_saved(
+    key: &AuthorityKey,
+    saved: &[zlink_protocol::generated::SavedWork],
+) -> Result<Vec<super::queue::Captured<Work>>, CallError> {
+    use zlink_protocol::generated::{CommandBody, Leg};
+    use zlink_protocol::record::{Record, WireContext};
+    let bad = |why: String| CallError::new(ErrorKind::InvalidOperation, why);
+    saved
+        .iter()
+        .map(|w| {
+            let record = Record::decode_shared(&w.frames, WireContext::route_mesh(Leg::Send))
+                .map_err(|e| bad(format!("saved work {}: {e}", w.sequence)))?;
+            let route = match &record.body {
+                CommandBody::ActorSend(a) => &a.route,
+                CommandBody::SpotSend(s) => &s.route,
+                other => {
+                    return Err(bad(format!(
+                        "saved work {} is a {:?} record, not a one-way Spot / Actor message",
+                        w.sequence,
+                        other.command()
+                    )));
+                }
+            };
+            let named = AuthorityKey::new(
+                match route.object_kind {
+                    zlink_protocol::generated::ObjectKind::Actor => ObjectKind::Actor,
+                    zlink_protocol::generated::ObjectKind::Spot => ObjectKind::Spot,
+                },
+                &route.object_id,
+            )
+            .map_err(|e| bad(e.to_string()))?;
+            if &named != key {
+                return Err(bad(format!(
+                    "saved work {} names {}, not this object",
+                    w.sequence, route.object_id
+                )));
+            }
+            let payload = record
+                .payload
+                .ok_or_else(|| bad(format!("saved work {} has no payload", w.sequence)))?;
+            Ok(super::queue::Captured {
+                seq: w.sequence,
+                lane: Lane::Application,
+                item: Work::Send(payload, record.metadata),
+            })
+        })
+        .collect()
 }
 
 /// Forgets a yielded continuation that never got its turn back (see [`Ctx::yield_on`]).
@@ -538,11 +759,49 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         handlers: ObjectHandlers<S>,
         mode: ExecMode,
     ) -> Self {
+        Self::start_gated(home, state, handlers, mode, None)
+    }
+
+    /// Start an executor restored from a capture (the target side of a move, or a fresh
+    /// runtime): the saved work goes into the queue ahead of anything that arrived since
+    /// (e.g. through a temporary queue), in its captured order, and the timers are re-armed
+    /// with their remaining time on this executor's clock. It runs once `home` is Ready.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for saved work that does not decode as a one-way message to this
+    /// object, or inconsistent timers; `Unavailable` when `home`'s queue is not open.
+    pub fn start_restored(
+        home: Binding,
+        state: S,
+        handlers: ObjectHandlers<S>,
+        mode: ExecMode,
+        gate: Option<SpotGate>,
+        saved: &[zlink_protocol::generated::SavedWork],
+        timers: &[zlink_protocol::generated::CapturedTimer],
+    ) -> Result<Self, CallError> {
+        let items = restore_saved(&home.key, saved)?;
+        let exec = Self::start_gated(home, state, handlers, mode, gate);
+        exec.shared.restore(items, timers)?;
+        exec.shared.wake.notify_one();
+        Ok(exec)
+    }
+
+    /// [`ObjectExecutor::start_bound`] with the execution gate its turns take (a SpotWide User
+    /// Spot's own gate, or the gate of the SpotWide Spot an Actor is a member of).
+    pub fn start_gated(
+        home: Binding,
+        state: S,
+        handlers: ObjectHandlers<S>,
+        mode: ExecMode,
+        gate: Option<SpotGate>,
+    ) -> Self {
         let wake = Arc::new(Notify::new());
         home.objects.set_waker(&home.key, Arc::clone(&wake));
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             home,
+            gate: Mutex::new(gate),
+            paused: AtomicBool::new(false),
             timers: Mutex::new(TimerSet::new()),
             resume: Mutex::new(HashMap::new()),
             wake,
@@ -630,6 +889,150 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         Ok(rx)
     }
 
+    /// Capture the queue at the next handler boundary: stop handing out new turns, let the
+    /// running turn and every yielded continuation finish, then take the not-yet-run work and
+    /// the armed timers as durable data (`route` and `source` name the records saved work
+    /// travels as). The executor stays paused: new arrivals wait in its queue (seal admission
+    /// first to hold them elsewhere) until [`ObjectExecutor::resume_after_capture`] or close.
+    ///
+    /// # Errors
+    /// `Unavailable` when the object closed meanwhile; `InvalidOperation` when a message cannot
+    /// be encoded (nothing is captured then).
+    pub async fn capture(
+        &self,
+        route: &zlink_protocol::generated::RouteFence,
+        source: &zlink_protocol::generated::NodeFence,
+    ) -> Result<CapturedQueue, CallError> {
+        let sh = &self.shared;
+        sh.paused.store(true, Ordering::Release);
+        sh.wake.notify_one();
+        let items = loop {
+            if sh.closed.load(Ordering::Acquire) {
+                return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
+            }
+            match sh.with_queue(super::queue::ExecQueue::capture) {
+                Some(Ok(items)) => break items,
+                Some(Err(_)) => tokio::time::sleep(Duration::from_millis(1)).await,
+                None => {
+                    return Err(CallError::new(
+                        ErrorKind::Unavailable,
+                        "the object's queue is gone",
+                    ));
+                }
+            }
+        };
+        let mut timers = lock(&sh.timers);
+        // The timers leave with the capture: none of them fires here any more.
+        let mut out = CapturedQueue {
+            saved: Vec::new(),
+            timers: timers.capture(sh.now_ms()),
+            bound: Vec::new(),
+        };
+        let mut failed = None;
+        for c in items {
+            let (seq, lane) = (c.seq, c.lane);
+            let saved = match &c.item {
+                Work::Send(p, m) => saved_record(seq, route, source, p.clone(), m.clone()),
+                Work::Tick(t) => {
+                    // A due tick keeps its place among the messages, as a send to its
+                    // handler; a stale one would not run, so it is not carried.
+                    if !timers.is_current(t) {
+                        continue;
+                    }
+                    timers.consumed(t);
+                    let p = TypedPayload::new(
+                        t.timer.packet_name.clone(),
+                        JSON_CONTENT_TYPE,
+                        t.timer.payload.clone(),
+                    );
+                    saved_record(seq, route, source, p, None)
+                }
+                Work::Request(..) | Work::Member { .. } => {
+                    out.bound.push(BoundWork {
+                        seq,
+                        lane,
+                        work: c.item,
+                    });
+                    continue;
+                }
+            };
+            match saved {
+                Ok(w) => out.saved.push(w),
+                Err(e) => {
+                    // Kept, not lost: it goes back with the rest below.
+                    out.bound.push(BoundWork {
+                        seq,
+                        lane,
+                        work: c.item,
+                    });
+                    failed = Some(e);
+                }
+            }
+        }
+        *timers = TimerSet::new();
+        drop(timers);
+        if let Some(e) = failed {
+            // Nothing is lost: put everything back and run on.
+            self.resume_after_capture(out)?;
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    /// Undo a capture (the move was aborted): the saved work, the bound work and the timers
+    /// go back ahead of anything that arrived meanwhile, and turns run again.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for saved work that does not decode or names another object;
+    /// `Unavailable` when the queue is gone.
+    pub fn resume_after_capture(&self, captured: CapturedQueue) -> Result<(), CallError> {
+        let sh = &self.shared;
+        let mut items = restore_saved(&sh.home.key, &captured.saved)?;
+        items.extend(captured.bound.into_iter().map(|b| super::queue::Captured {
+            seq: b.seq,
+            lane: b.lane,
+            item: b.work,
+        }));
+        items.sort_by_key(|c| c.seq);
+        sh.restore(items, &captured.timers)?;
+        sh.paused.store(false, Ordering::Release);
+        sh.wake.notify_one();
+        Ok(())
+    }
+
+    /// Queue a membership notification (a Spot control claim on the lifecycle lane).
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    pub fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
+        }
+        match self.shared.home.objects.dispatch(
+            &self.shared.home.key,
+            Lane::Lifecycle,
+            Work::Member { joined, actor },
+        ) {
+            Dispatched::NotHere(_) => Err(CallError::new(
+                ErrorKind::Unavailable,
+                "the object's queue is gone",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The gate this object's turns take (see [`SpotGate`]).
+    pub fn gate(&self) -> Option<SpotGate> {
+        lock(&self.shared.gate).clone()
+    }
+
+    /// Change the gate later turns take (a member Actor joining or leaving a SpotWide Spot).
+    /// Call it at a handler boundary of this object: a turn already running keeps the gate it
+    /// took.
+    pub fn set_gate(&self, gate: Option<SpotGate>) {
+        *lock(&self.shared.gate) = gate;
+    }
+
     /// Read the state outside any handler (inspection, tests).
     pub fn with_state<R>(&self, f: impl FnOnce(&S) -> R) -> R {
         f(&lock(&self.shared.state))
@@ -697,10 +1100,19 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                 .objects
                 .dispatch(&sh.home.key, Lane::Application, Work::Tick(t));
         }
+        // Paused for a capture: only continuations run (they must finish for the boundary);
+        // new work waits in the queue.
+        let paused = sh.paused.load(Ordering::Acquire);
         let picked = sh
             .home
             .objects
-            .with_ready_queue(&sh.home.key, |q| q.next_turn())
+            .with_ready_queue(&sh.home.key, |q| {
+                if paused {
+                    q.next_resume().map(Picked::Resume)
+                } else {
+                    q.next_turn()
+                }
+            })
             .flatten();
         match picked {
             None => {
@@ -717,26 +1129,61 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                 }
             }
             Some(Picked::Work { item, .. }) => {
+                let Some(gate) = take_gate(&sh).await else {
+                    // Closed while waiting for the gate: a request's reply sender drops here,
+                    // so its caller sees the object closed.
+                    return;
+                };
                 let (tx, rx) = oneshot::channel();
                 let ctx = Ctx {
                     shared: Arc::clone(&sh),
                     ender: Arc::new(Mutex::new(Some(tx))),
+                    gate: Arc::new(Mutex::new(gate)),
                     metadata: Arc::new(item.metadata().cloned().unwrap_or_else(Metadata::empty)),
                 };
+                let held = Arc::clone(&ctx.gate);
                 sh.stats.turns.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(run_work(ctx, item));
                 wait_turn(&sh, rx).await;
+                // A handler that ended without ending its turn still gives the gate back.
+                drop(lock(&held).guard.take());
             }
             Some(Picked::Resume(token)) => {
+                let Some(gate) = take_gate(&sh).await else {
+                    return;
+                };
                 let (tx, rx) = oneshot::channel();
                 let grant = lock(&sh.resume).remove(&token);
                 sh.stats.turns.fetch_add(1, Ordering::Relaxed);
-                let granted = grant.is_some_and(|g| g.send(tx).is_ok());
+                let granted = grant.is_some_and(|g| g.send((tx, gate)).is_ok());
                 if granted {
                     wait_turn(&sh, rx).await;
                 } else {
                     // The continuation is gone (its task ended): nothing holds the turn.
                     let _ = sh.with_queue(|q| q.complete());
+                }
+            }
+        }
+    }
+}
+
+/// Take the object's gate for the turn about to start (`Some(empty)` without a gate); `None`
+/// when the object closed while waiting.
+async fn take_gate<S>(sh: &Shared<S>) -> Option<TurnGate> {
+    let gate = lock(&sh.gate).clone();
+    let Some(gate) = gate else {
+        return Some(TurnGate::default());
+    };
+    let acquire = Arc::clone(&gate).lock_owned();
+    tokio::pin!(acquire);
+    loop {
+        tokio::select! {
+            guard = &mut acquire => {
+                return Some(TurnGate { gate: Some(gate), guard: Some(guard) });
+            }
+            () = sh.wake.notified() => {
+                if sh.closed.load(Ordering::Acquire) {
+                    return None;
                 }
             }
         }
@@ -782,6 +1229,22 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
                 t.timer.payload.clone(),
             );
             run_send(&sh, ctx, p, &panicked).await;
+        }
+        Work::Member { joined, actor } => {
+            let handler = if joined {
+                sh.handlers.joined.clone()
+            } else {
+                sh.handlers.left.clone()
+            };
+            if let Some(h) = handler {
+                let outcome = AssertUnwindSafe(h(ctx, actor))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| Err(panicked()));
+                if let Err(e) = outcome {
+                    tracing::warn!(error = %e, "a membership callback failed");
+                }
+            }
         }
         Work::Request(p, _, reply) => {
             let handler = sh.handlers.requests.get(p.packet_name.as_str()).cloned();
@@ -878,6 +1341,181 @@ mod tests {
 
     async fn log_of(exec: &ObjectExecutor<Vec<String>>) -> Vec<String> {
         exec.request::<Read, Seen>(&Read).await.unwrap().log
+    }
+
+    fn route_of(k: &str) -> zlink_protocol::generated::RouteFence {
+        zlink_protocol::generated::RouteFence {
+            object_kind: zlink_protocol::generated::ObjectKind::Actor,
+            object_id: k.into(),
+            object_generation: 3,
+            target_node: zlink_protocol::generated::NodeFence {
+                rid: "node-a".into(),
+                lifecycle_generation: 9,
+            },
+            authority_owner_generation: 1,
+            owner_lease_generation: 1,
+        }
+    }
+
+    /// Issue "Spots and Actors" acceptance: a queue with pending messages, a due tick already
+    /// queued among them, armed timers and a waiting request is captured at a handler boundary,
+    /// encoded as `relocation-envelope-v1` (generated codec), decoded, and restored into a
+    /// fresh table and executor. The saved work runs first in its captured order (the tick
+    /// keeps its place between the messages), then work that arrived meanwhile; the armed
+    /// timers fire with their remaining time and in the same order; the connection-bound
+    /// request is handed back to the caller, not encoded.
+    #[tokio::test]
+    async fn a_captured_queue_round_trips_through_its_durable_encoding_in_order() {
+        let source_objects = Objects::new();
+        let k = key("cap-1");
+        source_objects.open(&k, 3).unwrap();
+        let exec = ObjectExecutor::start_bound(
+            Binding::new(Arc::clone(&source_objects), k.clone(), 3),
+            vec![],
+            handlers(),
+            ExecMode::Serial,
+        );
+        // Creating: nothing runs, so the queue is exactly what is built here.
+        exec.send(&Note { s: "m1".into() }).unwrap();
+        let tick_payload = encode_json(&Note {
+            s: "tick-due".into(),
+        })
+        .unwrap()
+        .payload;
+        let now = exec.shared.now_ms();
+        {
+            let mut t = lock(&exec.shared.timers);
+            t.once(1, now, Note::PACKET_NAME, tick_payload).unwrap();
+            let due = t.take_due(now);
+            assert_eq!(due.len(), 1);
+            for tick in due {
+                assert!(matches!(
+                    source_objects.dispatch(&k, Lane::Application, Work::Tick(tick)),
+                    Dispatched::Queued(_)
+                ));
+            }
+            let late = |s: &str| encode_json(&Note { s: s.into() }).unwrap().payload;
+            t.once(2, now + 150, Note::PACKET_NAME, late("late-150"))
+                .unwrap();
+            t.once(3, now + 250, Note::PACKET_NAME, late("late-250"))
+                .unwrap();
+        }
+        let _waiting = exec.request_start(encode_json(&Read).unwrap()).unwrap();
+        exec.send(&Note { s: "m2".into() }).unwrap();
+
+        let captured = exec
+            .capture(&route_of("cap-1"), &route_of("cap-1").target_node)
+            .await
+            .unwrap();
+        assert_eq!(captured.saved.len(), 3, "m1, the due tick, m2");
+        assert_eq!(captured.timers.len(), 2);
+        assert_eq!(
+            captured.bound.len(),
+            1,
+            "the local request is connection-bound"
+        );
+        for b in captured.bound {
+            b.fail(CallError::new(ErrorKind::Unavailable, "moved"));
+        }
+        let env = zlink_protocol::generated::RelocationEnvelopeV1 {
+            relocation_id: [1; 16],
+            object_kind: zlink_protocol::generated::ObjectKind::Actor,
+            object_id: "cap-1".into(),
+            stable_type: "t".into(),
+            object_generation: 3,
+            relocation_policy: zlink_protocol::generated::RelocationPolicy::PreserveState,
+            application_state: bytes::Bytes::new(),
+            saved_queue: captured.saved,
+            timers: captured.timers,
+        };
+        let bytes = env.encode().unwrap();
+        exec.close().await;
+
+        // A fresh table and executor, on a clock that started later.
+        let back = zlink_protocol::generated::RelocationEnvelopeV1::decode(&bytes).unwrap();
+        let objects = Objects::new();
+        objects.open(&k, 3).unwrap();
+        let restored = ObjectExecutor::start_restored(
+            Binding::new(Arc::clone(&objects), k.clone(), 3),
+            vec![],
+            handlers(),
+            ExecMode::Serial,
+            None,
+            &back.saved_queue,
+            &back.timers,
+        )
+        .unwrap();
+        // Arrived at the target while it was restoring: runs after the saved work.
+        restored.send(&Note { s: "new".into() }).unwrap();
+        objects.mark_ready(&k, 3).unwrap();
+        assert_eq!(
+            log_of(&restored).await,
+            vec!["m1", "tick-due", "m2", "new"],
+            "saved work first, in captured order, the tick in its place"
+        );
+        let started = Instant::now();
+        loop {
+            let log = log_of(&restored).await;
+            if log.len() == 6 {
+                assert_eq!(&log[4..], ["late-150", "late-250"]);
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "{log:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "the timers kept their remaining time"
+        );
+
+        // Saved work that names another object is refused before anything runs.
+        let objects2 = Objects::new();
+        objects2.open(&key("other"), 1).unwrap();
+        let err = ObjectExecutor::start_restored(
+            Binding::new(Arc::clone(&objects2), key("other"), 1),
+            vec![],
+            handlers(),
+            ExecMode::Serial,
+            None,
+            &back.saved_queue,
+            &[],
+        )
+        .err()
+        .unwrap();
+        assert_eq!(err.kind(), ErrorKind::InvalidOperation, "{err}");
+        restored.close().await;
+    }
+
+    /// An aborted capture puts everything back: the saved work, the bound request and the
+    /// timers, ahead of what arrived meanwhile, and the object runs on.
+    #[tokio::test]
+    async fn an_aborted_capture_resumes_with_nothing_lost() {
+        let objects = Objects::new();
+        let k = key("cap-2");
+        objects.open(&k, 1).unwrap();
+        let exec = ObjectExecutor::start_bound(
+            Binding::new(Arc::clone(&objects), k.clone(), 1),
+            vec![],
+            handlers(),
+            ExecMode::Serial,
+        );
+        exec.send(&Note { s: "a".into() }).unwrap();
+        let first_read = exec.request_start(encode_json(&Read).unwrap()).unwrap();
+        let captured = exec
+            .capture(&route_of("cap-2"), &route_of("cap-2").target_node)
+            .await
+            .unwrap();
+        assert_eq!((captured.saved.len(), captured.bound.len()), (1, 1));
+        // Captured: new work waits, nothing runs.
+        objects.mark_ready(&k, 1).unwrap();
+        exec.send(&Note { s: "b".into() }).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(exec.with_state(Vec::len), 0, "nothing runs while captured");
+        exec.resume_after_capture(captured).unwrap();
+        let seen: Seen = decode_json(&first_read.await.unwrap().unwrap()).unwrap();
+        assert_eq!(seen.log, vec!["a"], "the captured request kept its place");
+        assert_eq!(log_of(&exec).await, vec!["a", "b"]);
+        exec.close().await;
     }
 
     #[tokio::test]

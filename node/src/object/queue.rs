@@ -212,6 +212,23 @@ impl<W> ExecQueue<W> {
         })
     }
 
+    /// While draining to a handler boundary (capture): the first queued continuation, if the
+    /// turn is free. New work keeps waiting; continuations must finish for the boundary.
+    pub fn next_resume(&mut self) -> Option<ResumeToken> {
+        if self.turn != Turn::Idle {
+            return None;
+        }
+        let pos = self
+            .app
+            .iter()
+            .position(|e| matches!(e, Entry::Resume(_)))?;
+        let Some(Entry::Resume(t)) = self.app.remove(pos) else {
+            return None;
+        };
+        self.turn = Turn::Running(Lane::Application);
+        Some(t)
+    }
+
     /// The running turn finished (its handler and every continuation completed).
     ///
     /// # Errors

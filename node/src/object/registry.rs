@@ -23,7 +23,9 @@ use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::RelocationPolicy as WirePolicy;
 use zlink_protocol::metadata::Metadata;
 
-use super::exec::{Binding, ExecMode, ObjectExecutor, ObjectHandlers, ReplyReceiver};
+use super::exec::{
+    Binding, ExecMode, ObjectExecutor, ObjectHandlers, ReplyReceiver, SpotGate, new_gate,
+};
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::BoxFuture;
 
@@ -198,6 +200,17 @@ pub trait LiveObject: Send + Sync + 'static {
     fn capture_state(&self) -> Result<Option<Bytes>, CallError>;
     /// Stop the instance (waiting requests end with `Unavailable`).
     fn close(&self) -> BoxFuture<()>;
+    /// The execution gate its turns take: a SpotWide User Spot's own gate (shared with its
+    /// member Actors), the Spot's gate for a member Actor of one, otherwise `None`.
+    fn gate(&self) -> Option<SpotGate>;
+    /// Change the gate of later turns (an Actor joining or leaving a SpotWide User Spot; call
+    /// it at a handler boundary of the Actor).
+    fn set_gate(&self, gate: Option<SpotGate>);
+    /// Spots: queue the membership notification of Actor `actor` (joined or left).
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError>;
 }
 
 struct Typed<S> {
@@ -247,6 +260,15 @@ impl<S: Send + 'static> LiveObject for Live<S> {
         let exec = Arc::clone(&self.exec);
         Box::pin(async move { exec.close().await })
     }
+    fn gate(&self) -> Option<SpotGate> {
+        self.exec.gate()
+    }
+    fn set_gate(&self, gate: Option<SpotGate>) {
+        self.exec.set_gate(gate);
+    }
+    fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError> {
+        self.exec.notify_member(joined, actor)
+    }
 }
 
 impl<S: Send + 'static> Typed<S> {
@@ -256,12 +278,17 @@ impl<S: Send + 'static> Typed<S> {
             Relocation::Recreate => (None, false),
             Relocation::Disable => (None, true),
         };
+        // A SpotWide User Spot and its member Actors share the Spot's gate.
+        let gate = (self.kind == ObjectTypeKind::UserSpot
+            && self.spot_execution == SpotExecution::SpotWide)
+            .then(new_gate);
         Box::new(Live {
-            exec: Arc::new(ObjectExecutor::start_bound(
+            exec: Arc::new(ObjectExecutor::start_gated(
                 home,
                 state,
                 (self.handlers)(),
                 self.exec_mode(),
+                gate,
             )),
             adapter,
             disabled,

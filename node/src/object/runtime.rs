@@ -37,7 +37,7 @@ use zlink_protocol::metadata::Metadata;
 use zlink_store::types::{
     AuthorityKey, NodeRef, ObjectKind as StoreKind, OwnerToken, ReserveRequest, TargetFence,
 };
-use zlink_store::{LocationStore, StoreError};
+use zlink_store::{LocationStore, RelocationStore, StoreError};
 
 use super::exec::{Binding, ObjectCaller};
 use super::objects::Objects;
@@ -47,11 +47,20 @@ use super::registry::{
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
 use crate::mesh::{
-    CloseDelivery, CreateDelivery, DestroyDelivery, MeshNode, ObjectDelivery, ObjectSink,
+    CloseDelivery, CreateDelivery, DestroyDelivery, JoinDelivery, MeshNode, ObjectDelivery,
+    ObjectSink,
 };
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
 };
+
+/// What an object runtime needs of its store: the Location Store (authority, leases,
+/// descriptors) and the Relocation Store (creation content). Both providers implement both.
+pub trait ObjectStore: LocationStore + RelocationStore {}
+impl<T: LocationStore + RelocationStore> ObjectStore for T {}
+
+/// Largest creation content (the encoded initial payload envelope; wire §7: 1 MiB).
+pub const MAX_CREATION_CONTENT: usize = 1024 * 1024;
 
 /// What giving a failed creation's reservation back found.
 enum GiveBack {
@@ -131,10 +140,72 @@ pub struct RuntimeStats {
     pub remote_calls: AtomicU64,
     /// One-way messages dropped by target admission (stale route).
     pub dropped_sends: AtomicU64,
+    /// Actor membership changes (join / leave) committed here.
+    pub membership_changes: AtomicU64,
     /// Authorities (or pending creations) of an owner whose lease is gone, removed under
     /// their fence so the ID could be created again.
     pub fenced_cleanups: AtomicU64,
 }
+
+/// Spot membership on this node: the member Actors of each live Spot (Entry and User) and the
+/// Spot of each live Actor. Every member of a Spot lives on the Spot's node (cross-node
+/// membership moves the Actor: relocation), so this table is authoritative for the node.
+#[derive(Default)]
+struct Members {
+    /// Spot ID → member Actor IDs. A Spot is here from its Ready commit until its close starts.
+    spots: HashMap<String, std::collections::BTreeSet<String>>,
+    /// Actor ID → Spot ID (also for creations in progress, so a close sees them).
+    of: HashMap<String, String>,
+}
+
+impl Members {
+    /// Enrol `actor` in `spot`; `false` when the Spot is not live here (or is closing).
+    fn enrol(&mut self, actor: &str, spot: &str) -> bool {
+        let Some(set) = self.spots.get_mut(spot) else {
+            return false;
+        };
+        set.insert(actor.to_owned());
+        if let Some(old) = self.of.insert(actor.to_owned(), spot.to_owned())
+            && old != spot
+            && let Some(s) = self.spots.get_mut(&old)
+        {
+            s.remove(actor);
+        }
+        true
+    }
+
+    /// Forget `actor`; returns the Spot it was a member of.
+    fn forget(&mut self, actor: &str) -> Option<String> {
+        let spot = self.of.remove(actor)?;
+        if let Some(s) = self.spots.get_mut(&spot) {
+            s.remove(actor);
+        }
+        Some(spot)
+    }
+}
+
+/// Undoes an Actor's enrolment in its Spot when its creation does not complete.
+struct EnrolGuard<'a, S: ObjectStore> {
+    inner: &'a Inner<S>,
+    actor: Option<String>,
+}
+
+impl<S: ObjectStore> EnrolGuard<'_, S> {
+    fn keep(mut self) {
+        self.actor = None;
+    }
+}
+
+impl<S: ObjectStore> Drop for EnrolGuard<'_, S> {
+    fn drop(&mut self) {
+        if let Some(a) = self.actor.take() {
+            self.inner.members().forget(&a);
+        }
+    }
+}
+
+/// The receive chunk limit a join reply announces (wire §9: 32 KiB without negotiation).
+const JOIN_RECEIVE_CHUNK_LIMIT: u32 = 32 * 1024;
 
 struct LiveEntry {
     generation: u64,
@@ -159,14 +230,18 @@ struct Inner<S> {
     /// IDs whose creation failed here with an unknown outcome, with the reservation still to
     /// abort (see `give_back`).
     failed: Mutex<HashMap<AuthorityKey, zlink_store::types::Reservation>>,
+    /// Spot membership of the objects live here.
+    members: Mutex<Members>,
+    /// Membership changes (join, leave) on this node run one at a time.
+    membership_changes: tokio::sync::Mutex<()>,
 }
 
 /// The object runtime attached to one MeshNode.
-pub struct ObjectRuntime<S: LocationStore> {
+pub struct ObjectRuntime<S: ObjectStore> {
     inner: Arc<Inner<S>>,
 }
 
-impl<S: LocationStore> std::fmt::Debug for ObjectRuntime<S> {
+impl<S: ObjectStore> std::fmt::Debug for ObjectRuntime<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectRuntime")
             .field("node", &self.inner.mesh.rid())
@@ -218,6 +293,19 @@ fn fence_of(
     }
 }
 
+/// The framework payload of an Actor's authority: its Spot membership (versioned JSON).
+fn membership_payload(spot: &str) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&serde_json::json!({ "v": 1, "membership": spot })).unwrap_or_default(),
+    )
+}
+
+/// The Spot membership recorded in an Actor's authority payload.
+pub fn membership_of(payload: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    v.get("membership")?.as_str().map(str::to_owned)
+}
+
 fn store_error(e: StoreError) -> CallError {
     let kind = match &e {
         StoreError::AlreadyExists(_) | StoreError::SpotIdConflict(_) => ErrorKind::AlreadyExists,
@@ -231,7 +319,19 @@ fn store_error(e: StoreError) -> CallError {
     CallError::new(kind, e.to_string())
 }
 
-impl<S: LocationStore> Inner<S> {
+impl<S: ObjectStore> Inner<S> {
+    /// The execution gate of Spot `id` if it is live here and shares one with its members.
+    fn spot_gate(&self, id: &str) -> Option<super::exec::SpotGate> {
+        let key = AuthorityKey::new(StoreKind::Spot, id).ok()?;
+        self.live().get(&key).and_then(|e| e.obj.gate())
+    }
+
+    fn members(&self) -> MutexGuard<'_, Members> {
+        self.members
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn live(&self) -> MutexGuard<'_, HashMap<AuthorityKey, LiveEntry>> {
         self.live
             .lock()
@@ -297,7 +397,7 @@ impl<S: LocationStore> Inner<S> {
     }
 }
 
-impl<S: LocationStore> Inner<S> {
+impl<S: ObjectStore> Inner<S> {
     /// The call path shared by every ID-addressed surface: `timeout` `None` is a one-way send.
     ///
     /// # Errors
@@ -380,7 +480,7 @@ impl<S: LocationStore> Inner<S> {
     }
 }
 
-impl<S: LocationStore> Inner<S> {
+impl<S: ObjectStore> Inner<S> {
     /// The registered type `stable_type`, checked against `kind`.
     fn type_of(
         &self,
@@ -414,16 +514,9 @@ impl<S: LocationStore> Inner<S> {
         stable_type: &str,
         target: &zlink_protocol::generated::NodeFence,
         owner: OwnerToken,
+        content: Option<zlink_store::types::ContentReceipt>,
     ) -> Result<zlink_store::types::Reservation, CallError> {
-        let me = self.mesh.fence();
-        let reservation_id = format!(
-            "{}-{}",
-            me.rid,
-            zlink_protocol::codec::hex::encode(
-                &crate::mesh::auth::random_bytes::<12>()
-                    .map_err(|_| CallError::new(ErrorKind::Unavailable, "no randomness"))?
-            )
-        );
+        let reservation_id = self.new_reservation_id()?;
         let request = ReserveRequest {
             key: key.clone(),
             reservation_id,
@@ -438,7 +531,7 @@ impl<S: LocationStore> Inner<S> {
                 owner,
             },
             capacity_delta: 1,
-            content: None,
+            content,
             payload: Bytes::new(),
         };
         match self.store.reserve(&request).await {
@@ -530,6 +623,84 @@ impl<S: LocationStore> Inner<S> {
         }
     }
 
+    /// A new creation reservation ID (`<rid>-<random>`).
+    fn new_reservation_id(&self) -> Result<String, CallError> {
+        Ok(format!(
+            "{}-{}",
+            self.mesh.rid(),
+            zlink_protocol::codec::hex::encode(
+                &crate::mesh::auth::random_bytes::<12>()
+                    .map_err(|_| CallError::new(ErrorKind::Unavailable, "no randomness"))?
+            )
+        ))
+    }
+
+    /// Store a creation's initial payload as its immutable content (wire §7: the creation
+    /// record keeps its reference and hash; the target reads it from the store, command 47 /
+    /// 49 carries no payload).
+    async fn put_content(
+        &self,
+        init: &TypedPayload,
+    ) -> Result<zlink_store::types::ContentReceipt, CallError> {
+        let bytes = init
+            .encode()
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        if bytes.len() > MAX_CREATION_CONTENT {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "the initial payload encodes to {} bytes; a creation carries at most {MAX_CREATION_CONTENT}",
+                    bytes.len()
+                ),
+            ));
+        }
+        let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+        let mut sha256 = [0u8; 32];
+        sha256.copy_from_slice(digest.as_ref());
+        let reference = format!("creation/{}", self.new_reservation_id()?);
+        let size = bytes.len() as u64;
+        self.store
+            .put(&reference, Bytes::from(bytes), CREATE_TIMEOUT * 2)
+            .await
+            .map_err(store_error)?;
+        Ok(zlink_store::types::ContentReceipt {
+            reference,
+            sha256,
+            size,
+        })
+    }
+
+    /// Read and verify a creation's content against its receipt.
+    async fn read_content(
+        &self,
+        receipt: &zlink_store::types::ContentReceipt,
+    ) -> Result<TypedPayload, CallError> {
+        let stored = self
+            .store
+            .read(&receipt.reference)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| {
+                CallError::new(
+                    ErrorKind::NotFound,
+                    format!("creation content {} is gone", receipt.reference),
+                )
+            })?;
+        let bytes = stored.bytes;
+        let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+        if bytes.len() as u64 != receipt.size || digest.as_ref() != receipt.sha256 {
+            return Err(CallError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "creation content {} does not match its receipt (size or SHA-256)",
+                    receipt.reference
+                ),
+            ));
+        }
+        TypedPayload::decode_shared(&bytes)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))
+    }
+
     /// On this node, for a reservation that names it: open the queue (work may queue before
     /// the instance exists), run the factory, commit Ready with the reservation fence, make the
     /// queue Ready. A factory failure aborts the reservation under its fence.
@@ -544,6 +715,24 @@ impl<S: LocationStore> Inner<S> {
     ) -> Result<ObjectRef, CallError> {
         let key = reservation.key.clone();
         let generation = reservation.object_generation;
+        // An Actor is enrolled in its Spot before its factory runs, so a close of that Spot
+        // sees it; the Spot must be live here.
+        if let Some(spot) = membership.filter(|_| kind == StoreKind::Actor)
+            && !self.members().enrol(id, spot)
+        {
+            let _ = self.give_back(&reservation).await;
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "Spot {spot} is not live on {} (an Actor is created on its Spot's node)",
+                    self.mesh.rid()
+                ),
+            ));
+        }
+        let enrolled = EnrolGuard {
+            inner: self,
+            actor: (kind == StoreKind::Actor && membership.is_some()).then(|| id.to_owned()),
+        };
         if let Err(e) = self.objects.open(&key, generation) {
             // An older incarnation's queue is still closing here: give the slot back.
             let _ = self.give_back(&reservation).await;
@@ -577,7 +766,17 @@ impl<S: LocationStore> Inner<S> {
             ))
         });
         let obj: Arc<dyn LiveObject> = match made {
-            Ok(o) => Arc::from(o),
+            Ok(o) => {
+                let o: Arc<dyn LiveObject> = Arc::from(o);
+                // A member Actor of a SpotWide User Spot takes the Spot's gate from its first
+                // turn on (its queue is not Ready yet, so no turn has run).
+                if kind == StoreKind::Actor
+                    && let Some(gate) = membership.and_then(|m| self.spot_gate(m))
+                {
+                    o.set_gate(Some(gate));
+                }
+                o
+            }
             Err(e) => {
                 if let GiveBack::Committed(a) = self.give_back(&reservation).await {
                     // Cannot happen for a factory that never reached commit; delete to be sure.
@@ -596,13 +795,7 @@ impl<S: LocationStore> Inner<S> {
         };
         // The framework payload of the authority records the Actor's membership atomically
         // with its Ready commit.
-        let framework = match membership {
-            Some(spot) => Bytes::from(
-                serde_json::to_vec(&serde_json::json!({ "v": 1, "membership": spot }))
-                    .unwrap_or_default(),
-            ),
-            None => Bytes::new(),
-        };
+        let framework = membership.map_or_else(Bytes::new, membership_payload);
         let snapshot = match self.store.commit_ready(&reservation, framework).await {
             Ok(s) => s,
             Err(e) => {
@@ -639,6 +832,17 @@ impl<S: LocationStore> Inner<S> {
         );
         let _ = self.objects.mark_ready(&key, generation);
         self.stats.created.fetch_add(1, Ordering::Relaxed);
+        enrolled.keep();
+        match kind {
+            StoreKind::Spot => {
+                self.members().spots.entry(id.to_owned()).or_default();
+            }
+            StoreKind::Actor => {
+                if let Some(spot) = membership {
+                    self.notify_member(spot, true, id);
+                }
+            }
+        }
         Ok(ObjectRef {
             kind,
             id: id.to_owned(),
@@ -747,6 +951,56 @@ impl<S: LocationStore> Inner<S> {
         id: &str,
         snapshot: &zlink_store::types::AuthoritySnapshot,
     ) -> Result<(), CallError> {
+        let is_spot = snapshot.allocation.object_kind == StoreKind::Spot;
+        if is_spot {
+            // A Spot with members is not closed (their membership would name a gone Spot);
+            // taking it out of the table first makes concurrent joins and creations into it
+            // fail from here on.
+            let mut m = self.members();
+            if let Some(set) = m.spots.get(id).filter(|s| !s.is_empty()) {
+                return Err(CallError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "Spot {id} still has {} member Actor(s) (e.g. {}): move them to another \
+                         Spot or destroy them first",
+                        set.len(),
+                        set.iter().next().map_or("", String::as_str)
+                    ),
+                ));
+            }
+            m.spots.remove(id);
+        }
+        let result = self.remove_exact(key, id, snapshot).await;
+        if is_spot && self.live().contains_key(key) {
+            // Still serving (the removal did not happen): it takes members again.
+            self.members().spots.entry(id.to_owned()).or_default();
+        }
+        if !is_spot && result.is_ok() {
+            let left = self.members().forget(id);
+            if let Some(spot) = left {
+                self.notify_member(&spot, false, id);
+            }
+        }
+        result
+    }
+
+    /// Queue a membership notification on Spot `spot` if it is live here.
+    fn notify_member(&self, spot: &str, joined: bool, actor: &str) {
+        let Ok(key) = AuthorityKey::new(StoreKind::Spot, spot) else {
+            return;
+        };
+        let obj = self.live().get(&key).map(|e| Arc::clone(&e.obj));
+        if let Some(obj) = obj {
+            let _ = obj.notify_member(joined, actor.to_owned());
+        }
+    }
+
+    async fn remove_exact(
+        &self,
+        key: &AuthorityKey,
+        id: &str,
+        snapshot: &zlink_store::types::AuthoritySnapshot,
+    ) -> Result<(), CallError> {
         let me = self.mesh.fence();
         let record_is_ours = self.owner().is_ok_and(|o| o == snapshot.owner)
             && snapshot.owner_node.rid == me.rid
@@ -817,6 +1071,173 @@ impl<S: LocationStore> Inner<S> {
             entry.obj.close().await;
         }
         Ok(())
+    }
+
+    /// Read the authority of `route`'s object and check it against the route (wire §9, the
+    /// seven lines of the join admission table): Ready, the route's kind, ObjectGeneration,
+    /// owner node and lifecycle, AuthorityOwnerGeneration and owner-lease generation.
+    async fn read_matching(
+        &self,
+        route: &RouteFence,
+    ) -> Result<zlink_store::types::AuthoritySnapshot, CallError> {
+        let key = AuthorityKey::new(store_kind(route.object_kind), &route.object_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let zlink_store::types::AuthorityRead::Found(a) =
+            self.store.read_authority(&key).await.map_err(store_error)?
+        else {
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                format!("{} does not exist", route.object_id),
+            ));
+        };
+        let matches = a.state == zlink_store::types::AuthorityState::Ready
+            && a.allocation.object_kind == store_kind(route.object_kind)
+            && a.object_generation == route.object_generation
+            && a.owner_node.rid == route.target_node.rid
+            && a.owner_node.lifecycle_generation == route.target_node.lifecycle_generation
+            && a.authority_owner_generation == route.authority_owner_generation
+            && a.owner.lease_generation == route.owner_lease_generation;
+        if !matches {
+            self.resolver.cache().stale_route(&fence_of(&key, &a));
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                format!(
+                    "{} changed since the membership change was addressed",
+                    route.object_id
+                ),
+            ));
+        }
+        Ok(*a)
+    }
+
+    /// The membership change itself, on the owner of both the Actor and the target Spot
+    /// (issue "Spots and Actors" §9; wire §9): check both rows against their fences, commit
+    /// the Actor's new membership with a Preserve CAS that also checks the Spot's fence (one
+    /// aggregate: all or nothing), then switch the Actor to the Spot's gate and notify the
+    /// old and the new Spot. Joining the Spot the Actor is in already succeeds unchanged.
+    async fn join_local(
+        &self,
+        actor_route: &RouteFence,
+        entry: bool,
+        spot_route: &RouteFence,
+    ) -> Result<(), CallError> {
+        let me = self.mesh.fence();
+        if actor_route.target_node != me || spot_route.target_node != me {
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                format!(
+                    "the join names another node lifecycle than {} (a join across nodes moves \
+                     the Actor; that is relocation)",
+                    me.rid
+                ),
+            ));
+        }
+        if entry != zlink_protocol::ids::is_entry_spot_id(&spot_route.object_id) {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "the join's entry flag ({entry}) does not match Spot {}",
+                    spot_route.object_id
+                ),
+            ));
+        }
+        if !self.mesh.admission_open() {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                "the owner lease could not be renewed before the fencing deadline",
+            ));
+        }
+        let _one_at_a_time = self.membership_changes.lock().await;
+        let actor = self.read_matching(actor_route).await?;
+        // The receiver resolves the stable type from the authority row (wire §9), never from
+        // the wire: a type this node does not host is a typed rejection.
+        self.type_of(StoreKind::Actor, &actor.allocation.stable_type)
+            .map_err(|e| CallError::new(ErrorKind::Rejected, e.detail().to_owned()))?;
+        let spot = self.read_matching(spot_route).await?;
+        let actor_key = actor.key.clone();
+        let (actor_obj, spot_obj) = {
+            let live = self.live();
+            let spot_key = spot.key.clone();
+            let a = live
+                .get(&actor_key)
+                .filter(|e| e.generation == actor.object_generation)
+                .map(|e| Arc::clone(&e.obj));
+            let s = live
+                .get(&spot_key)
+                .filter(|e| e.generation == spot.object_generation)
+                .map(|e| Arc::clone(&e.obj));
+            (a, s)
+        };
+        let (Some(actor_obj), Some(spot_obj)) = (actor_obj, spot_obj) else {
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                "the Actor or the Spot is not live on this node",
+            ));
+        };
+        let actor_id = actor_route.object_id.as_str();
+        let spot_id = spot_route.object_id.as_str();
+        let old = self.members().of.get(actor_id).cloned();
+        if old.as_deref() == Some(spot_id) {
+            return Ok(());
+        }
+        if !self.members().spots.contains_key(spot_id) {
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                format!("Spot {spot_id} is closing"),
+            ));
+        }
+        let payload = membership_payload(spot_id);
+        let ops = [
+            zlink_store::types::AggregateOp::Preserve {
+                fence: actor.fence(),
+                payload: payload.clone(),
+            },
+            zlink_store::types::AggregateOp::Check(spot.fence()),
+        ];
+        if let Err(e) = self.store.commit_aggregate(&ops).await {
+            // Unknown outcome: the Actor's row tells whether the commit landed.
+            let landed = matches!(
+                self.store.read_authority(&actor_key).await,
+                Ok(zlink_store::types::AuthorityRead::Found(a))
+                    if a.object_generation == actor.object_generation
+                        && a.authority_owner_generation == actor.authority_owner_generation
+                        && a.payload == payload
+            );
+            if !landed {
+                return Err(store_error(e));
+            }
+        }
+        // Committed: from the Actor's next turn on it takes its new Spot's gate.
+        if !self.members().enrol(actor_id, spot_id) {
+            // The Spot began to close after the commit's check: it cannot be closed while
+            // the row names it (its close waits for members), so record the member anyway.
+            let mut m = self.members();
+            m.spots
+                .entry(spot_id.to_owned())
+                .or_default()
+                .insert(actor_id.to_owned());
+            m.of.insert(actor_id.to_owned(), spot_id.to_owned());
+        }
+        actor_obj.set_gate(spot_obj.gate());
+        if let Some(old) = old {
+            self.notify_member(&old, false, actor_id);
+        }
+        let _ = spot_obj.notify_member(true, actor_id.to_owned());
+        self.stats
+            .membership_changes
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Serve an Actor join proposal (command 28) from another node.
+    async fn join_for(&self, d: &JoinDelivery) -> Result<ReplyResult, CallError> {
+        self.join_local(&d.actor_route, d.entry, &d.spot_route)
+            .await?;
+        Ok(ReplyResult::ActorJoin(
+            zlink_protocol::generated::ReplyResultActorJoin {
+                receive_chunk_limit_bytes: JOIN_RECEIVE_CHUNK_LIMIT,
+            },
+        ))
     }
 
     /// Serve a remote Actor destroy (command 27): the route's incarnation, owner generation and
@@ -993,6 +1414,10 @@ impl<S: LocationStore> Inner<S> {
                 "the reservation is no longer the current creation of this ID on this node",
             ));
         };
+        let init = match &pending.content {
+            Some(receipt) => Some(self.read_content(receipt).await?),
+            None => None,
+        };
         let reservation = zlink_store::types::Reservation {
             key,
             reservation_id: pending.reservation_id,
@@ -1003,7 +1428,7 @@ impl<S: LocationStore> Inner<S> {
             target: pending.target,
         };
         let made = self
-            .materialize(&ty, kind, &d.id, None, d.membership.as_deref(), reservation)
+            .materialize(&ty, kind, &d.id, init, d.membership.as_deref(), reservation)
             .await?;
         let mesh_name = self.mesh.descriptor().mesh_name;
         Ok(match kind {
@@ -1033,7 +1458,7 @@ impl<S: LocationStore> Inner<S> {
     }
 }
 
-impl<S: LocationStore> ObjectCaller for Inner<S> {
+impl<S: ObjectStore> ObjectCaller for Inner<S> {
     fn call_object(
         &self,
         kind: StoreKind,
@@ -1056,12 +1481,12 @@ impl<S: LocationStore> ObjectCaller for Inner<S> {
 
 /// The sink the MeshNode holds: weak handles on the runtime and on the node itself, so there
 /// is no reference cycle; a runtime that is gone answers requests `ShuttingDown`.
-struct SinkRef<S: LocationStore> {
+struct SinkRef<S: ObjectStore> {
     runtime: std::sync::Weak<Inner<S>>,
     mesh: std::sync::Weak<MeshNode>,
 }
 
-impl<S: LocationStore> SinkRef<S> {
+impl<S: ObjectStore> SinkRef<S> {
     fn gone(
         &self,
         source: &zlink_protocol::generated::NodeFence,
@@ -1080,7 +1505,7 @@ impl<S: LocationStore> SinkRef<S> {
     }
 }
 
-impl<S: LocationStore> SinkRef<S> {
+impl<S: ObjectStore> SinkRef<S> {
     /// Run an object control request (create, close, destroy) on its own task and answer it
     /// once with its result, or `ShuttingDown` when the runtime is gone.
     fn serve<F, Fut>(
@@ -1104,7 +1529,13 @@ impl<S: LocationStore> SinkRef<S> {
     }
 }
 
-impl<S: LocationStore> ObjectSink for SinkRef<S> {
+impl<S: ObjectStore> ObjectSink for SinkRef<S> {
+    fn join(&self, d: JoinDelivery) {
+        let (source, request) = (Arc::clone(&d.source), d.request.clone());
+        self.serve(source, request, move |inner| async move {
+            inner.join_for(&d).await
+        });
+    }
     fn destroy(&self, d: DestroyDelivery) {
         let (source, request) = (Arc::clone(&d.source), d.request.clone());
         self.serve(source, request, move |inner| async move {
@@ -1131,7 +1562,7 @@ impl<S: LocationStore> ObjectSink for SinkRef<S> {
     }
 }
 
-impl<S: LocationStore> Inner<S> {
+impl<S: ObjectStore> Inner<S> {
     /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
     fn deliver(&self, d: ObjectDelivery) {
         let admitted = self.admit(&d.route);
@@ -1183,7 +1614,7 @@ impl<S: LocationStore> Inner<S> {
     }
 }
 
-impl<S: LocationStore> ObjectRuntime<S> {
+impl<S: ObjectStore> ObjectRuntime<S> {
     /// Attach an object runtime to `mesh` (which must hold an owner lease, i.e. run with a
     /// Location Store), with the registered types and route-cache settings.
     ///
@@ -1231,6 +1662,8 @@ impl<S: LocationStore> ObjectRuntime<S> {
             this: std::sync::OnceLock::new(),
             placement: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
+            members: Mutex::new(Members::default()),
+            membership_changes: tokio::sync::Mutex::new(()),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.
@@ -1254,6 +1687,7 @@ impl<S: LocationStore> ObjectRuntime<S> {
                     ty.stable_type(),
                     &mesh.fence(),
                     owner,
+                    None,
                 )
                 .await
                 .map_err(RuntimeError::EntrySpot)?;
@@ -1458,16 +1892,10 @@ impl<S: LocationStore> ObjectRuntime<S> {
     ) -> Result<ObjectRef, CallError> {
         let inner = &self.inner;
         inner.type_of(kind, stable_type)?;
-        // Placement by placement weight among the nodes that can host the type; a creation
-        // with an initial payload stays here (a remote target would read it from the
-        // Relocation Store; not built yet). An Actor becomes a member of its node's Entry Spot.
-        let placed = if init.is_none() {
-            inner.choose_target(kind, stable_type)?
-        } else {
-            let me = inner.mesh.descriptor();
-            (me.node, me.entry_spot_id)
-        };
-        let (target, entry) = placed;
+        // Placement by placement weight among the nodes that can host the type (an initial
+        // payload travels as the creation's content). An Actor becomes a member of its node's
+        // Entry Spot.
+        let (target, entry) = inner.choose_target(kind, stable_type)?;
         let membership = match kind {
             StoreKind::Spot => None,
             StoreKind::Actor if entry.is_empty() => {
@@ -1566,16 +1994,54 @@ impl<S: LocationStore> ObjectRuntime<S> {
                 ));
             }
             let reservation = inner
-                .reserve(&key, kind, stable_type, &me, inner.owner()?)
+                .reserve(&key, kind, stable_type, &me, inner.owner()?, None)
                 .await?;
             return inner
                 .materialize(&ty, kind, id, init, membership.as_deref(), reservation)
                 .await;
         }
         let owner = inner.owner_of(&target).await?;
-        let reservation = inner
-            .reserve(&key, kind, stable_type, &target, owner)
-            .await?;
+        // The initial payload travels as the creation's content, read by the target.
+        let content = match &init {
+            Some(p) => Some(inner.put_content(p).await?),
+            None => None,
+        };
+        let reserved = inner
+            .reserve(&key, kind, stable_type, &target, owner, content.clone())
+            .await;
+        let reservation = match reserved {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(c) = &content {
+                    let _ = inner.store.delete(&c.reference).await;
+                }
+                return Err(e);
+            }
+        };
+        let result = self
+            .create_remote(kind, stable_type, id, &key, target, membership, reservation)
+            .await;
+        if let Some(c) = &content {
+            // Done with (either way): the retention would drop it later anyway.
+            let _ = inner.store.delete(&c.reference).await;
+        }
+        result
+    }
+
+    /// The remote half of a creation: command 47 / 49 to the reserved target, then
+    /// reconciliation through the store when the outcome is unknown.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_remote(
+        &self,
+        kind: StoreKind,
+        stable_type: &str,
+        id: &str,
+        key: &AuthorityKey,
+        target: zlink_protocol::generated::NodeFence,
+        membership: Option<String>,
+        reservation: zlink_store::types::Reservation,
+    ) -> Result<ObjectRef, CallError> {
+        let inner = &self.inner;
         let deadline_unix_ms = std::time::SystemTime::now()
             .checked_add(CREATE_TIMEOUT)
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -1614,7 +2080,7 @@ impl<S: LocationStore> ObjectRuntime<S> {
             }
             Err(e) => {
                 // The outcome may be unknown (reply lost, deadline): reconcile with the store.
-                match inner.store.read_authority(&key).await {
+                match inner.store.read_authority(key).await {
                     Ok(zlink_store::types::AuthorityRead::Found(a))
                         if a.state == zlink_store::types::AuthorityState::Ready
                             && a.object_generation == reservation.object_generation =>
@@ -1728,6 +2194,112 @@ impl<S: LocationStore> ObjectRuntime<S> {
             .cache()
             .stale_route(&fence_of(&key, &snapshot));
         Ok(())
+    }
+
+    /// Make Actor `actor_id` a member of Spot `spot_id` (issue "Spots and Actors" §9). Both
+    /// must live on the same node; that owner commits the new membership atomically with the
+    /// Actor's authority (Preserve CAS + a check of the Spot's fence), the Actor's later turns
+    /// take the new Spot's execution gate (SpotWide), and the Spots get their
+    /// `on_member_left` / `on_member_joined` callbacks. From a node that is not the owner the
+    /// proposal travels as `actorJoin` (28).
+    ///
+    /// # Errors
+    /// `NotFound` (no such Actor / Spot, or the Spot is closing), `InvalidOperation` (the two
+    /// live on different nodes: that join moves the Actor, which is relocation), `StaleRoute`
+    /// (either changed meanwhile), `Unavailable`, `StoreFailure`.
+    pub async fn join_actor(&self, actor_id: &str, spot_id: &str) -> Result<(), CallError> {
+        let spot = self.ready_route(StoreKind::Spot, spot_id).await?;
+        self.join_route(actor_id, spot).await
+    }
+
+    /// Move Actor `actor_id` back to the Entry Spot of the node it lives on (a leave from its
+    /// User Spot), like [`ObjectRuntime::join_actor`].
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::join_actor`].
+    pub async fn leave_actor(&self, actor_id: &str) -> Result<(), CallError> {
+        let actor = self.ready_route(StoreKind::Actor, actor_id).await?;
+        let inner = &self.inner;
+        let me = inner.mesh.descriptor();
+        let entry = if actor.target_node.rid == me.node.rid {
+            me.entry_spot_id
+        } else {
+            inner
+                .mesh
+                .peers()
+                .into_iter()
+                .filter_map(|p| p.descriptor)
+                .find(|d| d.node == actor.target_node)
+                .map(|d| d.entry_spot_id)
+                .unwrap_or_default()
+        };
+        if entry.is_empty() {
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "the Entry Spot of node {} (owner of {actor_id}) is not known here",
+                    actor.target_node.rid
+                ),
+            ));
+        }
+        let spot = self.ready_route(StoreKind::Spot, &entry).await?;
+        self.join_route(actor_id, spot).await
+    }
+
+    async fn join_route(&self, actor_id: &str, spot: RouteFence) -> Result<(), CallError> {
+        let inner = &self.inner;
+        let actor = self.ready_route(StoreKind::Actor, actor_id).await?;
+        if actor.target_node != spot.target_node {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "Actor {actor_id} lives on {} and Spot {} on {}: a join across nodes moves \
+                     the Actor, which is relocation (not available in this version)",
+                    actor.target_node.rid, spot.object_id, spot.target_node.rid
+                ),
+            ));
+        }
+        let entry = zlink_protocol::ids::is_entry_spot_id(&spot.object_id);
+        if actor.target_node == inner.mesh.fence() {
+            inner.join_local(&actor, entry, &spot).await
+        } else {
+            inner
+                .mesh
+                .actor_join(&actor, entry, &spot, CREATE_TIMEOUT)
+                .await
+        }
+    }
+
+    /// The current route of `id`, read from the store (no cache): Ready only.
+    async fn ready_route(&self, kind: StoreKind, id: &str) -> Result<RouteFence, CallError> {
+        let key = AuthorityKey::new(kind, id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        match self.inner.resolver.resolve_fresh(&key).await {
+            Resolution::ReadyRoute(r) => Ok(route_fence(&r, kind, id)),
+            Resolution::Missing => Err(CallError::new(
+                ErrorKind::NotFound,
+                format!("{id} does not exist"),
+            )),
+            Resolution::Unavailable { reason, .. } => Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("{id} cannot be used now ({reason:?})"),
+            )),
+            Resolution::StoreFailure(e) => Err(store_error(e)),
+        }
+    }
+
+    /// The Spot Actor `id` is a member of, if it lives on this node.
+    pub fn membership(&self, actor_id: &str) -> Option<String> {
+        self.inner.members().of.get(actor_id).cloned()
+    }
+
+    /// The member Actors of Spot `id`, if it lives on this node.
+    pub fn members_of(&self, spot_id: &str) -> Option<Vec<String>> {
+        self.inner
+            .members()
+            .spots
+            .get(spot_id)
+            .map(|s| s.iter().cloned().collect())
     }
 
     /// One-way message to Actor `id` (completes at source-local admission).
