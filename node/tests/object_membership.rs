@@ -65,10 +65,12 @@ impl JsonMessage for Done {
     const PACKET_NAME: &'static str = "t.Done";
 }
 
-/// A member Actor yields for `ms` (Yield), then logs `tag`.
+/// A member Actor yields for `ms` (Yield), then holds a probed turn for `after_ms` and logs
+/// `tag`.
 #[derive(Debug, Serialize, Deserialize)]
 struct YieldFor {
     ms: u64,
+    after_ms: u64,
     tag: String,
 }
 impl JsonMessage for YieldFor {
@@ -82,6 +84,15 @@ struct Mark {
 }
 impl JsonMessage for Mark {
     const PACKET_NAME: &'static str = "t.Mark";
+}
+
+/// A Spot makes an `Async` request to Actor `to`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Relay {
+    to: String,
+}
+impl JsonMessage for Relay {
+    const PACKET_NAME: &'static str = "t.Relay";
 }
 
 #[derive(Debug, Default)]
@@ -105,11 +116,14 @@ fn handlers(probe: &Arc<Probe>, log: &Log) -> ObjectHandlers<St> {
         }
     });
     let l = Arc::clone(log);
+    let p = Arc::clone(probe);
     h.on_request(move |ctx, y: YieldFor| {
-        let l = Arc::clone(&l);
+        let (l, p) = (Arc::clone(&l), Arc::clone(&p));
         async move {
             ctx.yield_on(tokio::time::sleep(Duration::from_millis(y.ms)))
                 .await?;
+            // The continuation holds the gate again: probed like any turn of the group.
+            p.turn(Duration::from_millis(y.after_ms)).await;
             l.lock().unwrap().push(y.tag);
             Ok::<_, CallError>(Done {
                 id: ctx.state().id.clone(),
@@ -125,6 +139,16 @@ fn handlers(probe: &Arc<Probe>, log: &Log) -> ObjectHandlers<St> {
                 id: ctx.state().id.clone(),
             })
         }
+    });
+    h.on_request(|ctx, r: Relay| async move {
+        ctx.request_to_actor::<Mark, Done>(
+            &r.to,
+            &Mark {
+                tag: "relay".into(),
+            },
+            T,
+        )
+        .await
     });
     let p = Arc::clone(probe);
     h.on_member_joined(move |ctx, actor| {
@@ -338,6 +362,7 @@ async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() 
     rt.create_actor_in("a", "w-a1", "w-1", None).await.unwrap();
     let first = YieldFor {
         ms: 300,
+        after_ms: 60,
         tag: "actor-yielded-job".into(),
     };
     let (next, during) = (
@@ -356,10 +381,20 @@ async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() 
         let to_spot = rt.request_to_spot::<Mark, Done>("w-1", &during, T);
         tokio::join!(to_actor, to_spot)
     };
-    let (a, (b, s)) = tokio::join!(slow, later);
+    // Spot turns that overlap the continuation in time: the gate keeps them apart.
+    let crowd = async {
+        tokio::time::sleep(Duration::from_millis(290)).await;
+        hammer(rt, &[(ObjectKind::Spot, "w-1")], 6).await;
+    };
+    let (a, (b, s), ()) = tokio::join!(slow, later, crowd);
     a.unwrap();
     b.unwrap();
     s.unwrap();
+    assert_eq!(
+        c.probe.max.load(Ordering::SeqCst),
+        1,
+        "the member's continuation ran without the Spot's gate"
+    );
     assert_eq!(
         *c.log.lock().unwrap(),
         vec!["spot-during-yield", "actor-yielded-job", "actor-next-job"],
@@ -373,6 +408,7 @@ async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() 
             "e-a1",
             &YieldFor {
                 ms: 1,
+                after_ms: 0,
                 tag: "never".into(),
             },
             T,
@@ -453,6 +489,11 @@ async fn join_and_leave_commit_membership_with_the_actor_and_guard_the_spot_clos
         Some(entry.as_str())
     );
     assert_eq!(owner.members_of("j-room").unwrap(), Vec::<String>::new());
+    // The leave callback is a queued Spot turn: let it run before the close.
+    let _: Done = client
+        .request_to_spot("j-room", &Mark { tag: "w".into() }, T)
+        .await
+        .unwrap();
     client.close_user_spot("j-room").await.unwrap();
     let _: Done = client
         .request_to_spot(&entry, &Mark { tag: "z".into() }, T)
@@ -589,5 +630,38 @@ async fn an_initial_payload_reaches_a_factory_on_a_remote_target() {
         2,
         "equal weights alternate: half of the creations ran on the other node"
     );
+    c.shutdown().await;
+}
+
+/// Review finding: a join while the Actor is in the middle of a turn waits for that turn to end
+/// (a control claim on the Actor's own queue), so the running turn never overlaps the new
+/// Spot's turns; an `Async` request from a SpotWide Spot to its own member is refused at once
+/// (it would wait for the gate its caller holds) instead of hanging until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_waits_for_the_actors_running_turn_and_same_gate_async_is_refused() {
+    let c = Cluster::start(1, 0).await;
+    let rt = &c.rts[0];
+    rt.create_user_spot("wide", "g-1", None).await.unwrap();
+    rt.create_actor("a", "g-a", None).await.unwrap();
+    // A long turn of the Actor (still in its Entry Spot, no gate), then the join.
+    let long = rt.request_to_actor::<Work, Done>("g-a", &Work { hold_ms: 250 }, T);
+    let join = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        rt.join_actor("g-a", "g-1").await.unwrap();
+        // From here the Actor and the Spot share one gate; crowd the Spot.
+        hammer(rt, &[(ObjectKind::Spot, "g-1")], 8).await;
+    };
+    let (d, ()) = tokio::join!(long, join);
+    d.unwrap();
+    assert_eq!(
+        c.probe.max.load(Ordering::SeqCst),
+        1,
+        "the Actor's running turn overlapped the Spot after the join"
+    );
+    let err = rt
+        .request_to_spot::<Relay, Done>("g-1", &Relay { to: "g-a".into() }, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOperation, "{err}");
     c.shutdown().await;
 }

@@ -26,7 +26,7 @@ mod reactor;
 pub use config::{ManualPeer, MeshNodeConfig, RidConfig};
 pub use handler::{Handlers, JsonMessage, MessageContext};
 pub use node::{
-    CloseDelivery, CreateDelivery, DestroyDelivery, JoinDelivery, MeshError, MeshNode,
-    ObjectDelivery, ObjectSink,
+    CloseDelivery, CreateDelivery, DestroyDelivery, InstanceDelivery, JoinDelivery, MeshError,
+    MeshNode, ObjectDelivery, ObjectSink,
 };
 pub use peer::{PeerSnapshot, PeerState};

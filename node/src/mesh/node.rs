@@ -254,8 +254,34 @@ pub struct JoinDelivery {
     pub spot_route: RouteFence,
 }
 
+/// An admitted Instance Spot operation (command 39, wire §8): a send or request with its own
+/// operation identity and a route of kind 1 (an existing Ready authority) or kind 2 (Missing
+/// cold activation, no authority fences).
+#[derive(Debug)]
+pub struct InstanceDelivery {
+    /// The sending node (the body's `source`, checked against the connection's peer).
+    pub source: Arc<NodeFence>,
+    /// Terminal identity of a request (`None` for a send).
+    pub request: Option<RequestHeader>,
+    /// The operation ID (sends have one too).
+    pub operation_id: zlink_protocol::generated::OperationId,
+    /// End-to-end deadline of the operation.
+    pub deadline_unix_ms: u64,
+    /// The Spot the call was made from, if any (empty: none).
+    pub source_spot_id: String,
+    /// Kind 1 or kind 2.
+    pub route: zlink_protocol::generated::InstanceRoute,
+    /// Metadata snapshot.
+    pub metadata: Option<Metadata>,
+    /// The application payload.
+    pub payload: TypedPayload,
+}
+
 /// The receiver of admitted object commands: the object runtime of this node.
 pub trait ObjectSink: Send + Sync + 'static {
+    /// Take one Instance Spot operation (command 39). Must not block; a request is answered
+    /// with [`MeshNode::reply_to`].
+    fn instance(&self, delivery: InstanceDelivery);
     /// Take one Actor join proposal. Must not block; answers with [`MeshNode::reply_create`].
     fn join(&self, delivery: JoinDelivery);
     /// Take one remote Actor destroy. Must not block; answers with
@@ -920,6 +946,11 @@ impl MeshNode {
         let _ = self.inner.cmd_tx.send(Cmd::RemoveIntent(rid.to_owned()));
     }
 
+    /// Whether [`MeshNode::shutdown`] has begun.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.shutting_down.load(Ordering::Acquire)
+    }
+
     fn check_open(&self) -> Result<(), CallError> {
         if self.inner.shutting_down.load(Ordering::Acquire) {
             return Err(CallError::new(
@@ -1361,6 +1392,87 @@ impl MeshNode {
         )
         .await
         .map(|_| ())
+    }
+
+    /// An Instance Spot operation (command 39, wire §8) to node `target`: a request when
+    /// `timeout` is `Some` (its reply is the result), otherwise a one-way send that completes
+    /// at source-local admission. `route` is kind 2 (cold activation) or kind 1.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that lifecycle), `DeadlineExceeded`, the target's
+    /// error.
+    pub async fn instance_spot(
+        &self,
+        target: &NodeFence,
+        route: zlink_protocol::generated::InstanceRoute,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        use zlink_protocol::generated::{InstanceSpot, OperationKind};
+        self.check_open()?;
+        let conn = self.conn_to(target, "an Instance Spot")?;
+        // Kind 2 names the operation's deadline: the body carries the same value (wire §8).
+        let route_deadline = match &route {
+            zlink_protocol::generated::InstanceRoute::Missing(m) => Some(m.deadline_unix_ms),
+            zlink_protocol::generated::InstanceRoute::Ready(_) => None,
+        };
+        if let Some(timeout) = timeout {
+            return self
+                .request_on(
+                    conn,
+                    move |request, source, _| {
+                        CommandBody::InstanceSpot(InstanceSpot {
+                            operation_kind: OperationKind::Request,
+                            operation_id: request.operation_id,
+                            reply_route_id: Some(request.reply_route_id),
+                            correlation_id: Some(request.correlation_id),
+                            deadline_unix_ms: route_deadline.unwrap_or(request.deadline_unix_ms),
+                            source,
+                            source_spot_id: String::new(),
+                            route,
+                        })
+                    },
+                    Some(payload),
+                    metadata,
+                    timeout,
+                )
+                .await
+                .map(Some);
+        }
+        let operation_id = {
+            let mut ids = self
+                .inner
+                .ids
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ids.operation.allocate()?
+        };
+        let deadline_unix_ms = match &route {
+            zlink_protocol::generated::InstanceRoute::Missing(m) => m.deadline_unix_ms,
+            zlink_protocol::generated::InstanceRoute::Ready(_) => SystemTime::now()
+                .checked_add(Duration::from_secs(30))
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(u64::MAX, |d| {
+                    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+                }),
+        };
+        let mut record = Record::new(CommandBody::InstanceSpot(InstanceSpot {
+            operation_kind: OperationKind::Send,
+            operation_id,
+            reply_route_id: None,
+            correlation_id: None,
+            deadline_unix_ms,
+            source: self.inner.fence(),
+            source_spot_id: String::new(),
+            route,
+        }))
+        .with_payload(payload);
+        record.metadata = metadata;
+        self.inner
+            .send_app_record(&conn, Leg::Send, &record)
+            .await
+            .map(|()| None)
     }
 
     /// Propose that the Actor of `actor_route` join the Spot of `spot_route` (command 28,

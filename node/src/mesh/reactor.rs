@@ -836,6 +836,7 @@ impl Reactor {
                 | CommandBody::UserSpotClose(_)
                 | CommandBody::ActorDestroy(_)
                 | CommandBody::ActorJoin(_)
+                | CommandBody::InstanceSpot(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -856,6 +857,7 @@ impl Reactor {
                 CommandBody::ActorDestroy(c) => Some(&c.source),
                 // Command 28 carries no source field: it comes from the admitted peer.
                 CommandBody::ActorJoin(_) => Some(conn.peer()),
+                CommandBody::InstanceSpot(i) => Some(&i.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1102,6 +1104,46 @@ impl Reactor {
                         store_version: c.store_version,
                     });
                 }
+            }
+            CommandBody::InstanceSpot(i) => {
+                let source = Arc::clone(conn.peer_shared());
+                self.consumed(&conn, stamp.charge);
+                let request = match (i.reply_route_id, i.correlation_id) {
+                    (Some(reply_route_id), Some(correlation_id)) => {
+                        Some(zlink_protocol::generated::RequestHeader {
+                            operation_id: i.operation_id.clone(),
+                            reply_route_id,
+                            correlation_id,
+                            deadline_unix_ms: i.deadline_unix_ms,
+                        })
+                    }
+                    _ => None,
+                };
+                let Some(sink) = self.inner.object_sink.get() else {
+                    inc(&self.inner.metrics.unserved_commands);
+                    if let Some(req) = &request {
+                        super::dispatch::send_reply(
+                            &self.inner,
+                            &source,
+                            req,
+                            Err(CallError::new(
+                                crate::call::error::ErrorKind::NotFound,
+                                format!("node {} hosts no objects", self.inner.rid),
+                            )),
+                        );
+                    }
+                    return;
+                };
+                sink.instance(super::node::InstanceDelivery {
+                    source,
+                    request,
+                    operation_id: i.operation_id,
+                    deadline_unix_ms: i.deadline_unix_ms,
+                    source_spot_id: i.source_spot_id,
+                    route: i.route,
+                    metadata: record.metadata,
+                    payload: record.payload.unwrap_or_default(),
+                });
             }
             CommandBody::ActorJoin(j) => {
                 let source = Arc::clone(conn.peer_shared());

@@ -86,18 +86,28 @@ pub(crate) enum Work {
     Send(TypedPayload, Option<Metadata>),
     Request(TypedPayload, Option<Metadata>, Reply),
     Tick(Tick),
+    /// A one-way message whose handler completion is reported (the first message of a cold
+    /// activation: its completion is recorded durably).
+    SendNotify(TypedPayload, Option<Metadata>, Reply),
     /// A Spot control claim (glossary §5): Actor `actor` joined (`true`) or left this Spot.
     Member {
         joined: bool,
         actor: String,
+    },
+    /// A control claim on this object's own queue: once it runs, the object is at a handler
+    /// boundary and holds its queue claim; `at_boundary` says so, and the claim is kept until
+    /// `release` resolves (or its sender drops). Takes no gate.
+    Hold {
+        at_boundary: oneshot::Sender<()>,
+        release: oneshot::Receiver<()>,
     },
 }
 
 impl Work {
     fn metadata(&self) -> Option<&Metadata> {
         match self {
-            Self::Send(_, m) | Self::Request(_, m, _) => m.as_ref(),
-            Self::Tick(_) | Self::Member { .. } => None,
+            Self::Send(_, m) | Self::Request(_, m, _) | Self::SendNotify(_, m, _) => m.as_ref(),
+            Self::Tick(_) | Self::Member { .. } | Self::Hold { .. } => None,
         }
     }
 }
@@ -234,12 +244,16 @@ pub struct Binding {
 pub trait ObjectCaller: Send + Sync + 'static {
     /// Send (`timeout` `None`) or request a Spot or Actor by global ID; see
     /// `ObjectRuntime::call`.
+    ///
+    /// `held` is the execution gate the calling turn holds: an `Async` request to an object
+    /// that takes the same gate would wait for it until its deadline, so it is refused.
     fn call_object(
         &self,
         kind: ObjectKind,
         id: String,
         payload: TypedPayload,
         timeout: Option<Duration>,
+        held: Option<SpotGate>,
     ) -> BoxFuture<Result<Option<TypedPayload>, CallError>>;
 }
 
@@ -413,17 +427,27 @@ impl<S: Send + 'static> Ctx<S> {
     /// # Errors
     /// `InvalidOperation` anywhere else (the turn is kept; `fut` is not polled).
     pub async fn yield_on<F: Future>(&self, fut: F) -> Result<F::Output, CallError> {
+        if lock(&self.ender).is_none() {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                "Yield needs the handler's turn (not inside another Yield, nor after the handler \
+                 returned)",
+            ));
+        }
         if self.shared.mode != ExecMode::Yielding {
-            let gate = lock(&self.gate).gate.clone();
-            let Some(gate) = gate else {
+            let (gate, guard) = {
+                let mut g = lock(&self.gate);
+                (g.gate.clone(), g.guard.take())
+            };
+            let (Some(gate), Some(guard)) = (gate, guard) else {
                 return Err(CallError::new(
                     ErrorKind::InvalidOperation,
-                    "Yield is allowed only in SpotWide User Spots (and their member Actors) and \
-                     Instance Spots",
+                    "Yield is allowed only in SpotWide User Spots (and their member Actors, \
+                     while they hold the Spot's gate) and Instance Spots",
                 ));
             };
             // A member Actor: give the Spot's gate back, keep the Actor's queue claim.
-            drop(lock(&self.gate).guard.take());
+            drop(guard);
             let out = fut.await;
             let guard = gate.lock_owned().await;
             lock(&self.gate).guard = Some(guard);
@@ -578,7 +602,10 @@ impl<S: Send + 'static> Ctx<S> {
                 )
             })?;
         caller
-            .call_object(kind, id.to_owned(), payload, timeout)
+            .call_object(kind, id.to_owned(), payload, timeout, {
+                let g = lock(&self.gate);
+                g.guard.as_ref().and(g.gate.clone())
+            })
             .await
     }
 
@@ -589,7 +616,11 @@ impl<S: Send + 'static> Ctx<S> {
 
     fn end_turn(&self, how: TurnEnd) {
         // The gate goes back first, so the next turn (or another member) can take it.
-        drop(lock(&self.gate).guard.take());
+        {
+            let mut g = lock(&self.gate);
+            drop(g.guard.take());
+            g.gate = None;
+        }
         if let Some(tx) = lock(&self.ender).take() {
             let _ = tx.send(how);
         }
@@ -610,6 +641,60 @@ pub struct CapturedQueue {
     /// process, and membership notifications. The caller of the capture decides their fate
     /// ([`BoundWork::fail`], or put them back with [`ObjectExecutor::resume_after_capture`]).
     pub bound: Vec<BoundWork>,
+    /// The captured one-way messages as queue items, for an abort (never re-decoded).
+    kept: Vec<BoundWork>,
+}
+
+/// Split captured queue items: one-way messages (and current ticks, as sends to their
+/// handler) are kept for saving; requests and notifications are bound. The timers leave with
+/// the capture: none of them fires here any more.
+fn take_captured(
+    timers: &mut TimerSet,
+    now_ms: u64,
+    items: Vec<super::queue::Captured<Work>>,
+) -> CapturedQueue {
+    let mut out = CapturedQueue {
+        saved: Vec::new(),
+        timers: timers.capture(now_ms),
+        bound: Vec::new(),
+        kept: Vec::new(),
+    };
+    for c in items {
+        let (seq, lane) = (c.seq, c.lane);
+        match c.item {
+            Work::Send(p, m) => out.kept.push(BoundWork {
+                seq,
+                lane,
+                work: Work::Send(p, m),
+            }),
+            Work::Tick(t) => {
+                // A due tick keeps its place among the messages, as a send to its handler; a
+                // stale one would not have run, so it is not carried.
+                if !timers.is_current(&t) {
+                    continue;
+                }
+                timers.consumed(&t);
+                let p = TypedPayload::new(
+                    t.timer.packet_name.clone(),
+                    JSON_CONTENT_TYPE,
+                    t.timer.payload.clone(),
+                );
+                out.kept.push(BoundWork {
+                    seq,
+                    lane,
+                    work: Work::Send(p, None),
+                });
+            }
+            work @ (Work::Request(..)
+            | Work::SendNotify(..)
+            | Work::Member { .. }
+            | Work::Hold { .. }) => {
+                out.bound.push(BoundWork { seq, lane, work });
+            }
+        }
+    }
+    *timers = TimerSet::new();
+    out
 }
 
 /// One connection-bound queue item left out of a capture (see [`CapturedQueue::bound`]).
@@ -628,7 +713,7 @@ impl std::fmt::Debug for BoundWork {
 impl BoundWork {
     /// End it: a request gets `err` as its single terminal result.
     pub fn fail(self, err: CallError) {
-        if let Work::Request(_, _, reply) = self.work {
+        if let Work::Request(_, _, reply) | Work::SendNotify(_, _, reply) = self.work {
             let _ = reply.send(Err(err));
         }
     }
@@ -891,113 +976,169 @@ impl<S: Send + 'static> ObjectExecutor<S> {
 
     /// Capture the queue at the next handler boundary: stop handing out new turns, let the
     /// running turn and every yielded continuation finish, then take the not-yet-run work and
-    /// the armed timers as durable data (`route` and `source` name the records saved work
-    /// travels as). The executor stays paused: new arrivals wait in its queue (seal admission
-    /// first to hold them elsewhere) until [`ObjectExecutor::resume_after_capture`] or close.
+    /// the armed timers as durable data (`route` names this object and, with `source`, the
+    /// records saved work travels as). The executor stays paused: new arrivals wait in its
+    /// queue (seal admission first to hold them elsewhere) until
+    /// [`ObjectExecutor::resume_after_capture`] or close.
     ///
     /// # Errors
-    /// `Unavailable` when the object closed meanwhile; `InvalidOperation` when a message cannot
-    /// be encoded (nothing is captured then).
+    /// `InvalidOperation` when `route` names another object, or a message cannot be encoded
+    /// (nothing is captured then, and the object runs on); `Unavailable` when the object
+    /// closed meanwhile.
     pub async fn capture(
         &self,
         route: &zlink_protocol::generated::RouteFence,
         source: &zlink_protocol::generated::NodeFence,
     ) -> Result<CapturedQueue, CallError> {
         let sh = &self.shared;
+        let named = AuthorityKey::new(
+            match route.object_kind {
+                zlink_protocol::generated::ObjectKind::Actor => ObjectKind::Actor,
+                zlink_protocol::generated::ObjectKind::Spot => ObjectKind::Spot,
+            },
+            &route.object_id,
+        )
+        .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        if named != sh.home.key {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "the capture route names {}, not this object",
+                    route.object_id
+                ),
+            ));
+        }
         sh.paused.store(true, Ordering::Release);
         sh.wake.notify_one();
-        let items = loop {
+        let mut out = loop {
             if sh.closed.load(Ordering::Acquire) {
                 return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
             }
-            match sh.with_queue(super::queue::ExecQueue::capture) {
-                Some(Ok(items)) => break items,
-                Some(Err(_)) => tokio::time::sleep(Duration::from_millis(1)).await,
-                None => {
-                    return Err(CallError::new(
+            let taken = {
+                // Timers first (the run loop queues due ticks under this lock too).
+                let mut timers = lock(&sh.timers);
+                match sh.with_queue(super::queue::ExecQueue::capture) {
+                    Some(Ok(items)) => Some(Ok(take_captured(&mut timers, sh.now_ms(), items))),
+                    Some(Err(_)) => None,
+                    None => Some(Err(CallError::new(
                         ErrorKind::Unavailable,
                         "the object's queue is gone",
-                    ));
-                }
-            }
-        };
-        let mut timers = lock(&sh.timers);
-        // The timers leave with the capture: none of them fires here any more.
-        let mut out = CapturedQueue {
-            saved: Vec::new(),
-            timers: timers.capture(sh.now_ms()),
-            bound: Vec::new(),
-        };
-        let mut failed = None;
-        for c in items {
-            let (seq, lane) = (c.seq, c.lane);
-            let saved = match &c.item {
-                Work::Send(p, m) => saved_record(seq, route, source, p.clone(), m.clone()),
-                Work::Tick(t) => {
-                    // A due tick keeps its place among the messages, as a send to its
-                    // handler; a stale one would not run, so it is not carried.
-                    if !timers.is_current(t) {
-                        continue;
-                    }
-                    timers.consumed(t);
-                    let p = TypedPayload::new(
-                        t.timer.packet_name.clone(),
-                        JSON_CONTENT_TYPE,
-                        t.timer.payload.clone(),
-                    );
-                    saved_record(seq, route, source, p, None)
-                }
-                Work::Request(..) | Work::Member { .. } => {
-                    out.bound.push(BoundWork {
-                        seq,
-                        lane,
-                        work: c.item,
-                    });
-                    continue;
+                    ))),
                 }
             };
-            match saved {
+            match taken {
+                Some(r) => break r?,
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        };
+        for k in &out.kept {
+            let Work::Send(p, m) = &k.work else {
+                continue;
+            };
+            match saved_record(k.seq, route, source, p.clone(), m.clone()) {
                 Ok(w) => out.saved.push(w),
                 Err(e) => {
-                    // Kept, not lost: it goes back with the rest below.
-                    out.bound.push(BoundWork {
-                        seq,
-                        lane,
-                        work: c.item,
-                    });
-                    failed = Some(e);
+                    // Nothing is lost: put everything back and run on.
+                    self.resume_after_capture(out);
+                    return Err(e);
                 }
             }
-        }
-        *timers = TimerSet::new();
-        drop(timers);
-        if let Some(e) = failed {
-            // Nothing is lost: put everything back and run on.
-            self.resume_after_capture(out)?;
-            return Err(e);
         }
         Ok(out)
     }
 
-    /// Undo a capture (the move was aborted): the saved work, the bound work and the timers
-    /// go back ahead of anything that arrived meanwhile, and turns run again.
-    ///
-    /// # Errors
-    /// `InvalidOperation` for saved work that does not decode or names another object;
-    /// `Unavailable` when the queue is gone.
-    pub fn resume_after_capture(&self, captured: CapturedQueue) -> Result<(), CallError> {
+    /// Undo a capture (the move was aborted): the captured work, the bound work and the timers
+    /// go back ahead of anything that arrived meanwhile, and turns run again. Nothing is lost:
+    /// the original items are put back, not decoded from their saved form.
+    pub fn resume_after_capture(&self, captured: CapturedQueue) {
         let sh = &self.shared;
-        let mut items = restore_saved(&sh.home.key, &captured.saved)?;
-        items.extend(captured.bound.into_iter().map(|b| super::queue::Captured {
-            seq: b.seq,
-            lane: b.lane,
-            item: b.work,
-        }));
+        let mut items: Vec<super::queue::Captured<Work>> = captured
+            .kept
+            .into_iter()
+            .chain(captured.bound)
+            .map(|b| super::queue::Captured {
+                seq: b.seq,
+                lane: b.lane,
+                item: b.work,
+            })
+            .collect();
         items.sort_by_key(|c| c.seq);
-        sh.restore(items, &captured.timers)?;
+        if let Err(e) = sh.restore(items, &captured.timers) {
+            // Only a queue that is gone (the object closed) gets here: its work was ended.
+            tracing::warn!(error = %e, "an aborted capture found the object closed");
+        }
         sh.paused.store(false, Ordering::Release);
         sh.wake.notify_one();
-        Ok(())
+    }
+
+    /// Put the first message of a cold activation at the head of the queue, ahead of anything
+    /// accepted since (the activation barrier keeps the queue closed until the caller marks it
+    /// Ready). The receiver gets the request's reply, or an empty payload when a send's handler
+    /// has finished.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    pub fn first_message(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        request: bool,
+    ) -> Result<ReplyReceiver, CallError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
+        }
+        let (tx, rx) = oneshot::channel();
+        let item = if request {
+            Work::Request(payload, metadata, tx)
+        } else {
+            Work::SendNotify(payload, metadata, tx)
+        };
+        self.shared
+            .with_queue(|q| {
+                q.restore_front(vec![super::queue::Captured {
+                    seq: 0,
+                    lane: Lane::Application,
+                    item,
+                }]);
+            })
+            .ok_or_else(|| CallError::new(ErrorKind::Unavailable, "the object's queue is gone"))?;
+        self.shared.wake.notify_one();
+        Ok(rx)
+    }
+
+    /// Wait until this object is at a handler boundary and hold it there: a control claim on
+    /// the lifecycle lane (served before application work) whose turn lasts until the returned
+    /// sender is dropped or used. Nothing of the object runs meanwhile — no handler, no
+    /// continuation of a member's `Yield` (its job keeps the queue claim until it finishes).
+    ///
+    /// # Errors
+    /// `Unavailable` when the object closed (before or while waiting).
+    pub async fn hold(&self) -> Result<oneshot::Sender<()>, CallError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
+        }
+        let (at_tx, at_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        match self.shared.home.objects.dispatch(
+            &self.shared.home.key,
+            Lane::Lifecycle,
+            Work::Hold {
+                at_boundary: at_tx,
+                release: release_rx,
+            },
+        ) {
+            Dispatched::NotHere(_) => {
+                return Err(CallError::new(
+                    ErrorKind::Unavailable,
+                    "the object's queue is gone",
+                ));
+            }
+            _ => self.shared.wake.notify_one(),
+        }
+        at_rx
+            .await
+            .map_err(|_| CallError::new(ErrorKind::Unavailable, "object closed"))?;
+        Ok(release_tx)
     }
 
     /// Queue a membership notification (a Spot control claim on the lifecycle lane).
@@ -1007,6 +1148,11 @@ impl<S: Send + 'static> ObjectExecutor<S> {
     pub fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(CallError::new(ErrorKind::Unavailable, "object closed"));
+        }
+        let h = &self.shared.handlers;
+        if (joined && h.joined.is_none()) || (!joined && h.left.is_none()) {
+            // No callback: no turn to spend.
+            return Ok(());
         }
         match self.shared.home.objects.dispatch(
             &self.shared.home.key,
@@ -1070,7 +1216,7 @@ impl<S: Send + 'static> ObjectExecutor<S> {
             .remove(&home.key, home.generation)
             .unwrap_or_default();
         for w in left {
-            if let Work::Request(_, _, reply) = w {
+            if let Work::Request(_, _, reply) | Work::SendNotify(_, _, reply) = w {
                 let _ = reply.send(Err(CallError::new(ErrorKind::Unavailable, "object closed")));
             }
         }
@@ -1092,17 +1238,21 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
         if sh.closed.load(Ordering::Acquire) {
             return;
         }
-        let ticks = lock(&sh.timers).take_due(sh.now_ms());
-        for t in ticks {
-            sh.stats.ticks.fetch_add(1, Ordering::Relaxed);
-            let _ = sh
-                .home
-                .objects
-                .dispatch(&sh.home.key, Lane::Application, Work::Tick(t));
-        }
         // Paused for a capture: only continuations run (they must finish for the boundary);
-        // new work waits in the queue.
+        // new work waits in the queue, and due timers stay timers (captured as such).
         let paused = sh.paused.load(Ordering::Acquire);
+        if !paused {
+            // Under the timers lock, so a capture (which takes it first) sees each due timer
+            // either still armed or already queued as a tick, never in between.
+            let mut timers = lock(&sh.timers);
+            for t in timers.take_due(sh.now_ms()) {
+                sh.stats.ticks.fetch_add(1, Ordering::Relaxed);
+                let _ = sh
+                    .home
+                    .objects
+                    .dispatch(&sh.home.key, Lane::Application, Work::Tick(t));
+            }
+        }
         let picked = sh
             .home
             .objects
@@ -1129,7 +1279,13 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                 }
             }
             Some(Picked::Work { item, .. }) => {
-                let Some(gate) = take_gate(&sh).await else {
+                let gate = if matches!(item, Work::Hold { .. }) {
+                    // A framework hold touches no application state: it needs no gate.
+                    Some(TurnGate::default())
+                } else {
+                    take_gate(&sh).await
+                };
+                let Some(gate) = gate else {
                     // Closed while waiting for the gate: a request's reply sender drops here,
                     // so its caller sees the object closed.
                     return;
@@ -1211,6 +1367,12 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
         Work::Send(p, _) => {
             run_send(&sh, ctx, p, &panicked).await;
         }
+        Work::SendNotify(p, _, done) => {
+            run_send(&sh, ctx, p, &panicked).await;
+            end.end_turn(TurnEnd::Complete);
+            let _ = done.send(Ok(TypedPayload::default()));
+            return;
+        }
         Work::Tick(t) => {
             // A tick of a timer cancelled or re-armed after it was queued does not run.
             let current = {
@@ -1229,6 +1391,14 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
                 t.timer.payload.clone(),
             );
             run_send(&sh, ctx, p, &panicked).await;
+        }
+        Work::Hold {
+            at_boundary,
+            release,
+        } => {
+            if at_boundary.send(()).is_ok() {
+                let _ = release.await;
+            }
         }
         Work::Member { joined, actor } => {
             let handler = if joined {
@@ -1511,7 +1681,7 @@ mod tests {
         exec.send(&Note { s: "b".into() }).unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(exec.with_state(Vec::len), 0, "nothing runs while captured");
-        exec.resume_after_capture(captured).unwrap();
+        exec.resume_after_capture(captured);
         let seen: Seen = decode_json(&first_read.await.unwrap().unwrap()).unwrap();
         assert_eq!(seen.log, vec!["a"], "the captured request kept its place");
         assert_eq!(log_of(&exec).await, vec!["a", "b"]);

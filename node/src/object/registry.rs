@@ -211,6 +211,20 @@ pub trait LiveObject: Send + Sync + 'static {
     /// # Errors
     /// `Unavailable` after close.
     fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError>;
+    /// Wait until the object is at a handler boundary and hold it there until the returned
+    /// sender is dropped (see `ObjectExecutor::hold`).
+    fn hold(&self) -> BoxFuture<Result<tokio::sync::oneshot::Sender<()>, CallError>>;
+    /// Instance Spots: put the first message of a cold activation at the queue head; the
+    /// receiver gets its terminal result (an empty payload for a finished send).
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    fn first_message(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        request: bool,
+    ) -> Result<ReplyReceiver, CallError>;
 }
 
 struct Typed<S> {
@@ -268,6 +282,18 @@ impl<S: Send + 'static> LiveObject for Live<S> {
     }
     fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError> {
         self.exec.notify_member(joined, actor)
+    }
+    fn first_message(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        request: bool,
+    ) -> Result<ReplyReceiver, CallError> {
+        self.exec.first_message(payload, metadata, request)
+    }
+    fn hold(&self) -> BoxFuture<Result<tokio::sync::oneshot::Sender<()>, CallError>> {
+        let exec = Arc::clone(&self.exec);
+        Box::pin(async move { exec.hold().await })
     }
 }
 

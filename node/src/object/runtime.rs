@@ -47,8 +47,8 @@ use super::registry::{
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
 use crate::mesh::{
-    CloseDelivery, CreateDelivery, DestroyDelivery, JoinDelivery, MeshNode, ObjectDelivery,
-    ObjectSink,
+    CloseDelivery, CreateDelivery, DestroyDelivery, InstanceDelivery, JoinDelivery, MeshNode,
+    ObjectDelivery, ObjectSink,
 };
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
@@ -61,6 +61,20 @@ impl<T: LocationStore + RelocationStore> ObjectStore for T {}
 
 /// Largest creation content (the encoded initial payload envelope; wire §7: 1 MiB).
 pub const MAX_CREATION_CONTENT: usize = 1024 * 1024;
+
+mod activation;
+
+pub use activation::{ACTIVATION_RETENTION, ActivationFault};
+
+/// `ZLINK_ACTIVATION_FAULT=abort|exit` injects an [`ActivationFault`] at start (process-level
+/// fault tests); anything else, or unset, injects nothing.
+fn fault_from_env() -> Option<ActivationFault> {
+    match std::env::var("ZLINK_ACTIVATION_FAULT").ok().as_deref() {
+        Some("abort") => Some(ActivationFault::AbortTask),
+        Some("exit") => Some(ActivationFault::ExitProcess),
+        _ => None,
+    }
+}
 
 /// What giving a failed creation's reservation back found.
 enum GiveBack {
@@ -140,6 +154,16 @@ pub struct RuntimeStats {
     pub remote_calls: AtomicU64,
     /// One-way messages dropped by target admission (stale route).
     pub dropped_sends: AtomicU64,
+    /// Cold activations started here (reservations won).
+    pub activations: AtomicU64,
+    /// First calls that lost the activation race here and were delivered to the winner.
+    pub activation_forwards: AtomicU64,
+    /// Activations the recovery scan resumed or ended.
+    pub activation_recoveries: AtomicU64,
+    /// One-way first messages that could not be delivered (drop events).
+    pub activation_drops: AtomicU64,
+    /// Kind-2 routes refused as protocol errors (they disagreed with this node or the call).
+    pub activation_route_mismatches: AtomicU64,
     /// Actor membership changes (join / leave) committed here.
     pub membership_changes: AtomicU64,
     /// Authorities (or pending creations) of an owner whose lease is gone, removed under
@@ -204,6 +228,9 @@ impl<S: ObjectStore> Drop for EnrolGuard<'_, S> {
     }
 }
 
+/// Most unfinished activations one recovery scan pass looks at.
+const ACTIVATION_SCAN_BATCH: usize = 256;
+
 /// The receive chunk limit a join reply announces (wire §9: 32 KiB without negotiation).
 const JOIN_RECEIVE_CHUNK_LIMIT: u32 = 32 * 1024;
 
@@ -232,6 +259,12 @@ struct Inner<S> {
     failed: Mutex<HashMap<AuthorityKey, zlink_store::types::Reservation>>,
     /// Spot membership of the objects live here.
     members: Mutex<Members>,
+    /// Cold activations of this lifecycle whose first operation is not done yet.
+    activations: Mutex<HashMap<AuthorityKey, Arc<activation::Activation>>>,
+    /// Fault injection in the activation path.
+    fault: Mutex<Option<ActivationFault>>,
+    /// Period of the background activation recovery scan, in milliseconds.
+    scan_interval_ms: AtomicU64,
     /// Membership changes (join, leave) on this node run one at a time.
     membership_changes: tokio::sync::Mutex<()>,
 }
@@ -859,6 +892,16 @@ impl<S: ObjectStore> Inner<S> {
         kind: StoreKind,
         stable_type: &str,
     ) -> Result<(zlink_protocol::generated::NodeFence, String), CallError> {
+        self.choose_descriptor(kind, stable_type)
+            .map(|d| (d.node, d.entry_spot_id))
+    }
+
+    /// [`Inner::choose_target`], giving the chosen node's whole descriptor.
+    fn choose_descriptor(
+        &self,
+        kind: StoreKind,
+        stable_type: &str,
+    ) -> Result<zlink_protocol::generated::NodeDescriptor, CallError> {
         use zlink_protocol::generated::{ObjectRole, RuntimeState};
         let wk = wire_kind(kind);
         let hosts = |d: &zlink_protocol::generated::NodeDescriptor| {
@@ -870,26 +913,18 @@ impl<S: ObjectStore> Inner<S> {
                     .iter()
                     .any(|c| c.object_kind == wk && c.stable_type == stable_type)
         };
-        let mut candidates: Vec<(String, u16, (zlink_protocol::generated::NodeFence, String))> =
+        let mut candidates: Vec<(String, u16, zlink_protocol::generated::NodeDescriptor)> =
             Vec::new();
         let me = self.mesh.descriptor();
         if hosts(&me) {
-            candidates.push((
-                me.node.rid.clone(),
-                me.placement_weight,
-                (me.node.clone(), me.entry_spot_id.clone()),
-            ));
+            candidates.push((me.node.rid.clone(), me.placement_weight, me.clone()));
         }
         for p in self.mesh.peers() {
             if p.state != crate::mesh::PeerState::Ready {
                 continue;
             }
             if let Some(d) = p.descriptor.filter(|d| hosts(d)) {
-                candidates.push((
-                    d.node.rid.clone(),
-                    d.placement_weight,
-                    (d.node, d.entry_spot_id),
-                ));
+                candidates.push((d.node.rid.clone(), d.placement_weight, d));
             }
         }
         candidates.sort_by(|a, b| a.0.cmp(&b.0));
@@ -952,6 +987,9 @@ impl<S: ObjectStore> Inner<S> {
         snapshot: &zlink_store::types::AuthoritySnapshot,
     ) -> Result<(), CallError> {
         let is_spot = snapshot.allocation.object_kind == StoreKind::Spot;
+        // Membership changes and removals of this node run one at a time: a join's commit can
+        // never interleave with the close of its Spot or the destroy of its Actor.
+        let serial = self.membership_changes.lock().await;
         if is_spot {
             // A Spot with members is not closed (their membership would name a gone Spot);
             // taking it out of the table first makes concurrent joins and creations into it
@@ -970,15 +1008,27 @@ impl<S: ObjectStore> Inner<S> {
             }
             m.spots.remove(id);
         }
-        let result = self.remove_exact(key, id, snapshot).await;
-        if is_spot && self.live().contains_key(key) {
+        let mut closing = Vec::new();
+        let result = self.remove_exact(key, id, snapshot, &mut closing).await;
+        let still_live = self.live().contains_key(key);
+        if is_spot && still_live {
             // Still serving (the removal did not happen): it takes members again.
             self.members().spots.entry(id.to_owned()).or_default();
         }
-        if !is_spot && result.is_ok() {
+        if !is_spot && !still_live {
+            // The instance is gone here (removed, or closed as stale): so is its membership.
             let left = self.members().forget(id);
             if let Some(spot) = left {
                 self.notify_member(&spot, false, id);
+            }
+        }
+        drop(serial);
+        // Closing waits for a running turn; that turn may itself change memberships, so it
+        // happens outside the serial section.
+        for (obj, generation) in closing {
+            obj.close().await;
+            if let Some(g) = generation {
+                let _ = self.objects.remove(key, g);
             }
         }
         result
@@ -995,11 +1045,14 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
+    /// The store side of a removal; the instances to close (with a queue slot to remove) are
+    /// left in `closing` for the caller.
     async fn remove_exact(
         &self,
         key: &AuthorityKey,
         id: &str,
         snapshot: &zlink_store::types::AuthoritySnapshot,
+        closing: &mut Vec<(Arc<dyn LiveObject>, Option<u64>)>,
     ) -> Result<(), CallError> {
         let me = self.mesh.fence();
         let record_is_ours = self.owner().is_ok_and(|o| o == snapshot.owner)
@@ -1033,8 +1086,7 @@ impl<S: ObjectStore> Inner<S> {
             }
             Take::Stale(stale) => {
                 if let Some(stale) = stale {
-                    stale.obj.close().await;
-                    let _ = self.objects.remove(key, stale.generation);
+                    closing.push((stale.obj, Some(stale.generation)));
                 }
                 return Err(CallError::new(
                     ErrorKind::StaleRoute,
@@ -1051,24 +1103,27 @@ impl<S: ObjectStore> Inner<S> {
         // (No entry but the record names this node: a Ready record left without an instance
         // by an ambiguous commit; it is deleted the same way.)
         if let Err(e) = self.store.delete_fenced(&snapshot.fence()).await {
-            // Keep serving only if the record provably still names this incarnation: a delete
-            // whose reply was lost must not leave a second admitting instance behind.
+            // Keep serving only if the record provably still names this incarnation and owner:
+            // a delete whose reply was lost must not leave a second admitting instance behind.
             let still = matches!(
                 self.store.read_authority(key).await,
-                Ok(zlink_store::types::AuthorityRead::Found(a)) if a.fence() == snapshot.fence()
+                Ok(zlink_store::types::AuthorityRead::Found(a))
+                    if a.object_generation == snapshot.object_generation
+                        && a.authority_owner_generation == snapshot.authority_owner_generation
+                        && a.owner == snapshot.owner
             );
             if let Some(entry) = entry {
                 if still {
                     self.live().insert(key.clone(), entry);
                 } else {
-                    entry.obj.close().await;
+                    closing.push((entry.obj, None));
                 }
             }
             return Err(store_error(e));
         }
         self.resolver.cache().stale_route(&fence_of(key, snapshot));
         if let Some(entry) = entry {
-            entry.obj.close().await;
+            closing.push((entry.obj, None));
         }
         Ok(())
     }
@@ -1147,6 +1202,29 @@ impl<S: ObjectStore> Inner<S> {
                 "the owner lease could not be renewed before the fencing deadline",
             ));
         }
+        // The Actor's gate changes only at its handler boundary: hold it there (a control
+        // claim on its own queue) for the whole change. A turn running now, or a member's
+        // yielded job, finishes first under the gate it took.
+        let held = {
+            let key = AuthorityKey::new(StoreKind::Actor, &actor_route.object_id)
+                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+            let obj = self
+                .live()
+                .get(&key)
+                .filter(|e| e.generation == actor_route.object_generation)
+                .map(|e| Arc::clone(&e.obj))
+                .ok_or_else(|| {
+                    CallError::new(ErrorKind::StaleRoute, "the Actor is not live on this node")
+                })?;
+            tokio::time::timeout(CREATE_TIMEOUT, obj.hold())
+                .await
+                .map_err(|_| {
+                    CallError::new(
+                        ErrorKind::DeadlineExceeded,
+                        "the Actor's running turn did not end in time for the join",
+                    )
+                })??
+        };
         let _one_at_a_time = self.membership_changes.lock().await;
         let actor = self.read_matching(actor_route).await?;
         // The receiver resolves the stable type from the authority row (wire §9), never from
@@ -1207,18 +1285,18 @@ impl<S: ObjectStore> Inner<S> {
                 return Err(store_error(e));
             }
         }
-        // Committed: from the Actor's next turn on it takes its new Spot's gate.
+        // Committed. Closes and destroys wait for this serial section, so the Spot is still
+        // in the table.
         if !self.members().enrol(actor_id, spot_id) {
-            // The Spot began to close after the commit's check: it cannot be closed while
-            // the row names it (its close waits for members), so record the member anyway.
-            let mut m = self.members();
-            m.spots
-                .entry(spot_id.to_owned())
-                .or_default()
-                .insert(actor_id.to_owned());
-            m.of.insert(actor_id.to_owned(), spot_id.to_owned());
+            tracing::error!(
+                actor = actor_id,
+                spot = spot_id,
+                "a joined Spot left the membership table"
+            );
         }
+        // The Actor is held at its boundary: its next turn takes the new Spot's gate.
         actor_obj.set_gate(spot_obj.gate());
+        drop(held);
         if let Some(old) = old {
             self.notify_member(&old, false, actor_id);
         }
@@ -1231,6 +1309,15 @@ impl<S: ObjectStore> Inner<S> {
 
     /// Serve an Actor join proposal (command 28) from another node.
     async fn join_for(&self, d: &JoinDelivery) -> Result<ReplyResult, CallError> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        if d.request.deadline_unix_ms <= now_ms {
+            return Err(CallError::new(
+                ErrorKind::DeadlineExceeded,
+                "the join's deadline passed before it ran",
+            ));
+        }
         self.join_local(&d.actor_route, d.entry, &d.spot_route)
             .await?;
         Ok(ReplyResult::ActorJoin(
@@ -1465,6 +1552,7 @@ impl<S: ObjectStore> ObjectCaller for Inner<S> {
         id: String,
         payload: TypedPayload,
         timeout: Option<Duration>,
+        held: Option<super::exec::SpotGate>,
     ) -> crate::mesh::handler::BoxFuture<Result<Option<TypedPayload>, CallError>> {
         let this = self.this.get().and_then(std::sync::Weak::upgrade);
         Box::pin(async move {
@@ -1474,6 +1562,24 @@ impl<S: ObjectStore> ObjectCaller for Inner<S> {
                     "object runtime stopped",
                 ));
             };
+            if let (Some(held), Some(_)) = (&held, timeout)
+                && let Ok(key) = AuthorityKey::new(kind, &id)
+            {
+                let same_gate = this
+                    .live()
+                    .get(&key)
+                    .and_then(|e| e.obj.gate())
+                    .is_some_and(|g| Arc::ptr_eq(&g, held));
+                if same_gate {
+                    return Err(CallError::new(
+                        ErrorKind::InvalidOperation,
+                        format!(
+                            "{id} shares this turn's SpotWide gate: an Async request would wait \
+                             for the gate its caller holds; wrap it in Yield or send one-way"
+                        ),
+                    ));
+                }
+            }
             this.call(kind, &id, payload, None, timeout).await
         })
     }
@@ -1530,6 +1636,12 @@ impl<S: ObjectStore> SinkRef<S> {
 }
 
 impl<S: ObjectStore> ObjectSink for SinkRef<S> {
+    fn instance(&self, d: InstanceDelivery) {
+        match self.runtime.upgrade() {
+            Some(inner) => inner.instance_delivery(d),
+            None => self.gone(&d.source, d.request.as_ref()),
+        }
+    }
     fn join(&self, d: JoinDelivery) {
         let (source, request) = (Arc::clone(&d.source), d.request.clone());
         self.serve(source, request, move |inner| async move {
@@ -1663,6 +1775,9 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             placement: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             members: Mutex::new(Members::default()),
+            activations: Mutex::new(HashMap::new()),
+            fault: Mutex::new(fault_from_env()),
+            scan_interval_ms: AtomicU64::new(1000),
             membership_changes: tokio::sync::Mutex::new(()),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
@@ -1703,9 +1818,28 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             mesh: Arc::downgrade(&mesh),
         }) as Arc<dyn ObjectSink>)
             .map_err(RuntimeError::Attach)?;
+        // The startup scan of wire §8 runs before Serving. A new lifecycle can never match an
+        // earlier one's authority, so it finds nothing to resume (see `activation`).
+        inner.recover_activations(ACTIVATION_SCAN_BATCH).await;
         if !entry.is_empty() {
             mesh.set_runtime_state(zlink_protocol::generated::RuntimeState::Serving);
         }
+        // The bounded background scan: resumes activations whose task ended early.
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            loop {
+                let every = match weak.upgrade() {
+                    Some(i) => Duration::from_millis(i.scan_interval_ms.load(Ordering::Relaxed)),
+                    None => return,
+                };
+                tokio::time::sleep(every).await;
+                let Some(i) = weak.upgrade() else { return };
+                if i.mesh.is_shut_down() {
+                    return;
+                }
+                i.recover_activations(ACTIVATION_SCAN_BATCH).await;
+            }
+        });
         Ok(Self { inner })
     }
 
@@ -1718,6 +1852,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// authority records stay: the objects become Unavailable until the lease lapses and a
     /// fenced cleanup removes them. Call before shutting the MeshNode down.
     pub async fn shutdown(&self) {
+        *self.inner.members() = Members::default();
         let live: Vec<LiveEntry> = self.inner.live().drain().map(|(_, e)| e).collect();
         for e in live {
             e.obj.close().await;
@@ -2194,6 +2329,77 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             .cache()
             .stale_route(&fence_of(&key, &snapshot));
         Ok(())
+    }
+
+    /// Request Spot `id` **with Instance intent** for stable type `stable_type` (valid for this
+    /// call only): a Missing Spot is cold-activated on a node chosen from descriptors and this
+    /// message is its first; a Ready one is called as usual. Concurrent first calls to one ID
+    /// produce one activation, and every caller gets one reply.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::request_to_spot`]; `Rejected` when no node can host the type;
+    /// `Unavailable` when the activation failed (its records were removed under their fence).
+    pub async fn request_to_instance_spot<M: JsonMessage, R: JsonMessage>(
+        &self,
+        stable_type: &str,
+        id: &str,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        let reply = self
+            .inner
+            .call_instance(stable_type, id, encode_json(msg)?, None, Some(timeout))
+            .await?;
+        decode_json(&reply.unwrap_or_default())
+    }
+
+    /// One-way message to Spot `id` with Instance intent (see
+    /// [`ObjectRuntime::request_to_instance_spot`]); completes at source-local admission.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::send_to_spot`].
+    pub async fn send_to_instance_spot<M: JsonMessage>(
+        &self,
+        stable_type: &str,
+        id: &str,
+        msg: &M,
+    ) -> Result<(), CallError> {
+        self.inner
+            .call_instance(stable_type, id, encode_json(msg)?, None, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Inject (or clear) a fault in the activation path (tests and chaos drills).
+    pub fn set_activation_fault(&self, fault: Option<ActivationFault>) {
+        *self
+            .inner
+            .fault
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fault;
+    }
+
+    /// Period of the background activation recovery scan (default 1 s).
+    pub fn set_activation_scan_interval(&self, every: Duration) {
+        self.inner.scan_interval_ms.store(
+            u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Run one pass of the activation recovery scan now; returns how many unfinished
+    /// activations it resumed or ended.
+    pub async fn recover_activations(&self) -> usize {
+        self.inner.recover_activations(ACTIVATION_SCAN_BATCH).await
+    }
+
+    /// Cold activations of this lifecycle whose first operation is not done yet.
+    pub fn unfinished_activations(&self) -> usize {
+        self.inner
+            .activations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// Make Actor `actor_id` a member of Spot `spot_id` (issue "Spots and Actors" §9). Both

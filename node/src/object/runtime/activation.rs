@@ -1,0 +1,1105 @@
+//! Instance Spot cold activation with a durable activation inbox (issue "Instance Spot cold
+//! activation"; wire §8; glossary §2 "Instance intent", "Cold activation", "Activation
+//! envelope", "Activation barrier", "Durable activation inbox", "Replay cursor", "Activation
+//! recovery pointer", "Recovery receipt").
+//!
+//! The **target** owns storage and reservation. For a call with Instance intent to a Missing
+//! Spot, the source picks a target from descriptors and sends command 39 with route kind 2
+//! (carrying the first message). The target then:
+//!
+//! 1. validates kind 2 against its own identity and the operation (a mismatch is a protocol
+//!    error, before any reservation);
+//! 2. builds the `instance-activation-recovery-v1` envelope (ZLIA) and stores it in the
+//!    Relocation Store — the recovery **root**;
+//! 3. reserves the authority with the root's receipt (reference, SHA-256, size) linked in the
+//!    same store request;
+//! 4. runs the factory, with the queue open but closed for handlers (the activation barrier);
+//! 5. commits the durable inbox's first record (`<root>/inbox/1`);
+//! 6. commits Ready keeping the recovery pointer and replay cursor 0 in the authority's
+//!    framework payload;
+//! 7. restores the first message at the queue head and opens the barrier;
+//! 8. records the first handler's terminal completion durably (`<root>/inbox/1/done`), answers
+//!    the caller, advances the replay cursor to 1 and removes the pointer with Preserve CASes.
+//!
+//! A target that loses the reservation race (another activation of the ID is under way or
+//! done) waits for the winner's Ready and delivers the message there like any Spot call (the
+//! "kind 1 once Ready" path), so concurrent first calls produce one activation and every
+//! caller one result.
+//!
+//! **Recovery** resumes an unfinished first operation only on the node lifecycle that started
+//! it: every activation is registered here with a local barrier; the background scan takes the
+//! barrier of an activation whose task is gone and resumes it from the store's state. A new
+//! process lifecycle can never match an earlier one's authority, so its startup scan finds
+//! nothing to resume: a dead target's activations end through fenced cleanup instead.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    InstanceActivationRecoveryV1, InstanceRoute, InstanceRouteMissing, NodeFence, OperationKind,
+    RequestHeader, TerminalStatus,
+};
+use zlink_protocol::metadata::Metadata;
+use zlink_store::types::{
+    AuthorityKey, AuthorityRead, AuthoritySnapshot, AuthorityState, ContentReceipt,
+    ObjectKind as StoreKind,
+};
+
+use super::{
+    CREATE_TIMEOUT, GiveBack, Inner, LiveEntry, ObjectStore, Resolution, UnavailableReason,
+    store_error,
+};
+use crate::call::error::{CallError, ErrorKind};
+use crate::mesh::InstanceDelivery;
+use crate::object::exec::Binding;
+use crate::object::registry::{FactoryInput, LiveObject, ObjectTypeKind};
+
+/// How long the recovery root and inbox records are kept in the Relocation Store (they are
+/// deleted as soon as the first operation is done; this bounds what a crash leaves behind).
+pub const ACTIVATION_RETENTION: Duration = Duration::from_secs(600);
+
+/// A fault to inject in the activation path (tests and chaos drills): what happens right after
+/// the Ready commit — the inbox first record is durable, the first handler has not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActivationFault {
+    /// The activation task ends there (as if it died): the recovery scan must finish it.
+    AbortTask,
+    /// The process exits there with status 86 (process-death tests).
+    ExitProcess,
+}
+
+/// Where the first operation's single terminal result goes.
+pub(super) enum ReplySink {
+    /// A caller on another node: the reply travels on the request's reply route.
+    Remote {
+        source: NodeFence,
+        header: RequestHeader,
+    },
+    /// A caller in this process.
+    Local(oneshot::Sender<Result<TypedPayload, CallError>>),
+    /// A one-way send: nobody to answer (a failure is a counted drop event).
+    None,
+}
+
+/// The recovery pointer kept in a Ready Instance Spot's framework payload until its first
+/// operation is done (glossary §2 "Activation recovery pointer").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Pointer {
+    root: String,
+    sha256: String,
+    size: u64,
+    cursor: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Framework {
+    v: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    recovery: Option<Pointer>,
+}
+
+/// The durable record of the first handler's terminal completion.
+#[derive(Debug, Serialize, Deserialize)]
+struct Completion {
+    status: TerminalStatus,
+    detail: String,
+    reply: Option<TypedPayload>,
+}
+
+/// The durable inbox's first record (the envelope itself is the root).
+#[derive(Debug, Serialize, Deserialize)]
+struct InboxRecord {
+    seq: u64,
+    root: String,
+    sha256: String,
+}
+
+fn framework_bytes(recovery: Option<Pointer>) -> Bytes {
+    Bytes::from(serde_json::to_vec(&Framework { v: 1, recovery }).unwrap_or_default())
+}
+
+fn pointer_of(payload: &[u8]) -> Option<Pointer> {
+    serde_json::from_slice::<Framework>(payload)
+        .ok()
+        .and_then(|f| f.recovery)
+}
+
+fn inbox_ref(root: &str) -> String {
+    format!("{root}/inbox/1")
+}
+
+fn done_ref(root: &str) -> String {
+    format!("{root}/inbox/1/done")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    zlink_protocol::codec::hex::encode(bytes)
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One cold activation this node lifecycle started, until its first operation is done.
+pub(super) struct Activation {
+    key: AuthorityKey,
+    envelope: InstanceActivationRecoveryV1,
+    receipt: ContentReceipt,
+    object_generation: std::sync::Mutex<u64>,
+    sink: std::sync::Mutex<Option<ReplySink>>,
+    /// The local barrier: held by the task working on it; the scan resumes only when it is
+    /// free (the task is gone).
+    barrier: Arc<tokio::sync::Mutex<()>>,
+    /// A handler result whose durable record failed (the scan records it; never reruns).
+    unrecorded: std::sync::Mutex<Option<Result<TypedPayload, CallError>>>,
+}
+
+impl Activation {
+    fn take_sink(&self) -> Option<ReplySink> {
+        self.sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    fn generation(&self) -> u64 {
+        *self
+            .object_generation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What the first call with Instance intent carries to the target.
+pub(super) struct FirstCall {
+    pub(super) source: NodeFence,
+    pub(super) source_spot_id: String,
+    pub(super) request: Option<RequestHeader>,
+    pub(super) operation_id: zlink_protocol::generated::OperationId,
+    pub(super) deadline_unix_ms: u64,
+    pub(super) route: InstanceRouteMissing,
+    pub(super) metadata: Option<Metadata>,
+    pub(super) payload: TypedPayload,
+}
+
+impl<S: ObjectStore> Inner<S> {
+    /// Deliver the single terminal result of a first operation.
+    fn answer(&self, sink: Option<ReplySink>, result: Result<TypedPayload, CallError>) {
+        match sink {
+            Some(ReplySink::Remote { source, header }) => {
+                self.mesh.reply_to(&source, &header, result);
+            }
+            Some(ReplySink::Local(tx)) => {
+                let _ = tx.send(result);
+            }
+            Some(ReplySink::None) => {
+                if let Err(e) = result {
+                    self.stats.activation_drops.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "a one-way first message of a cold activation was dropped");
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Serve command 39 from another node.
+    pub(super) fn instance_delivery(self: &Arc<Self>, d: InstanceDelivery) {
+        let sink = match &d.request {
+            Some(header) => ReplySink::Remote {
+                source: (*d.source).clone(),
+                header: header.clone(),
+            },
+            None => ReplySink::None,
+        };
+        match d.route {
+            InstanceRoute::Missing(route) => {
+                let call = FirstCall {
+                    source: (*d.source).clone(),
+                    source_spot_id: d.source_spot_id,
+                    request: d.request,
+                    operation_id: d.operation_id,
+                    deadline_unix_ms: d.deadline_unix_ms,
+                    route,
+                    metadata: d.metadata,
+                    payload: d.payload,
+                };
+                let this = Arc::clone(self);
+                tokio::spawn(async move { this.activate(call, sink).await });
+            }
+            InstanceRoute::Ready(r) => {
+                // Kind 1: an ordinary Spot delivery on an existing Ready authority.
+                self.deliver(crate::mesh::ObjectDelivery {
+                    source: d.source,
+                    route: r.route,
+                    request: d.request,
+                    metadata: d.metadata,
+                    payload: d.payload,
+                });
+            }
+        }
+    }
+
+    /// Wire §8 "Command 39 route kind": kind 2 must name this node's mesh, RID and lifecycle,
+    /// a descriptor version it has published, the operation's own deadline, and an Instance
+    /// Spot type registered here.
+    fn check_kind2(&self, call: &FirstCall) -> Result<(), CallError> {
+        let me = self.mesh.descriptor();
+        let r = &call.route;
+        let bad = |why: String| CallError::new(ErrorKind::ProtocolError, why);
+        if r.target_mesh != me.mesh_name || r.target_node != me.node {
+            return Err(bad(format!(
+                "the kind-2 route names {}/{}#{}, not this node lifecycle",
+                r.target_mesh, r.target_node.rid, r.target_node.lifecycle_generation
+            )));
+        }
+        if r.descriptor_version > me.descriptor_revision {
+            return Err(bad(format!(
+                "the kind-2 route names descriptor version {} that this node never published",
+                r.descriptor_version
+            )));
+        }
+        if r.deadline_unix_ms != call.deadline_unix_ms {
+            return Err(bad(
+                "the kind-2 route's deadline differs from the operation's".to_owned(),
+            ));
+        }
+        if r.spot_id.is_empty() {
+            return Err(bad("the kind-2 route names no Spot".to_owned()));
+        }
+        self.instance_type(&r.stable_type).map(|_| ())
+    }
+
+    /// The registered Instance Spot type `stable_type` (`Rejected` otherwise: this node cannot
+    /// activate it).
+    fn instance_type(
+        &self,
+        stable_type: &str,
+    ) -> Result<Arc<dyn crate::object::registry::ObjectType>, CallError> {
+        match self.types.get(stable_type) {
+            Some(t) if t.kind() == ObjectTypeKind::InstanceSpot => Ok(Arc::clone(t)),
+            _ => Err(CallError::new(
+                ErrorKind::Rejected,
+                format!("this node has no Instance Spot type {stable_type:?}"),
+            )),
+        }
+    }
+
+    /// The target side of a cold activation (see the module docs). Answers `sink` exactly
+    /// once: here, or through the recovery scan if this task ends early.
+    pub(super) async fn activate(self: Arc<Self>, call: FirstCall, sink: ReplySink) {
+        if let Err(e) = self.check_kind2(&call) {
+            if e.kind() == ErrorKind::ProtocolError {
+                self.stats
+                    .activation_route_mismatches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.answer(Some(sink), Err(e));
+            return;
+        }
+        if call.deadline_unix_ms <= now_unix_ms() {
+            self.answer(
+                Some(sink),
+                Err(CallError::new(
+                    ErrorKind::DeadlineExceeded,
+                    "the operation's deadline passed before the activation",
+                )),
+            );
+            return;
+        }
+        let key = match AuthorityKey::new(StoreKind::Spot, &call.route.spot_id) {
+            Ok(k) => k,
+            Err(e) => {
+                self.answer(
+                    Some(sink),
+                    Err(CallError::new(ErrorKind::InvalidOperation, e.to_string())),
+                );
+                return;
+            }
+        };
+        // One activation of an ID at a time on this node.
+        let gate = {
+            let mut creating = self.creating.lock().await;
+            Arc::clone(creating.entry(key.clone()).or_default())
+        };
+        let guard = gate.lock().await;
+        let started = self.begin(&key, &call, sink).await;
+        drop(guard);
+        {
+            let mut creating = self.creating.lock().await;
+            if Arc::strong_count(&gate) == 2 {
+                creating.remove(&key);
+            }
+        }
+        if let Some((act, barrier)) = started {
+            self.finish_first(&act, barrier).await;
+        }
+    }
+
+    /// Steps 2–6 (and the fault point); `None` when the call was answered already (failure,
+    /// or delivered to another activation's Spot).
+    async fn begin(
+        self: &Arc<Self>,
+        key: &AuthorityKey,
+        call: &FirstCall,
+        sink: ReplySink,
+    ) -> Option<(Arc<Activation>, tokio::sync::OwnedMutexGuard<()>)> {
+        let r = &call.route;
+        let envelope = InstanceActivationRecoveryV1 {
+            operation_kind: if call.request.is_some() {
+                OperationKind::Request
+            } else {
+                OperationKind::Send
+            },
+            operation_id: call.operation_id.clone(),
+            reply_route_id: call.request.as_ref().map(|h| h.reply_route_id),
+            correlation_id: call.request.as_ref().map(|h| h.correlation_id.clone()),
+            deadline_unix_ms: call.deadline_unix_ms,
+            source: call.source.clone(),
+            source_spot_id: call.source_spot_id.clone(),
+            target_mesh: r.target_mesh.clone(),
+            target_node: r.target_node.clone(),
+            spot_id: r.spot_id.clone(),
+            stable_type: r.stable_type.clone(),
+            descriptor_version: r.descriptor_version,
+            metadata_present: call.metadata.is_some(),
+            metadata: call.metadata.as_ref().map(|m| Bytes::from(m.encode())),
+            packet_name: call.payload.packet_name.as_str().to_owned(),
+            content_type: call.payload.content_type.as_str().to_owned(),
+            payload: call.payload.payload.clone(),
+        };
+        let bytes = match envelope.encode() {
+            Ok(b) => b,
+            Err(e) => {
+                self.answer(
+                    Some(sink),
+                    Err(CallError::new(ErrorKind::InvalidOperation, e.to_string())),
+                );
+                return None;
+            }
+        };
+        let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+        let mut sha256 = [0u8; 32];
+        sha256.copy_from_slice(digest.as_ref());
+        let reference = match self.new_reservation_id() {
+            Ok(id) => format!("activation/{id}"),
+            Err(e) => {
+                self.answer(Some(sink), Err(e));
+                return None;
+            }
+        };
+        let receipt = ContentReceipt {
+            reference: reference.clone(),
+            sha256,
+            size: bytes.len() as u64,
+        };
+        if let Err(e) = self
+            .store
+            .put(&reference, Bytes::from(bytes), ACTIVATION_RETENTION)
+            .await
+        {
+            self.answer(Some(sink), Err(store_error(e)));
+            return None;
+        }
+        let owner = match self.owner() {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = self.store.delete(&reference).await;
+                self.answer(Some(sink), Err(e));
+                return None;
+            }
+        };
+        let me = self.mesh.fence();
+        let reservation = match self
+            .reserve(
+                key,
+                StoreKind::Spot,
+                &r.stable_type,
+                &me,
+                owner,
+                Some(receipt.clone()),
+            )
+            .await
+        {
+            Ok(res) => res,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                // Another activation of this ID is under way or done: deliver to it once it
+                // is Ready (kind 1), never a second activation.
+                let _ = self.store.delete(&reference).await;
+                self.stats
+                    .activation_forwards
+                    .fetch_add(1, Ordering::Relaxed);
+                self.forward_when_ready(call, sink).await;
+                return None;
+            }
+            Err(e) => {
+                let _ = self.store.delete(&reference).await;
+                self.answer(Some(sink), Err(e));
+                return None;
+            }
+        };
+        let act = Arc::new(Activation {
+            key: key.clone(),
+            envelope,
+            receipt: receipt.clone(),
+            object_generation: std::sync::Mutex::new(reservation.object_generation),
+            sink: std::sync::Mutex::new(Some(sink)),
+            barrier: Arc::new(tokio::sync::Mutex::new(())),
+            unrecorded: std::sync::Mutex::new(None),
+        });
+        let Ok(barrier) = Arc::clone(&act.barrier).try_lock_owned() else {
+            return None;
+        };
+        self.activations_lock()
+            .insert(key.clone(), Arc::clone(&act));
+        self.stats.activations.fetch_add(1, Ordering::Relaxed);
+        match self.prepare(&act, reservation).await {
+            Ok(()) => {}
+            Err(e) => {
+                self.fail(&act, e).await;
+                return None;
+            }
+        }
+        match self.fault() {
+            Some(ActivationFault::AbortTask) => {
+                tracing::warn!(
+                    key = key.as_str(),
+                    "fault injected: the activation task ends after the Ready commit"
+                );
+                return None;
+            }
+            Some(ActivationFault::ExitProcess) => {
+                tracing::warn!(
+                    key = key.as_str(),
+                    "fault injected: the process exits after the Ready commit"
+                );
+                std::process::exit(86);
+            }
+            None => {}
+        }
+        Some((act, barrier))
+    }
+
+    /// Factory with the barrier closed, inbox first record, Ready commit with the pointer.
+    async fn prepare(
+        &self,
+        act: &Arc<Activation>,
+        reservation: zlink_store::types::Reservation,
+    ) -> Result<(), CallError> {
+        let key = &act.key;
+        let generation = reservation.object_generation;
+        let ty = self.instance_type(&act.envelope.stable_type)?;
+        if let Err(e) = self.objects.open(key, generation) {
+            let _ = self.give_back(&reservation).await;
+            return Err(CallError::new(ErrorKind::Conflict, e.to_string()));
+        }
+        let obj = match self.instantiate(&ty, act, generation).await {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = self.objects.remove(key, generation);
+                self.give_back_or_delete(&reservation).await;
+                return Err(e);
+            }
+        };
+        let root = &act.receipt;
+        let inbox = InboxRecord {
+            seq: 1,
+            root: root.reference.clone(),
+            sha256: hex(&root.sha256),
+        };
+        let committed = async {
+            self.store
+                .put(
+                    &inbox_ref(&root.reference),
+                    Bytes::from(serde_json::to_vec(&inbox).unwrap_or_default()),
+                    ACTIVATION_RETENTION,
+                )
+                .await
+                .map_err(store_error)?;
+            let pointer = Pointer {
+                root: root.reference.clone(),
+                sha256: hex(&root.sha256),
+                size: root.size,
+                cursor: 0,
+            };
+            self.store
+                .commit_ready(&reservation, framework_bytes(Some(pointer)))
+                .await
+                .map_err(store_error)
+        }
+        .await;
+        let snapshot = match committed {
+            Ok(s) => s,
+            Err(e) => {
+                obj.close().await;
+                let _ = self.objects.remove(key, generation);
+                self.give_back_or_delete(&reservation).await;
+                return Err(e);
+            }
+        };
+        self.live().insert(
+            key.clone(),
+            LiveEntry {
+                generation,
+                authority_owner_generation: snapshot.authority_owner_generation,
+                obj,
+            },
+        );
+        self.members()
+            .spots
+            .entry(act.envelope.spot_id.clone())
+            .or_default();
+        self.stats.created.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Run the factory and start the instance on the (not yet Ready) queue.
+    async fn instantiate(
+        &self,
+        ty: &Arc<dyn crate::object::registry::ObjectType>,
+        act: &Activation,
+        generation: u64,
+    ) -> Result<Arc<dyn LiveObject>, CallError> {
+        self.stats.factory_runs.fetch_add(1, Ordering::Relaxed);
+        let mut home = Binding::new(Arc::clone(&self.objects), act.key.clone(), generation);
+        if let Some(c) = self.this.get().cloned() {
+            home = home.with_caller(c as std::sync::Weak<dyn crate::object::exec::ObjectCaller>);
+        }
+        let made = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(ty.create(
+            FactoryInput {
+                id: act.envelope.spot_id.clone(),
+                stable_type: act.envelope.stable_type.clone(),
+                object_generation: generation,
+                init: None,
+            },
+            home,
+        )))
+        .await
+        .unwrap_or_else(|_| {
+            Err(CallError::new(
+                ErrorKind::HandlerFailed,
+                "the factory panicked",
+            ))
+        });
+        made.map(Arc::from).map_err(|e| {
+            CallError::new(
+                ErrorKind::HandlerFailed,
+                format!(
+                    "factory of {:?} failed for {}: {}",
+                    act.envelope.stable_type,
+                    act.envelope.spot_id,
+                    e.detail()
+                ),
+            )
+        })
+    }
+
+    /// Give a reservation back; a commit that landed after all is deleted under its fence.
+    async fn give_back_or_delete(&self, reservation: &zlink_store::types::Reservation) {
+        if let GiveBack::Committed(a) = self.give_back(reservation).await {
+            let _ = self.store.delete_fenced(&a.fence()).await;
+        }
+    }
+
+    /// The failure path (wire §8 "Cold activation recovery 실패 처리"): the barrier stays
+    /// sealed, the caller gets one terminal result, a one-way message is a drop event; the
+    /// records were removed under their fence by the step that failed.
+    async fn fail(&self, act: &Arc<Activation>, e: CallError) {
+        self.activations_lock().remove(&act.key);
+        let _ = self.store.delete(&inbox_ref(&act.receipt.reference)).await;
+        let _ = self.store.delete(&act.receipt.reference).await;
+        self.answer(act.take_sink(), Err(e));
+    }
+
+    /// Steps 7–8: restore the first message at the queue head, open the barrier, record the
+    /// terminal completion, answer, advance the cursor, remove the pointer.
+    async fn finish_first(&self, act: &Arc<Activation>, barrier: tokio::sync::OwnedMutexGuard<()>) {
+        let key = &act.key;
+        let generation = act.generation();
+        // A completion recorded already (a task that died after it) is answered from the
+        // store: the handler never runs twice.
+        let recorded = match self.store.read(&done_ref(&act.receipt.reference)).await {
+            Ok(Some(p)) => serde_json::from_slice::<Completion>(&p.bytes).ok(),
+            Ok(None) => None,
+            Err(e) => {
+                // Not known: leave it to the next scan.
+                tracing::debug!(error = %e, "activation completion unreadable; retried by the scan");
+                drop(barrier);
+                return;
+            }
+        };
+        let result = match recorded {
+            Some(c) => match CallError::from_status(c.status, c.detail) {
+                None => Ok(c.reply.unwrap_or_default()),
+                Some(e) => Err(e),
+            },
+            None => {
+                let obj = self
+                    .live()
+                    .get(key)
+                    .filter(|e| e.generation == generation)
+                    .map(|e| Arc::clone(&e.obj));
+                let Some(obj) = obj else {
+                    drop(barrier);
+                    return;
+                };
+                let env = &act.envelope;
+                let payload = TypedPayload::new(
+                    env.packet_name.clone(),
+                    env.content_type.clone(),
+                    env.payload.clone(),
+                );
+                let metadata = env
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| Metadata::decode(&m[..]).ok());
+                let request = env.operation_kind == OperationKind::Request;
+                let rx = match obj.first_message(payload, metadata, request) {
+                    Ok(rx) => rx,
+                    Err(e) => {
+                        self.answer(act.take_sink(), Err(e));
+                        self.activations_lock().remove(key);
+                        return;
+                    }
+                };
+                // The activation barrier opens: the first message is at the head.
+                let _ = self.objects.mark_ready(key, generation);
+                let result = rx.await.unwrap_or_else(|_| {
+                    Err(CallError::new(ErrorKind::Unavailable, "object closed"))
+                });
+                let completion = match &result {
+                    Ok(p) => Completion {
+                        status: TerminalStatus::Ok,
+                        detail: String::new(),
+                        reply: Some(p.clone()),
+                    },
+                    Err(e) => Completion {
+                        status: e.status(),
+                        detail: e.detail().to_owned(),
+                        reply: None,
+                    },
+                };
+                if let Err(e) = self
+                    .store
+                    .put(
+                        &done_ref(&act.receipt.reference),
+                        Bytes::from(serde_json::to_vec(&completion).unwrap_or_default()),
+                        ACTIVATION_RETENTION,
+                    )
+                    .await
+                {
+                    // The handler ran but its completion is not durable: the scan retries the
+                    // record (it finds the handler done through `completed`).
+                    tracing::warn!(error = %e, "activation completion not recorded yet");
+                    act.completed_unrecorded(result);
+                    drop(barrier);
+                    return;
+                }
+                result
+            }
+        };
+        // Durable now: answer, then move the cursor and drop the pointer.
+        self.answer(act.take_sink(), result);
+        if self.release_pointer(act).await.is_ok() {
+            self.activations_lock().remove(key);
+            let _ = self.store.delete(&done_ref(&act.receipt.reference)).await;
+            let _ = self.store.delete(&inbox_ref(&act.receipt.reference)).await;
+            let _ = self.store.delete(&act.receipt.reference).await;
+        }
+        drop(barrier);
+    }
+
+    /// Advance the replay cursor to 1, then remove the pointer (two Preserve CASes); a
+    /// pointer already advanced or gone is fine.
+    async fn release_pointer(&self, act: &Activation) -> Result<(), CallError> {
+        let read = self
+            .store
+            .read_authority(&act.key)
+            .await
+            .map_err(store_error)?;
+        let AuthorityRead::Found(a) = read else {
+            return Ok(());
+        };
+        let mut a = *a;
+        if a.object_generation != act.generation() {
+            return Ok(());
+        }
+        match pointer_of(&a.payload) {
+            Some(p) if p.root == act.receipt.reference && p.cursor == 0 => {
+                let advanced = Pointer { cursor: 1, ..p };
+                a = self
+                    .store
+                    .preserve(&a.fence(), framework_bytes(Some(advanced)))
+                    .await
+                    .map_err(store_error)?;
+            }
+            Some(p) if p.root == act.receipt.reference => {}
+            _ => return Ok(()),
+        }
+        self.store
+            .preserve(&a.fence(), framework_bytes(None))
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    /// Deliver a first call whose activation another node or task won: wait (bounded by the
+    /// deadline) for the Ready authority, then call it like any Spot.
+    async fn forward_when_ready(&self, call: &FirstCall, sink: ReplySink) {
+        let deadline = call.deadline_unix_ms;
+        let result = async {
+            let key = AuthorityKey::new(StoreKind::Spot, &call.route.spot_id)
+                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+            loop {
+                let now = now_unix_ms();
+                if now >= deadline {
+                    return Err(CallError::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!(
+                            "{} did not become Ready before the deadline",
+                            call.route.spot_id
+                        ),
+                    ));
+                }
+                match self.resolver.resolve_fresh(&key).await {
+                    Resolution::ReadyRoute(_) => break,
+                    Resolution::Unavailable {
+                        reason: UnavailableReason::Creating,
+                        ..
+                    }
+                    | Resolution::Missing => {}
+                    Resolution::Unavailable {
+                        reason: UnavailableReason::OwnerLeaseLost,
+                        authority,
+                    } => {
+                        self.cleanup_if_owner_gone(&authority).await?;
+                    }
+                    Resolution::Unavailable { reason, .. } => {
+                        return Err(CallError::new(
+                            ErrorKind::Unavailable,
+                            format!("{} cannot be used now ({reason:?})", call.route.spot_id),
+                        ));
+                    }
+                    Resolution::StoreFailure(e) => return Err(store_error(e)),
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let left = Duration::from_millis(deadline.saturating_sub(now_unix_ms()));
+            self.call(
+                StoreKind::Spot,
+                &call.route.spot_id,
+                call.payload.clone(),
+                call.metadata.clone(),
+                call.request.as_ref().map(|_| left),
+            )
+            .await
+            .map(Option::unwrap_or_default)
+        }
+        .await;
+        self.answer(Some(sink), result);
+    }
+
+    /// One pass of the recovery scan over this lifecycle's unfinished activations (at most
+    /// `batch`): each one whose task is gone is resumed from the store's state. Returns how
+    /// many were resumed or ended.
+    pub(super) async fn recover_activations(self: &Arc<Self>, batch: usize) -> usize {
+        let pending: Vec<Arc<Activation>> = self
+            .activations_lock()
+            .values()
+            .take(batch)
+            .cloned()
+            .collect();
+        let mut handled = 0;
+        for act in pending {
+            let Ok(barrier) = Arc::clone(&act.barrier).try_lock_owned() else {
+                continue; // its task is alive
+            };
+            handled += 1;
+            self.stats
+                .activation_recoveries
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(result) = act.take_completed_unrecorded() {
+                self.record_and_finish(&act, barrier, result).await;
+                continue;
+            }
+            match self.store.read_authority(&act.key).await {
+                Ok(AuthorityRead::Found(a)) => self.resume(&act, barrier, &a).await,
+                Ok(AuthorityRead::Missing { .. }) => {
+                    self.activations_lock().remove(&act.key);
+                    self.answer(
+                        act.take_sink(),
+                        Err(CallError::new(
+                            ErrorKind::Unavailable,
+                            "the activation's authority is gone",
+                        )),
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "activation scan: store unavailable; retried");
+                }
+            }
+        }
+        handled
+    }
+
+    async fn resume(
+        &self,
+        act: &Arc<Activation>,
+        barrier: tokio::sync::OwnedMutexGuard<()>,
+        a: &AuthoritySnapshot,
+    ) {
+        let me = self.mesh.fence();
+        let ours = a.object_generation == act.generation()
+            && a.owner_node.rid == me.rid
+            && a.owner_node.lifecycle_generation == me.lifecycle_generation;
+        match (a.state, ours) {
+            (AuthorityState::Ready, true) => match pointer_of(&a.payload) {
+                Some(p) if p.root == act.receipt.reference => {
+                    self.finish_first(act, barrier).await;
+                }
+                _ => {
+                    // The pointer is gone: the first operation finished.
+                    self.activations_lock().remove(&act.key);
+                }
+            },
+            (AuthorityState::Creating, true) => {
+                // Ended before Ready: give the reservation back under its fence and fail once.
+                if let Some(p) = &a.pending_creation {
+                    let reservation = zlink_store::types::Reservation {
+                        key: a.key.clone(),
+                        reservation_id: p.reservation_id.clone(),
+                        store_version: a.store_version,
+                        object_generation: a.object_generation,
+                        authority_owner_generation: a.authority_owner_generation,
+                        reservation_version: p.reservation_version,
+                        target: p.target.clone(),
+                    };
+                    self.give_back_or_delete(&reservation).await;
+                }
+                let _ = self.objects.remove(&act.key, act.generation());
+                self.fail(
+                    act,
+                    CallError::new(ErrorKind::Unavailable, "the activation did not complete"),
+                )
+                .await;
+                drop(barrier);
+            }
+            _ => {
+                self.activations_lock().remove(&act.key);
+                self.answer(
+                    act.take_sink(),
+                    Err(CallError::new(
+                        ErrorKind::Unavailable,
+                        "the activation's authority changed",
+                    )),
+                );
+            }
+        }
+    }
+
+    async fn record_and_finish(
+        &self,
+        act: &Arc<Activation>,
+        barrier: tokio::sync::OwnedMutexGuard<()>,
+        result: Result<TypedPayload, CallError>,
+    ) {
+        let completion = match &result {
+            Ok(p) => Completion {
+                status: TerminalStatus::Ok,
+                detail: String::new(),
+                reply: Some(p.clone()),
+            },
+            Err(e) => Completion {
+                status: e.status(),
+                detail: e.detail().to_owned(),
+                reply: None,
+            },
+        };
+        if self
+            .store
+            .put(
+                &done_ref(&act.receipt.reference),
+                Bytes::from(serde_json::to_vec(&completion).unwrap_or_default()),
+                ACTIVATION_RETENTION,
+            )
+            .await
+            .is_err()
+        {
+            act.completed_unrecorded(result);
+            return;
+        }
+        // `finish_first` now finds the durable completion and never reruns the handler.
+        self.finish_first(act, barrier).await;
+    }
+
+    fn activations_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<AuthorityKey, Arc<Activation>>> {
+        self.activations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn fault(&self) -> Option<ActivationFault> {
+        *self
+            .fault
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The source side of a call with Instance intent (issue §1): a Ready Spot is called as
+    /// usual; a Missing one is activated on a target chosen from descriptors (command 39, kind
+    /// 2, or in-process when the target is this node). `timeout` `None` is a one-way send.
+    pub(super) async fn call_instance(
+        self: &Arc<Self>,
+        stable_type: &str,
+        id: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        let key = AuthorityKey::new(StoreKind::Spot, id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let budget = timeout.unwrap_or(CREATE_TIMEOUT);
+        let deadline = tokio::time::Instant::now() + budget;
+        let deadline_unix_ms =
+            now_unix_ms().saturating_add(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX));
+        loop {
+            match self.resolver.resolve(&key).await {
+                Resolution::ReadyRoute(_) => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    return self
+                        .call(
+                            StoreKind::Spot,
+                            id,
+                            payload,
+                            metadata,
+                            timeout.map(|_| left),
+                        )
+                        .await;
+                }
+                Resolution::Missing => break,
+                Resolution::Unavailable {
+                    reason: UnavailableReason::Creating,
+                    ..
+                } => {}
+                Resolution::Unavailable {
+                    reason: UnavailableReason::OwnerLeaseLost,
+                    authority,
+                } => {
+                    // A dead owner's Spot is not reactivated in place; its record is removed
+                    // under its fence (fenced cleanup) and the ID activates anew.
+                    self.cleanup_if_owner_gone(&authority).await?;
+                }
+                Resolution::Unavailable { reason, .. } => {
+                    return Err(CallError::new(
+                        ErrorKind::Unavailable,
+                        format!("{id} cannot be used now ({reason:?})"),
+                    ));
+                }
+                Resolution::StoreFailure(e) => return Err(store_error(e)),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(CallError::new(
+                    ErrorKind::DeadlineExceeded,
+                    format!("{id} did not become Ready within {budget:?}"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let target = self.choose_descriptor(StoreKind::Spot, stable_type)?;
+        let route = InstanceRouteMissing {
+            target_mesh: target.mesh_name.clone(),
+            target_node: target.node.clone(),
+            spot_id: id.to_owned(),
+            stable_type: stable_type.to_owned(),
+            descriptor_version: target.descriptor_revision,
+            deadline_unix_ms,
+        };
+        if target.node != self.mesh.fence() {
+            self.stats.remote_calls.fetch_add(1, Ordering::Relaxed);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            return self
+                .mesh
+                .instance_spot(
+                    &target.node,
+                    InstanceRoute::Missing(route),
+                    payload,
+                    metadata,
+                    timeout.map(|_| left),
+                )
+                .await;
+        }
+        self.stats.local_calls.fetch_add(1, Ordering::Relaxed);
+        // An in-process caller has no reply route: its identity only fills the envelope.
+        let random = crate::mesh::auth::random_bytes::<16>()
+            .map_err(|_| CallError::new(ErrorKind::Unavailable, "no randomness"))?;
+        let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+        let operation_id = zlink_protocol::generated::OperationId {
+            high: word(&random[..8]),
+            low: word(&random[8..]).max(1),
+        };
+        let (tx, rx) = oneshot::channel();
+        let sink = if timeout.is_some() {
+            ReplySink::Local(tx)
+        } else {
+            ReplySink::None
+        };
+        let request = timeout.map(|_| RequestHeader {
+            operation_id: operation_id.clone(),
+            reply_route_id: 1,
+            correlation_id: "local".to_owned(),
+            deadline_unix_ms,
+        });
+        let call = FirstCall {
+            source: self.mesh.fence(),
+            source_spot_id: String::new(),
+            request,
+            operation_id,
+            deadline_unix_ms,
+            route,
+            metadata,
+            payload,
+        };
+        let this = Arc::clone(self);
+        let task = tokio::spawn(async move { this.activate(call, sink).await });
+        if timeout.is_none() {
+            // One-way: complete at source-local admission (the activation goes on).
+            drop(task);
+            return Ok(None);
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(r)) => r.map(Some),
+            Ok(Err(_)) => Err(CallError::new(
+                ErrorKind::Unavailable,
+                "the activation ended without a result",
+            )),
+            Err(_) => Err(CallError::new(
+                ErrorKind::DeadlineExceeded,
+                format!("no reply from {id} within {budget:?}"),
+            )),
+        }
+    }
+}
+
+impl Activation {
+    fn completed_unrecorded(&self, result: Result<TypedPayload, CallError>) {
+        *self
+            .unrecorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
+    }
+
+    fn take_completed_unrecorded(&self) -> Option<Result<TypedPayload, CallError>> {
+        self.unrecorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
