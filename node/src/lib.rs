@@ -65,6 +65,7 @@ pub mod fanout;
 pub mod jobs;
 pub mod mesh;
 pub mod object;
+pub mod refapp;
 pub mod routing;
 pub mod select;
 pub mod transport;
