@@ -61,6 +61,7 @@
 pub mod call;
 pub mod clientserver;
 pub mod config;
+pub mod demo;
 pub mod fanout;
 pub mod jobs;
 pub mod mesh;
