@@ -42,7 +42,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "zlink-demo")]
     redis_namespace: String,
     /// Period of each room's housekeeping timer.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 100)]
     room_tick_ms: u64,
     /// Deadline of every request.
     #[arg(long, default_value_t = 10_000)]

@@ -61,9 +61,10 @@ async fn a_small_demo_delivers_every_message_exactly_once() {
     assert_eq!(r.nodes.len(), 3);
     assert_eq!(r.live_objects(), 4 + 12 + 3);
     assert_eq!(r.expected_objects, r.live_objects());
+    // Placement by weight spread the 4 rooms (with their players) over all 3 nodes.
     assert!(
-        r.nodes.iter().filter(|n| n.objects > 1).count() >= 2,
-        "rooms were placed on more than one node: {:?}",
+        r.nodes.iter().all(|n| n.objects > 1),
+        "every node hosts a room: {:?}",
         r.nodes
     );
     // Requests: every third player message plus every line.
@@ -121,4 +122,56 @@ async fn bad_settings_name_the_field() {
             "{e}"
         );
     }
+}
+
+/// §5: the `zlink-node demo` binary, run as a real process with small flags, exits 0, prints
+/// plain progress lines (its stdout is a pipe, not a terminal: no progress bar) and the summary.
+#[test]
+fn the_demo_command_passes_and_prints_its_summary() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zlink-node"))
+        .args([
+            "demo",
+            "--rooms",
+            "3",
+            "--players-per-room",
+            "2",
+            "--messages-per-player",
+            "6",
+            "--lines-per-room",
+            "3",
+            "--concurrency",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for line in [
+        "demo: traffic   45/45",
+        "objects           12 live (expected 12: 3 rooms, 6 players, 3 Entry Spots)",
+        // 6 × 6 + 3 × 3 sent by the load generator, each line broadcast to 2 members.
+        "messages sent     63 (45 by the load generator, 18 room broadcasts)",
+        "delivered         63",
+        "gaps              0",
+        "duplicates        0",
+        "request latency   p50",
+        "route cache",
+        "result: PASS",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in:\n{stdout}");
+    }
+    assert!(!stdout.contains('\u{1b}'), "no terminal escapes on a pipe");
+}
+
+/// A bad flag value exits non-zero with a message naming the setting.
+#[test]
+fn the_demo_command_refuses_bad_settings() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zlink-node"))
+        .args(["demo", "--nodes", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("demo setting nodes"), "{stderr}");
 }

@@ -8,10 +8,10 @@
 //!    embedded memory store, or Redis — each with an object runtime, the `lobby` Entry Spot and
 //!    the reference application's capabilities, and waits until every node sees every other
 //!    one ready and `Serving` (placement only considers `Serving` nodes; glossary §5).
-//! 2. Creates the `room` User Spots (placed by weight across the nodes, remote create 47) and
-//!    `players_per_room` `player` Actors in each room (`create_actor_in`: placed on the room's
-//!    node, member of the room, wire §7), from all nodes in turn, then joins each player to its
-//!    room's member list.
+//! 2. Creates the `room` User Spots from the first node (placed by weight across all nodes,
+//!    remote create 47) and `players_per_room` `player` Actors in each room from all nodes in
+//!    turn (`create_actor_in`: placed on the room's node, member of the room, wire §7), then
+//!    joins each player to its room's member list.
 //! 3. Drives the traffic of [`plan`]: every node sends numbered `Deliver` messages and
 //!    `DeliverRequest`s to players and `Say` lines to rooms, addressing only global IDs (the
 //!    route cache resolves owners; routing `000_…` §2), with at most `concurrency` calls in
@@ -110,10 +110,10 @@ impl Default for DemoConfig {
     fn default() -> Self {
         Self {
             nodes: 3,
-            rooms: 40,
+            rooms: 50,
             players_per_room: 10,
-            messages_per_player: 24,
-            lines_per_room: 12,
+            messages_per_player: 60,
+            lines_per_room: 20,
             request_every: 2,
             concurrency: 64,
             store: DemoStore::Memory,
@@ -636,13 +636,15 @@ async fn drive<S: LocationStore>(
         done: 0,
         total: setup_total,
     });
-    // Rooms from every node in turn (placement by weight picks the owner), then the players
-    // in them (placed on their room's node), then the joins.
+    // Rooms from the first node: its weighted selector rotates over every Serving node, so
+    // the rooms spread evenly (each node's selector starts at the same candidate, so rooms
+    // created from every node in turn would pile up on one node in a small run). Then the
+    // players from every node in turn (each placed on its room's node), then the joins.
     let limit = cfg.concurrency * n;
     stage(
         "creating rooms",
-        rooms.iter().enumerate().map(|(r, id)| {
-            let rt = &mesh.rts[r % n];
+        rooms.iter().map(|id| {
+            let rt = &mesh.rts[0];
             async move { rt.create_user_spot(ROOM, id, None).await.map(drop) }
         }),
         limit,
@@ -1046,5 +1048,130 @@ impl Verified {
         if !dirty.is_empty() && self.problems.len() < PROBLEM_LIMIT {
             self.problems.push((id.to_owned(), dirty));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clean() -> DemoReport {
+        DemoReport {
+            nodes: vec![NodeSummary {
+                rid: "n".into(),
+                objects: 4,
+                local_calls: 1,
+                remote_calls: 1,
+                cache_hits: 3,
+                cache_misses: 1,
+            }],
+            rooms: 1,
+            players: 2,
+            expected_objects: 4,
+            driver_sent: 10,
+            broadcasts: 4,
+            failed_calls: 0,
+            errors: vec![],
+            delivered: 14,
+            gaps: 0,
+            duplicates: 0,
+            unexpected: 0,
+            problems: vec![],
+            requests: 5,
+            latency_p50: Duration::from_millis(1),
+            latency_p99: Duration::from_millis(2),
+            latency_max: Duration::from_millis(3),
+            room_ticks: 0,
+            elapsed: Duration::from_secs(1),
+            traffic_elapsed: Duration::from_millis(500),
+        }
+    }
+
+    /// The exit status of `zlink-node demo` rests on this: each kind of problem alone fails
+    /// the run and is named.
+    #[test]
+    fn any_gap_duplicate_loss_or_miscount_fails_the_run() {
+        assert!(clean().passed());
+        assert!((clean().cache_hit_rate() - 0.75).abs() < 1e-9);
+        let cases: Vec<(DemoReport, &str)> = vec![
+            (
+                DemoReport {
+                    gaps: 1,
+                    delivered: 13,
+                    ..clean()
+                },
+                "missing",
+            ),
+            (
+                DemoReport {
+                    duplicates: 1,
+                    ..clean()
+                },
+                "duplicate",
+            ),
+            (
+                DemoReport {
+                    unexpected: 1,
+                    ..clean()
+                },
+                "never sent",
+            ),
+            (
+                DemoReport {
+                    failed_calls: 1,
+                    ..clean()
+                },
+                "failed",
+            ),
+            (
+                DemoReport {
+                    delivered: 13,
+                    ..clean()
+                },
+                "delivered 13",
+            ),
+            (
+                DemoReport {
+                    expected_objects: 5,
+                    ..clean()
+                },
+                "objects",
+            ),
+        ];
+        for (r, word) in cases {
+            let f = r.failures();
+            assert!(!r.passed());
+            assert!(f.iter().any(|x| x.contains(word)), "{word}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn settings_out_of_range_name_their_field() {
+        assert!(DemoConfig::default().validate().is_ok());
+        let field = |c: DemoConfig| match c.validate() {
+            Err(DemoError::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            field(DemoConfig {
+                nodes: 17,
+                ..DemoConfig::default()
+            }),
+            "nodes"
+        );
+        assert_eq!(
+            field(DemoConfig {
+                players_per_room: 0,
+                ..DemoConfig::default()
+            }),
+            "players_per_room"
+        );
+        assert_eq!(
+            field(DemoConfig {
+                request_timeout: Duration::ZERO,
+                ..DemoConfig::default()
+            }),
+            "request_timeout"
+        );
     }
 }

@@ -56,7 +56,7 @@ pub struct RefAppConfig {
 impl Default for RefAppConfig {
     fn default() -> Self {
         Self {
-            room_tick: Duration::from_millis(250),
+            room_tick: Duration::from_millis(100),
             chat_log_limit: 64,
         }
     }
