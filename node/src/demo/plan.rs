@@ -65,12 +65,15 @@ impl Shape {
         ((target % n) + usize::try_from(j % n as u64).unwrap_or(0)) % n
     }
 
-    /// Every operation, grouped per sending node (index = node), players before rooms.
+    /// Every operation, grouped per sending node (index = node), in rounds: round `j` holds
+    /// message `j` of every player, then line `j` of every room. Consecutive calls of a node
+    /// therefore go to different IDs, the way many independent clients would call (ordering by
+    /// target instead would send a node's whole in-flight window to one cold ID at once).
     pub fn ops(&self) -> Vec<Vec<Op>> {
         let n = self.nodes.max(1);
         let mut per_node = vec![Vec::new(); n];
-        for p in 0..self.players {
-            for j in 0..self.messages_per_player {
+        for j in 0..self.messages_per_player.max(self.lines_per_room) {
+            for p in (0..self.players).take_while(|_| j < self.messages_per_player) {
                 let kind = if self.request_every > 0 && (j + 1) % self.request_every == 0 {
                     OpKind::Request
                 } else {
@@ -84,9 +87,7 @@ impl Shape {
                     kind,
                 });
             }
-        }
-        for r in 0..self.rooms {
-            for j in 0..self.lines_per_room {
+            for r in (0..self.rooms).take_while(|_| j < self.lines_per_room) {
                 let node = self.node_of(r, j);
                 per_node[node].push(Op {
                     node,
