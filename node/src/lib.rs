@@ -4,8 +4,9 @@
 //! stateful logical instances such as a room or a zone) and **Actors** (an entity with its own
 //! state and mailbox, such as a player), routes messages to them by global ID, keeps per-object
 //! message order, and moves live objects — state, queued work and timers — between nodes
-//! without losing a message. The `zlink-node` binary runs one MeshNode (`zlink-node peer`); the
-//! full pod host (configuration file, gRPC HostAdmin, demo) arrives with the node host issue.
+//! without losing a message. The `zlink-node` binary runs the demo (`zlink-node demo`) and one
+//! MeshNode (`zlink-node peer`); the full pod host (configuration file, gRPC HostAdmin) arrives
+//! with the node host issue.
 //!
 //! ## Layout
 //!
@@ -31,6 +32,11 @@
 //!   `Yield`; factory registration; the object runtime (creation and placement through the
 //!   Location Store, calls by ID, target admission, Entry Spots, fencing). See
 //!   `examples/chat_room.rs`.
+//! - [`refapp`] — the reference application: the `room` User Spot and the `player` Actor with
+//!   per-source sequence tracking (gaps and duplicates per ID), state preserved as versioned
+//!   JSON.
+//! - [`demo`] — `zlink-node demo` as a library: the reference application on an in-process
+//!   mesh, numbered traffic through every node, the per-ID exactly-once check and its report.
 //! - [`routing`] — the resolver (`ReadyRoute` / `Missing` / `Unavailable` / `StoreFailure`)
 //!   and the positive route cache with its fences and invalidation triggers.
 //! - [`fanout`] — classic fanout: PUB/SUB publisher with the liveness beacon, subscriber with
@@ -61,10 +67,12 @@
 pub mod call;
 pub mod clientserver;
 pub mod config;
+pub mod demo;
 pub mod fanout;
 pub mod jobs;
 pub mod mesh;
 pub mod object;
+pub mod refapp;
 pub mod routing;
 pub mod select;
 pub mod transport;

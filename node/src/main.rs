@@ -1,8 +1,11 @@
 //! `zlink-node` — the node host binary.
 //!
-//! Today it runs one MeshNode (`zlink-node peer`), driven over stdin/stdout so multi-process
-//! tests and operators can exercise a real mesh across processes. The full host (configuration
-//! file, gRPC HostAdmin, demo) arrives with the node host issue.
+//! `zlink-node demo` runs the reference application on an in-process mesh and checks that every
+//! message was delivered exactly once, per ID (see `zlink_node::demo`); it exits 0 only then.
+//!
+//! `zlink-node peer` runs one MeshNode, driven over stdin/stdout so multi-process tests and
+//! operators can exercise a real mesh across processes. The full host (configuration file,
+//! gRPC HostAdmin) arrives with the node host issue.
 //!
 //! `zlink-node peer` prints one JSON line when started — `{"rid", "endpoint", "lifecycle"}` —
 //! then reads commands, one per line, and answers each with one JSON line:
@@ -28,6 +31,8 @@ use zlink_node::mesh::discovery::DiscoveryBackend;
 use zlink_node::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
 use zlink_protocol::generated::ObjectRole;
 
+mod demo_cmd;
+
 #[derive(Parser)]
 #[command(name = "zlink-node", version, about = "zlink mesh node host")]
 struct Cli {
@@ -39,6 +44,9 @@ struct Cli {
 enum Command {
     /// Run one MeshNode with an echo request handler, driven over stdin/stdout.
     Peer(PeerArgs),
+    /// Run the reference application on an in-process mesh, drive numbered traffic through
+    /// every node and check that every message was delivered exactly once, per ID.
+    Demo(demo_cmd::DemoArgs),
 }
 
 #[derive(clap::Args)]
@@ -119,6 +127,7 @@ fn main() -> Result<()> {
         .context("tokio runtime")?;
     match cli.command {
         Command::Peer(args) => rt.block_on(peer(args)),
+        Command::Demo(args) => rt.block_on(demo_cmd::demo(args)),
     }
 }
 
