@@ -35,9 +35,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::object::runtime::ObjectStore;
 use futures::StreamExt;
 use thiserror::Error;
-use zlink_store::LocationStore;
 use zlink_store::clock::SystemClock;
 
 use crate::call::error::CallError;
@@ -437,12 +437,12 @@ pub async fn run(
 
 type ProgressFn = Arc<dyn Fn(Progress) + Send + Sync>;
 
-struct Mesh<S: LocationStore> {
+struct Mesh<S: ObjectStore> {
     nodes: Vec<Arc<MeshNode>>,
     rts: Vec<Arc<ObjectRuntime<S>>>,
 }
 
-impl<S: LocationStore> Mesh<S> {
+impl<S: ObjectStore> Mesh<S> {
     async fn shutdown(&self) {
         for rt in &self.rts {
             rt.shutdown().await;
@@ -453,7 +453,7 @@ impl<S: LocationStore> Mesh<S> {
     }
 }
 
-async fn run_on<S: LocationStore>(
+async fn run_on<S: ObjectStore>(
     cfg: DemoConfig,
     store: Arc<S>,
     progress: ProgressFn,
@@ -509,7 +509,7 @@ async fn run_on<S: LocationStore>(
 
 /// Start the nodes and runtimes into `mesh` (so a failure half-way still shuts down what
 /// started) and wait until every node sees every other one ready and Serving.
-async fn form<S: LocationStore>(
+async fn form<S: ObjectStore>(
     cfg: &DemoConfig,
     store: &Arc<S>,
     mesh: &mut Mesh<S>,
@@ -612,7 +612,7 @@ impl Tally {
     }
 }
 
-async fn drive<S: LocationStore>(
+async fn drive<S: ObjectStore>(
     cfg: &DemoConfig,
     mesh: &Mesh<S>,
     progress: &ProgressFn,
@@ -833,7 +833,7 @@ where
 }
 
 /// One planned call; `Ok(true)` when it was a timed request.
-async fn one_op<S: LocationStore>(
+async fn one_op<S: ObjectStore>(
     rt: &ObjectRuntime<S>,
     target: &str,
     op: Op,
@@ -898,7 +898,7 @@ fn duplicate_is_an_error(duplicate: bool, target: &str, op: Op) -> Result<(), Ca
     Ok(())
 }
 
-struct Check<'a, S: LocationStore> {
+struct Check<'a, S: ObjectStore> {
     cfg: &'a DemoConfig,
     mesh: &'a Mesh<S>,
     shape: &'a Shape,
@@ -919,7 +919,7 @@ struct Verified {
     problems: Vec<(String, Vec<SourceReport>)>,
 }
 
-impl<S: LocationStore> Check<'_, S> {
+impl<S: ObjectStore> Check<'_, S> {
     /// What player `p` must have received: each node's stream, and its room's broadcasts (one
     /// per acknowledged line).
     fn player_expected(&self, p: usize) -> BTreeMap<String, u64> {
