@@ -99,6 +99,11 @@ struct PeerArgs {
     /// Owner lease TTL.
     #[arg(long, default_value_t = 10_000)]
     lease_ttl_ms: u64,
+    /// Host the reference application's objects (an Object Server with an Entry Spot; needs
+    /// `--redis`). `ZLINK_ACTIVATION_FAULT=exit` makes the process exit in the middle of a cold
+    /// activation (process-death tests).
+    #[arg(long)]
+    objects: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -174,7 +179,7 @@ async fn peer(args: PeerArgs) -> Result<()> {
             expected_rid: rid,
         });
     }
-    let store: Option<Arc<dyn DiscoveryBackend>> = match &args.redis {
+    let redis: Option<Arc<zlink_store::redis::RedisStore>> = match &args.redis {
         Some(url) => {
             let store = zlink_store::redis::RedisStore::connect(
                 url,
@@ -191,6 +196,17 @@ async fn peer(args: PeerArgs) -> Result<()> {
         }
         None => None,
     };
+    if args.objects {
+        if redis.is_none() {
+            bail!("--objects needs --redis (objects live in the Location Store)");
+        }
+        cfg.object_capabilities =
+            zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig::default())
+                .capabilities();
+        cfg.entry_spot_prefix = Some(args.rid_prefix.clone());
+    }
+    let fencing_margin = cfg.timings.fencing_margin;
+    let store = redis.clone().map(|r| r as Arc<dyn DiscoveryBackend>);
     let received = Arc::new(AtomicU64::new(0));
     let mut handlers = Handlers::new();
     handlers.on_request_concurrent(64, |_, e: Echo| async move {
@@ -206,7 +222,22 @@ async fn peer(args: PeerArgs) -> Result<()> {
             async { Ok(()) }
         });
     }
-    let node = MeshNode::start(cfg, handlers, store).await?;
+    let node = Arc::new(MeshNode::start(cfg, handlers, store).await?);
+    let objects = match (&redis, args.objects) {
+        (Some(r), true) => Some(
+            zlink_node::object::runtime::ObjectRuntime::start(
+                Arc::clone(&node),
+                Arc::clone(r),
+                zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig::default()),
+                zlink_node::routing::CacheConfig {
+                    fencing_margin,
+                    ..zlink_node::routing::CacheConfig::default()
+                },
+            )
+            .await?,
+        ),
+        _ => None,
+    };
     say(&serde_json::json!({
         "rid": node.rid(),
         "endpoint": node.endpoint(),
@@ -277,6 +308,9 @@ async fn peer(args: PeerArgs) -> Result<()> {
                 &serde_json::json!({ "err": "InvalidOperation", "detail": format!("unknown command {line:?}") }),
             ),
         }
+    }
+    if let Some(rt) = &objects {
+        rt.shutdown().await;
     }
     node.shutdown().await;
     Ok(())

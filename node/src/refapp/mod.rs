@@ -12,12 +12,14 @@
 //! a player relocates with its state (glossary §4 "Preserve-state relocation policy"). Every
 //! node also registers the `lobby` Entry Spot (glossary §1): the default membership of Actors
 //! placed without a Spot. [`registry`] builds the registration the demo, the tests and the
-//! node image share. (The `counter` Instance Spot of the issue arrives with cold activation.)
+//! node image share. The `counter` Instance Spot ([`counter`]) is activated by its first
+//! message sent with Instance intent (cold activation).
 //!
 //! Every application message carries `(source, seq)`: the receiver's tracker tells, per
 //! source, which numbers are missing and which arrived twice — so a run can prove that no
 //! message to any single ID was lost or duplicated, not only that the totals match.
 
+pub mod counter;
 pub mod messages;
 pub mod player;
 pub mod room;
@@ -38,6 +40,8 @@ use room::{RoomState, room_handlers};
 pub const ROOM: &str = "room";
 /// The stable type of the player Actor.
 pub const PLAYER: &str = "player";
+/// The stable type of the counter Instance Spot.
+pub const COUNTER: &str = "counter";
 /// The stable type of every node's Entry Spot.
 pub const LOBBY: &str = "lobby";
 
@@ -132,6 +136,15 @@ pub fn registry(cfg: &RefAppConfig) -> Registry {
         PLAYER,
         |i: FactoryInput| async move { Ok(PlayerState::new(i.id)) },
         player_handlers,
+    )
+    .preserve_state_with(VersionedJson {
+        version: STATE_VERSION,
+    })
+    .register();
+    r.instance_spot(
+        COUNTER,
+        |i: FactoryInput| async move { Ok(counter::CounterState::new(i.id)) },
+        counter::counter_handlers,
     )
     .preserve_state_with(VersionedJson {
         version: STATE_VERSION,
