@@ -1212,19 +1212,15 @@ def build_application_basic():
     bad("operation-id-all-zero", "ConstraintViolated", with_(sr, "body.request.operationId", opid(0, 0)))
 
     # 23 logicalMulticast ---------------------------------------------------------------------
-    lm = rec("logicalMulticast", {"topic": "월드/공지", "publishSequence": 1001, "source": N_ZONE,
-                                  "targets": [R_ROOM, R_DUNGEON]}, payload=PAY_CHAT)
-    valid("two-targets", lm)
-    valid("one-target-with-metadata",
-          dict(with_(with_(lm, "body.targets", [R_ENTRY]), "body.topic", "match.started"), metadata=META_2))
-    bad("targets-count-zero", "OutOfBounds", with_(lm, "body.targets", []))
-    bad("targets-count-4097", "OutOfBounds", with_(lm, "body.targets", Raw(uint(2, 4097))))
-    bad("targets-count-4096-few-bytes", "CountExceedsRemaining",
-        with_(lm, "body.targets", Raw(uint(2, 4096) + enc_field({"$ref": "RouteFence"}, R_ROOM))))
+    lm = rec("logicalMulticast", {"channelName": "chat", "topic": "월드/공지", "publishSequence": 1001,
+                                  "source": N_ZONE}, payload=PAY_CHAT)
+    valid("korean-topic", lm)
+    valid("with-metadata",
+          dict(with_(lm, "body.topic", "match.started"), metadata=META_2))
     bad("publish-sequence-zero", "ZeroValue", with_(lm, "body.publishSequence", 0))
     bad("topic-empty", "OutOfBounds", with_(lm, "body.topic", ""))
-    bad("target-count-2-one-present", "Incomplete",
-        with_(lm, "body.targets", Raw(uint(2, 2) + enc_field({"$ref": "RouteFence"}, R_ROOM))))
+    bad("channel-name-empty", "OutOfBounds", with_(lm, "body.channelName", ""))
+    bad("on-request-leg", "WrongLeg", lm, leg="request")
 
 
 def build_actor_commands():

@@ -4931,34 +4931,34 @@ impl SpotRequest {
 
 /// Body of command 23 `logicalMulticast` (application, payload required, legs send).
 ///
-/// One publish to the subscribed Spots hosted by the target node (publish target snapshot).
+/// One publish of a Logical Multicast to one member node of the Channel (glossary §4: the source sends one message per remote node of its publish target snapshot; the receiving node delivers it to its own local Spot subscriptions matching (channelName, topic, packet name) — the body names no Spot).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LogicalMulticast {
+    /// `channelName`: UTF-8 with U8 length prefix, 1..=255 bytes.
+    pub channel_name: String,
     /// `topic`: UTF-8 with U8 length prefix, 1..=255 bytes.
     pub topic: String,
     /// `publishSequence`: non-zero u64 in 1..=18446744073709551615.
     pub publish_sequence: u64,
     /// `source`: `NodeFence`.
     pub source: NodeFence,
-    /// `targets`: vector with U16 count, 1..=4096 items.
-    pub targets: Vec<RouteFence>,
 }
 
 impl LogicalMulticast {
     /// Minimum encoded size in bytes (used for count checks before allocation).
-    pub const MIN_ENCODED_LEN: u64 = 59;
+    pub const MIN_ENCODED_LEN: u64 = 22;
 
     /// Decode from the reader's current position.
     ///
     /// # Errors
     /// The first [`ProtocolError`] found, before allocating for any length or count.
     pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self> {
+        let channel_name = r.string(LenType::U8, 1, 255, "LogicalMulticast.channelName")?;
         let topic = r.string(LenType::U8, 1, 255, "LogicalMulticast.topic")?;
         let publish_sequence = { let v = r.u64("LogicalMulticast.publishSequence")?; check_nonzero("LogicalMulticast.publishSequence", u64::from(v), 18446744073709551615)?; v };
         let source = NodeFence::decode_from(r)?;
-        let targets = { let n = r.count(LenType::U16, 1, 4096, 37, "LogicalMulticast.targets")?; let mut items0 = Vec::with_capacity(n); for _ in 0..n { items0.push(RouteFence::decode_from(r)?); } items0 };
-        let v = Self { topic, publish_sequence, source, targets };
+        let v = Self { channel_name, topic, publish_sequence, source };
         v.check()?;
         Ok(v)
     }
@@ -4969,10 +4969,10 @@ impl LogicalMulticast {
     /// The [`ProtocolError`] a decoder would report for the same value.
     pub(crate) fn encode_to(&self, w: &mut Writer) -> Result<()> {
         self.check()?;
+        { w.length_delimited(LenType::U8, 1, 255, (&self.channel_name).as_bytes(), "LogicalMulticast.channelName")?; }
         { w.length_delimited(LenType::U8, 1, 255, (&self.topic).as_bytes(), "LogicalMulticast.topic")?; }
         { check_nonzero("LogicalMulticast.publishSequence", u64::from(*(&self.publish_sequence)), 18446744073709551615)?; w.u64(*(&self.publish_sequence)); }
         { (&self.source).encode_to(w)?; }
-        { w.count(LenType::U16, 1, 4096, (&self.targets).len(), "LogicalMulticast.targets")?; for item0 in (&self.targets).iter() { item0.encode_to(w)?; } }
         Ok(())
     }
 

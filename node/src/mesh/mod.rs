@@ -27,6 +27,6 @@ pub use config::{ManualPeer, MeshNodeConfig, RidConfig};
 pub use handler::{Handlers, JsonMessage, MessageContext};
 pub use node::{
     CloseDelivery, CreateDelivery, DestroyDelivery, InstanceDelivery, JoinDelivery, MeshError,
-    MeshNode, ObjectDelivery, ObjectSink,
+    MeshNode, MulticastDelivery, ObjectDelivery, ObjectSink,
 };
 pub use peer::{PeerSnapshot, PeerState};

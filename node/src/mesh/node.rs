@@ -277,8 +277,28 @@ pub struct InstanceDelivery {
     pub payload: TypedPayload,
 }
 
+/// An admitted Logical Multicast publish (command 23): this node delivers it to its own local
+/// Spot subscriptions matching (channel, topic, packet name).
+#[derive(Debug)]
+pub struct MulticastDelivery {
+    /// The publishing node.
+    pub source: Arc<NodeFence>,
+    /// ChannelName.
+    pub channel: String,
+    /// Topic.
+    pub topic: String,
+    /// The publisher's sequence of this publish.
+    pub publish_sequence: u64,
+    /// Metadata snapshot.
+    pub metadata: Option<Metadata>,
+    /// The application payload.
+    pub payload: TypedPayload,
+}
+
 /// The receiver of admitted object commands: the object runtime of this node.
 pub trait ObjectSink: Send + Sync + 'static {
+    /// Take one Logical Multicast publish (command 23). Must not block.
+    fn multicast(&self, delivery: MulticastDelivery);
     /// Take one Instance Spot operation (command 39). Must not block; a request is answered
     /// with [`MeshNode::reply_to`].
     fn instance(&self, delivery: InstanceDelivery);
@@ -1392,6 +1412,36 @@ impl MeshNode {
         )
         .await
         .map(|_| ())
+    }
+
+    /// One Logical Multicast publish (command 23) to node `target`, a one-way record that
+    /// completes at source-local admission.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that lifecycle), `ShuttingDown`, `InvalidOperation`
+    /// (encoding).
+    pub async fn logical_multicast(
+        &self,
+        target: &NodeFence,
+        channel: &str,
+        topic: &str,
+        publish_sequence: u64,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.conn_to(target, topic)?;
+        let mut record = Record::new(CommandBody::LogicalMulticast(
+            zlink_protocol::generated::LogicalMulticast {
+                channel_name: channel.to_owned(),
+                topic: topic.to_owned(),
+                publish_sequence,
+                source: self.inner.fence(),
+            },
+        ))
+        .with_payload(payload);
+        record.metadata = metadata;
+        self.inner.send_app_record(&conn, Leg::Send, &record).await
     }
 
     /// An Instance Spot operation (command 39, wire §8) to node `target`: a request when

@@ -837,6 +837,7 @@ impl Reactor {
                 | CommandBody::ActorDestroy(_)
                 | CommandBody::ActorJoin(_)
                 | CommandBody::InstanceSpot(_)
+                | CommandBody::LogicalMulticast(_)
         );
         if is_app {
             // Flow control cannot be skipped: an application record carries exactly the charge
@@ -858,6 +859,7 @@ impl Reactor {
                 // Command 28 carries no source field: it comes from the admitted peer.
                 CommandBody::ActorJoin(_) => Some(conn.peer()),
                 CommandBody::InstanceSpot(i) => Some(&i.source),
+                CommandBody::LogicalMulticast(m) => Some(&m.source),
                 _ => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
@@ -1103,6 +1105,22 @@ impl Reactor {
                         authority_owner_generation: c.authority_owner_generation,
                         store_version: c.store_version,
                     });
+                }
+            }
+            CommandBody::LogicalMulticast(m) => {
+                let source = Arc::clone(conn.peer_shared());
+                self.consumed(&conn, stamp.charge);
+                match self.inner.object_sink.get() {
+                    Some(sink) => sink.multicast(super::node::MulticastDelivery {
+                        source,
+                        channel: m.channel_name,
+                        topic: m.topic,
+                        publish_sequence: m.publish_sequence,
+                        metadata: record.metadata,
+                        payload: record.payload.unwrap_or_default(),
+                    }),
+                    // No objects here: nothing subscribes (a one-way record; counted).
+                    None => inc(&self.inner.metrics.unserved_commands),
                 }
             }
             CommandBody::InstanceSpot(i) => {

@@ -183,6 +183,11 @@ impl<S: Send + 'static> ObjectHandlers<S> {
         self
     }
 
+    /// Whether a send handler for `packet_name` is registered.
+    pub fn has_send(&self, packet_name: &str) -> bool {
+        self.sends.contains_key(packet_name)
+    }
+
     /// Spots: called with the Actor's ID when an Actor became a member (created into this
     /// Spot, or joined it). It runs as a Spot turn on the lifecycle lane, after the membership
     /// was committed; an error is logged, it does not undo the membership.

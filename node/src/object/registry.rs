@@ -141,6 +141,39 @@ pub enum RegistryError {
     /// An option that does not apply to the kind (e.g. an execution mode on an Actor).
     #[error("stable type {0:?}: {1}")]
     NotApplicable(String, &'static str),
+    /// The same subscription key is registered twice on one type (glossary §4 "Subscription").
+    #[error("stable type {0:?} subscribes to {1} twice")]
+    DuplicateSubscription(String, String),
+    /// A subscription topic is empty, too long, or reserved (a control-character prefix, such
+    /// as the classic fanout liveness topic).
+    #[error("stable type {0:?}: topic {1:?} cannot be subscribed: {2}")]
+    BadTopic(String, String, &'static str),
+}
+
+/// One Logical Multicast subscription of a Spot type (glossary §4 "Subscription"): messages
+/// published on (`channel`, `topic`) with packet name `packet_name` are delivered, one-way, to
+/// every live Spot of the type on a receiving node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subscription {
+    /// ChannelName (the node must be a member of it).
+    pub channel: String,
+    /// Topic.
+    pub topic: String,
+    /// Packet name of the message (the type's send handler of that name receives it).
+    pub packet_name: String,
+}
+
+/// Why a topic cannot be used for Logical Multicast (`None`: it can).
+pub fn topic_problem(topic: &str) -> Option<&'static str> {
+    if topic.is_empty() {
+        Some("it is empty")
+    } else if topic.len() > 255 {
+        Some("it is longer than 255 bytes")
+    } else if topic.starts_with(|c: char| c.is_control()) {
+        Some("topics starting with a control character are reserved (classic fanout liveness)")
+    } else {
+        None
+    }
 }
 
 /// One registered type, erased.
@@ -157,6 +190,10 @@ pub trait ObjectType: Send + Sync + 'static {
     fn spot_execution(&self) -> SpotExecution;
     /// User Spots: relocation coordination.
     fn coordination(&self) -> RelocationCoordination;
+    /// Spots: Logical Multicast subscriptions.
+    fn subscriptions(&self) -> &[Subscription];
+    /// Whether the type's handlers have a send handler for `packet_name`.
+    fn has_send_handler(&self, packet_name: &str) -> bool;
     /// Run the factory and start the instance's executor on the queue `home` (factories may
     /// run more than once for one ID after failures: at-least-once).
     fn create(
@@ -235,6 +272,7 @@ struct Typed<S> {
     relocation: Relocation<S>,
     spot_execution: SpotExecution,
     coordination: RelocationCoordination,
+    subscriptions: Vec<Subscription>,
 }
 
 struct Live<S> {
@@ -349,6 +387,12 @@ impl<S: Send + 'static> ObjectType for Typed<S> {
     fn coordination(&self) -> RelocationCoordination {
         self.coordination
     }
+    fn subscriptions(&self) -> &[Subscription] {
+        &self.subscriptions
+    }
+    fn has_send_handler(&self, packet_name: &str) -> bool {
+        (self.handlers)().has_send(packet_name)
+    }
     fn create(
         &self,
         input: FactoryInput,
@@ -405,6 +449,7 @@ impl<S: Send + 'static> Typed<S> {
             },
             spot_execution: self.spot_execution,
             coordination: self.coordination,
+            subscriptions: self.subscriptions.clone(),
         })
     }
 }
@@ -458,6 +503,45 @@ impl<S: Send + 'static> TypeBuilder<'_, S> {
                     t.stable_type.clone(),
                     "a relocation coordination mode applies to User Spots only",
                 ));
+            }
+        }
+        self
+    }
+
+    /// Spots: subscribe to Logical Multicast messages `M` published on (`channel`, `topic`):
+    /// each is delivered, one-way, to every live Spot of this type on a receiving node, to the
+    /// send handler of `M`'s packet name (glossary §4 "Subscription"). Checked at start: the
+    /// node must be a member of `channel` and the type must have that send handler.
+    #[must_use]
+    pub fn subscribe<M: crate::mesh::JsonMessage>(mut self, channel: &str, topic: &str) -> Self {
+        if let Some(t) = &mut self.typed {
+            if t.kind == ObjectTypeKind::Actor {
+                self.registry.errors.push(RegistryError::NotApplicable(
+                    t.stable_type.clone(),
+                    "Logical Multicast subscriptions belong to Spots",
+                ));
+            } else if let Some(why) = topic_problem(topic) {
+                self.registry.errors.push(RegistryError::BadTopic(
+                    t.stable_type.clone(),
+                    topic.to_owned(),
+                    why,
+                ));
+            } else {
+                let sub = Subscription {
+                    channel: channel.to_owned(),
+                    topic: topic.to_owned(),
+                    packet_name: M::PACKET_NAME.to_owned(),
+                };
+                if t.subscriptions.contains(&sub) {
+                    self.registry
+                        .errors
+                        .push(RegistryError::DuplicateSubscription(
+                            t.stable_type.clone(),
+                            format!("({channel}, {topic}, {})", M::PACKET_NAME),
+                        ));
+                } else {
+                    t.subscriptions.push(sub);
+                }
             }
         }
         self
@@ -588,6 +672,7 @@ impl Registry {
                 relocation: Relocation::Recreate,
                 spot_execution: SpotExecution::SpotWide,
                 coordination: RelocationCoordination::FrameworkManaged,
+                subscriptions: Vec::new(),
             }),
             Err(e) => {
                 self.errors.push(RegistryError::InvalidStableType(

@@ -48,7 +48,7 @@ use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
 use crate::mesh::{
     CloseDelivery, CreateDelivery, DestroyDelivery, InstanceDelivery, JoinDelivery, MeshNode,
-    ObjectDelivery, ObjectSink,
+    MulticastDelivery, ObjectDelivery, ObjectSink,
 };
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
@@ -109,6 +109,9 @@ pub enum RuntimeError {
     /// `Registry::capabilities()`).
     #[error("stable type {0:?} is registered but not in the node's object_capabilities")]
     CapabilityMissing(String),
+    /// A Logical Multicast subscription cannot be served by this node.
+    #[error("{0}")]
+    Subscription(String),
     /// The node has an Entry Spot ID but no Entry Spot type is registered.
     #[error("the node has an Entry Spot (entry_spot_prefix) but no Entry Spot type is registered")]
     NoEntrySpotType,
@@ -164,6 +167,16 @@ pub struct RuntimeStats {
     pub activation_drops: AtomicU64,
     /// Kind-2 routes refused as protocol errors (they disagreed with this node or the call).
     pub activation_route_mismatches: AtomicU64,
+    /// Logical Multicast publishes started here.
+    pub multicast_published: AtomicU64,
+    /// Publish records submitted to remote member nodes.
+    pub multicast_sent: AtomicU64,
+    /// Remote member nodes of a publish snapshot that could not be reached.
+    pub multicast_submit_failures: AtomicU64,
+    /// Deliveries of publishes to local Spot subscriptions (from here or from other nodes).
+    pub multicast_local_deliveries: AtomicU64,
+    /// Publishes received for a Channel this node is not a member of (dropped).
+    pub multicast_not_member: AtomicU64,
     /// Actor membership changes (join / leave) committed here.
     pub membership_changes: AtomicU64,
     /// Authorities (or pending creations) of an owner whose lease is gone, removed under
@@ -238,6 +251,8 @@ struct LiveEntry {
     generation: u64,
     authority_owner_generation: u64,
     obj: Arc<dyn LiveObject>,
+    /// Its registered type (Logical Multicast subscriptions).
+    ty: Arc<dyn ObjectType>,
 }
 
 struct Inner<S> {
@@ -265,6 +280,8 @@ struct Inner<S> {
     fault: Mutex<Option<ActivationFault>>,
     /// Period of the background activation recovery scan, in milliseconds.
     scan_interval_ms: AtomicU64,
+    /// Sequence of this node's Logical Multicast publishes.
+    publish_seq: AtomicU64,
     /// Membership changes (join, leave) on this node run one at a time.
     membership_changes: tokio::sync::Mutex<()>,
 }
@@ -357,6 +374,47 @@ impl<S: ObjectStore> Inner<S> {
     fn spot_gate(&self, id: &str) -> Option<super::exec::SpotGate> {
         let key = AuthorityKey::new(StoreKind::Spot, id).ok()?;
         self.live().get(&key).and_then(|e| e.obj.gate())
+    }
+
+    /// The live Spots here subscribed to (`channel`, `topic`, `packet_name`).
+    fn subscribers(
+        &self,
+        channel: &str,
+        topic: &str,
+        packet_name: &str,
+    ) -> Vec<Arc<dyn LiveObject>> {
+        self.live()
+            .values()
+            .filter(|e| {
+                e.ty.subscriptions().iter().any(|s| {
+                    s.channel == channel && s.topic == topic && s.packet_name == packet_name
+                })
+            })
+            .map(|e| Arc::clone(&e.obj))
+            .collect()
+    }
+
+    /// Deliver a publish from another node to the local subscriptions.
+    fn multicast_delivery(&self, d: MulticastDelivery) {
+        let member = self
+            .mesh
+            .descriptor()
+            .channels
+            .iter()
+            .any(|c| c.channel_name == d.channel);
+        if !member {
+            self.stats
+                .multicast_not_member
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        for obj in self.subscribers(&d.channel, &d.topic, d.payload.packet_name.as_str()) {
+            if obj.send(d.payload.clone(), d.metadata.clone()).is_ok() {
+                self.stats
+                    .multicast_local_deliveries
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn members(&self) -> MutexGuard<'_, Members> {
@@ -861,6 +919,7 @@ impl<S: ObjectStore> Inner<S> {
                 generation,
                 authority_owner_generation: snapshot.authority_owner_generation,
                 obj,
+                ty: Arc::clone(ty),
             },
         );
         let _ = self.objects.mark_ready(&key, generation);
@@ -1636,6 +1695,11 @@ impl<S: ObjectStore> SinkRef<S> {
 }
 
 impl<S: ObjectStore> ObjectSink for SinkRef<S> {
+    fn multicast(&self, d: MulticastDelivery) {
+        if let Some(inner) = self.runtime.upgrade() {
+            inner.multicast_delivery(d);
+        }
+    }
     fn instance(&self, d: InstanceDelivery) {
         match self.runtime.upgrade() {
             Some(inner) => inner.instance_delivery(d),
@@ -1758,6 +1822,31 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             }
         }
         let types = registry.build()?;
+        // Glossary §4 "Subscription": checked at start — the node is a member of each
+        // subscribed Channel, and the type handles the subscribed packet.
+        let channels = mesh.descriptor().channels;
+        for ty in types.values() {
+            for sub in ty.subscriptions() {
+                if !channels.iter().any(|c| c.channel_name == sub.channel) {
+                    return Err(RuntimeError::Subscription(format!(
+                        "stable type {:?} subscribes to Channel {:?}, which this node is not a \
+                         member of",
+                        ty.stable_type(),
+                        sub.channel
+                    )));
+                }
+                if !ty.has_send_handler(&sub.packet_name) {
+                    return Err(RuntimeError::Subscription(format!(
+                        "stable type {:?} subscribes to {:?} on ({}, {}) without a send handler \
+                         for it",
+                        ty.stable_type(),
+                        sub.packet_name,
+                        sub.channel,
+                        sub.topic
+                    )));
+                }
+            }
+        }
         // A cached route must never outlive the owner's own admission window.
         let mut cache = cache;
         cache.fencing_margin = cache.fencing_margin.max(mesh.fencing_margin());
@@ -1778,6 +1867,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             activations: Mutex::new(HashMap::new()),
             fault: Mutex::new(fault_from_env()),
             scan_interval_ms: AtomicU64::new(1000),
+            publish_seq: AtomicU64::new(0),
             membership_changes: tokio::sync::Mutex::new(()),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
@@ -2368,6 +2458,137 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             .call_instance(stable_type, id, encode_json(msg)?, None, None)
             .await
             .map(|_| ())
+    }
+
+    /// Logical Multicast (glossary §4; issue "Instance Spot cold activation" §4): publish `msg`
+    /// on (`channel`, `topic`). The target snapshot is fixed now: every ready remote node that
+    /// is a Server of `channel` with a positive weight gets one `logicalMulticast` (23) — the
+    /// weight's size does not matter — and this node's own matching Spot subscriptions get it
+    /// locally. Each receiving node delivers it, one-way, to its local Spots subscribed to
+    /// (`channel`, `topic`, `M`'s packet name). Completes without a per-target result (a target
+    /// that cannot be reached is counted); membership changes during the publish do not
+    /// change its snapshot.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for a reserved or malformed topic, or when this node is not a member
+    /// of `channel` — checked before anything is sent.
+    pub async fn publish<M: JsonMessage>(
+        &self,
+        channel: &str,
+        topic: &str,
+        msg: &M,
+    ) -> Result<(), CallError> {
+        self.publish_payload(channel, topic, encode_json(msg)?, None)
+            .await
+    }
+
+    /// [`ObjectRuntime::publish`] with a typed payload and a metadata snapshot.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::publish`].
+    pub async fn publish_payload(
+        &self,
+        channel: &str,
+        topic: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<(), CallError> {
+        let inner = &self.inner;
+        if let Some(why) = super::registry::topic_problem(topic) {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!("topic {topic:?} cannot be published: {why}"),
+            ));
+        }
+        let me = inner.mesh.descriptor();
+        if !me.channels.iter().any(|c| c.channel_name == channel) {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "node {} is not a member of Channel {channel:?}",
+                    me.node.rid
+                ),
+            ));
+        }
+        // The target snapshot, fixed once.
+        let remote: Vec<zlink_protocol::generated::NodeFence> = inner
+            .mesh
+            .peers()
+            .into_iter()
+            .filter(|p| p.state == crate::mesh::PeerState::Ready)
+            .filter_map(|p| p.descriptor)
+            .filter(|d| {
+                d.channels.iter().any(|c| {
+                    c.channel_name == channel
+                        && c.role == zlink_protocol::generated::ChannelRole::Server
+                        && c.weight > 0
+                })
+            })
+            .map(|d| d.node)
+            .collect();
+        let local = inner.subscribers(channel, topic, payload.packet_name.as_str());
+        let sequence = inner.publish_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        inner
+            .stats
+            .multicast_published
+            .fetch_add(1, Ordering::Relaxed);
+        for obj in local {
+            if obj.send(payload.clone(), metadata.clone()).is_ok() {
+                inner
+                    .stats
+                    .multicast_local_deliveries
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        for node in remote {
+            let sent = inner
+                .mesh
+                .logical_multicast(
+                    &node,
+                    channel,
+                    topic,
+                    sequence,
+                    payload.clone(),
+                    metadata.clone(),
+                )
+                .await;
+            match sent {
+                Ok(()) => inner.stats.multicast_sent.fetch_add(1, Ordering::Relaxed),
+                Err(e) => {
+                    tracing::debug!(node = %node.rid, error = %e, "a multicast target was not reached");
+                    inner
+                        .stats
+                        .multicast_submit_failures
+                        .fetch_add(1, Ordering::Relaxed)
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// Fenced cleanup of one ID (issue "Spots and Actors" §8): if its record names an owner
+    /// whose lease is no longer live by store time, delete the record under its full fence (or
+    /// abort a pending creation whose target is gone), so the ID is Missing. Creations and calls
+    /// with Instance intent do this on their own; this runs it on demand (operators, tests).
+    /// Returns whether a record was removed.
+    ///
+    /// # Errors
+    /// `StoreFailure` when the store cannot tell.
+    pub async fn clean_up_dead_owner(&self, kind: StoreKind, id: &str) -> Result<bool, CallError> {
+        let key = AuthorityKey::new(kind, id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        match self
+            .inner
+            .store
+            .read_authority(&key)
+            .await
+            .map_err(store_error)?
+        {
+            zlink_store::types::AuthorityRead::Found(a) => {
+                self.inner.cleanup_if_owner_gone(&a).await
+            }
+            zlink_store::types::AuthorityRead::Missing { .. } => Ok(false),
+        }
     }
 
     /// Inject (or clear) a fault in the activation path (tests and chaos drills).

@@ -549,6 +549,7 @@ impl<S: ObjectStore> Inner<S> {
                 generation,
                 authority_owner_generation: snapshot.authority_owner_generation,
                 obj,
+                ty,
             },
         );
         self.members()
