@@ -49,8 +49,10 @@ async fn node(
     rid: &str,
     registry: Registry,
     entry: bool,
+    placement_weight: u16,
 ) -> (Arc<MeshNode>, ObjectRuntime<RedisStore>) {
     let mut cfg = common::config("m", rid);
+    cfg.placement_weight = placement_weight;
     cfg.rid = RidConfig::Fixed(rid.into());
     cfg.object_capabilities = registry.capabilities();
     cfg.entry_spot_prefix = entry.then(|| rid.to_owned());
@@ -122,8 +124,19 @@ async fn a_target_that_dies_mid_activation_ends_the_call_once_and_the_id_activat
 
     let s = store(&url).await;
     // The caller hosts nothing: the only target for `counter` is the dying process.
-    let (client_node, client) = node(&s, "caller", Registry::new(), false).await;
+    let (client_node, client) = node(&s, "caller", Registry::new(), false, 100).await;
+    // A second host of `counter`, alive throughout, out of placement (weight 0) until the end:
+    // it must never see the dying target's first message.
+    let (host_node, host) = node(
+        &s,
+        "host",
+        zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig::default()),
+        true,
+        0,
+    )
+    .await;
     client_node.wait_ready("dying", T).await.unwrap();
+    client_node.wait_ready("host", T).await.unwrap();
     let t0 = Instant::now();
     loop {
         let serving = client_node.peers().into_iter().any(|p| {
@@ -182,16 +195,28 @@ async fn a_target_that_dies_mid_activation_ends_the_call_once_and_the_id_activat
         AuthorityRead::Missing { .. }
     ));
 
-    // A live host joins; a new Instance-intent call activates the ID there. Its first message
-    // is the new one: the old one (by 100) never ran anywhere.
-    let (host_node, host) = node(
-        &s,
-        "host",
-        zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig::default()),
-        true,
-    )
-    .await;
-    client_node.wait_ready("host", T).await.unwrap();
+    assert_eq!(
+        host.stats()
+            .activations
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no other node took over the activation"
+    );
+    // The live host enters placement; a new Instance-intent call activates the ID there. Its
+    // first message is the new one: the old one (by 100) never ran anywhere.
+    host_node.set_placement_weight(100).unwrap();
+    let t0 = Instant::now();
+    while !client_node.peers().into_iter().any(|p| {
+        p.descriptor
+            .as_ref()
+            .is_some_and(|d| d.node.rid == "host" && d.placement_weight == 100)
+    }) {
+        assert!(
+            t0.elapsed() < T,
+            "the caller never saw the host's new weight"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let fresh = Add {
         source: "test".into(),
         seq: 1,
@@ -204,8 +229,10 @@ async fn a_target_that_dies_mid_activation_ends_the_call_once_and_the_id_activat
             .await
         {
             Ok(t) => break t,
-            // The host's descriptor may not be Serving in the caller's view yet.
-            Err(e) if e.kind() == ErrorKind::Unavailable && t0.elapsed() < T => {
+            // A transient view (descriptor update still in flight): bounded retry.
+            Err(e)
+                if e.kind() == ErrorKind::Unavailable && t0.elapsed() < Duration::from_secs(3) =>
+            {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(e) => panic!("{e}"),

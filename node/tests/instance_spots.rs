@@ -87,6 +87,8 @@ struct Cluster {
     factory_runs: Arc<AtomicU64>,
     /// Counter handler runs, across nodes.
     handled: Arc<AtomicU64>,
+    /// Factory runs of the `flaky` type that are still to fail.
+    fail_flaky: Arc<AtomicU64>,
 }
 
 impl Cluster {
@@ -96,6 +98,7 @@ impl Cluster {
         let store = Arc::new(MemoryStore::new(SystemClock));
         let factory_runs = Arc::new(AtomicU64::new(0));
         let handled = Arc::new(AtomicU64::new(0));
+        let fail_flaky = Arc::new(AtomicU64::new(0));
         let mut nodes = Vec::new();
         let mut rts = Vec::new();
         for i in 0..hosts + clients {
@@ -111,6 +114,25 @@ impl Cluster {
                             // A slow factory widens the race between first calls.
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             Ok(Counter::default())
+                        }
+                    },
+                    move || counter_handlers(&h),
+                )
+                .register();
+                let fail = Arc::clone(&fail_flaky);
+                let h = Arc::clone(&handled);
+                reg.instance_spot(
+                    "flaky",
+                    move |_: FactoryInput| {
+                        let failing = fail
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                        async move {
+                            if failing {
+                                Err(CallError::new(ErrorKind::HandlerFailed, "flaky factory"))
+                            } else {
+                                Ok(Counter::default())
+                            }
                         }
                     },
                     move || counter_handlers(&h),
@@ -157,6 +179,7 @@ impl Cluster {
             rts,
             factory_runs,
             handled,
+            fail_flaky,
         }
     }
 
@@ -290,8 +313,10 @@ async fn thirty_two_concurrent_first_calls_from_three_nodes_make_one_activation(
 }
 
 /// Acceptance / wire §8 "Command 39 route kind": a kind-2 route that names another node
-/// lifecycle, or a deadline other than the operation's, or a type the target cannot activate,
-/// is refused (`ProtocolError` / `Rejected`) before any reservation: the ID stays Missing.
+/// lifecycle or a descriptor version the target never published (`ProtocolError`), or a type the
+/// target cannot activate (`Rejected`), is refused before any reservation: the ID stays
+/// Missing. (The route's deadline must equal the operation's; `MeshNode::instance_spot` always
+/// writes them equal, so that branch is checked by the receiver but not reachable from here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kind2_route_that_disagrees_is_refused_before_any_reservation() {
     use zlink_protocol::generated::{InstanceRoute, InstanceRouteMissing};
@@ -401,5 +426,49 @@ async fn the_background_scan_finishes_an_activation_whose_task_died_after_the_in
     assert_eq!(n.n, 2);
     c.assert_ready_without_pointer("rec-2").await;
     assert_eq!(c.handled.load(Ordering::SeqCst), 3);
+    c.shutdown().await;
+}
+
+/// Wire §8 "Cold activation recovery 실패 처리": a factory that fails ends the first request
+/// once (`HandlerFailed`), records nothing (the reservation is given back under its fence, the
+/// root is deleted), and the ID is Missing, so the next call activates it. A one-way first
+/// message whose activation fails is a counted drop event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_activation_ends_the_call_once_and_leaves_the_id_missing() {
+    let c = Cluster::start(1, 1).await;
+    let (host, client) = (&c.rts[0], &c.rts[1]);
+    c.fail_flaky.store(1, Ordering::SeqCst);
+    let err = client
+        .request_to_instance_spot::<Inc, Count>("flaky", "f-1", &Inc { by: 1 }, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::HandlerFailed, "{err}");
+    assert!(matches!(c.read("f-1").await, AuthorityRead::Missing { .. }));
+    assert_eq!(host.unfinished_activations(), 0);
+    assert_eq!(c.handled.load(Ordering::SeqCst), 0, "nothing ran");
+    let n: Count = client
+        .request_to_instance_spot("flaky", "f-1", &Inc { by: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        n.n, 2,
+        "activated afresh; the failed first message never ran"
+    );
+    c.assert_ready_without_pointer("f-1").await;
+
+    c.fail_flaky.store(1, Ordering::SeqCst);
+    client
+        .send_to_instance_spot("flaky", "f-2", &Inc { by: 1 })
+        .await
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    while host.stats().activation_drops.load(Ordering::Relaxed) == 0 {
+        assert!(
+            t0.elapsed() < T,
+            "the failed one-way activation was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(matches!(c.read("f-2").await, AuthorityRead::Missing { .. }));
     c.shutdown().await;
 }

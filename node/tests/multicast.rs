@@ -185,14 +185,23 @@ async fn a_publish_reaches_every_subscribed_spot_on_positive_weight_members_and_
         .publish("news", "world", &Other { n: 3 })
         .await
         .unwrap();
+    // A sentinel last: on each ordered connection it arrives after anything sent before it.
+    publisher
+        .publish("news", "world", &Post { n: 4 })
+        .await
+        .unwrap();
     // Receivers: boards on n0, n1 (positive weight) and on the publisher n3.
     let deadline = tokio::time::Instant::now() + T;
     for i in [0, 1, 3] {
         for id in &on[i] {
             loop {
                 let s = seen(&rts[i], id).await;
-                if !s.is_empty() {
-                    assert_eq!(s, vec![1], "{id} on n{i}");
+                if s.contains(&4) {
+                    assert_eq!(
+                        s,
+                        vec![1, 4],
+                        "{id} on n{i}: another topic or packet leaked"
+                    );
                     break;
                 }
                 assert!(
@@ -208,17 +217,18 @@ async fn a_publish_reaches_every_subscribed_spot_on_positive_weight_members_and_
     }
     let stat = |i: usize| &rts[i].stats().multicast_local_deliveries;
     assert_eq!(stat(2).load(Ordering::Relaxed), 0);
-    assert_eq!(stat(0).load(Ordering::Relaxed), on[0].len() as u64);
-    assert_eq!(stat(1).load(Ordering::Relaxed), on[1].len() as u64);
-    assert_eq!(stat(3).load(Ordering::Relaxed), on[3].len() as u64);
-    // One record per positive-weight remote node per publish (three publishes, two nodes).
-    assert_eq!(publisher.stats().multicast_sent.load(Ordering::Relaxed), 6);
+    assert_eq!(stat(0).load(Ordering::Relaxed), 2 * on[0].len() as u64);
+    assert_eq!(stat(1).load(Ordering::Relaxed), 2 * on[1].len() as u64);
+    assert_eq!(stat(3).load(Ordering::Relaxed), 2 * on[3].len() as u64);
+    // One record per positive-weight remote node per publish (four publishes, two nodes): the
+    // weight-0 member is in no snapshot.
+    assert_eq!(publisher.stats().multicast_sent.load(Ordering::Relaxed), 8);
     assert_eq!(
         publisher
             .stats()
             .multicast_published
             .load(Ordering::Relaxed),
-        3
+        4
     );
 
     // Refused before transport: a reserved topic, a Channel this node is not a member of.
@@ -237,9 +247,9 @@ async fn a_publish_reaches_every_subscribed_spot_on_positive_weight_members_and_
             .stats()
             .multicast_published
             .load(Ordering::Relaxed),
-        3
+        4
     );
-    assert_eq!(publisher.stats().multicast_sent.load(Ordering::Relaxed), 6);
+    assert_eq!(publisher.stats().multicast_sent.load(Ordering::Relaxed), 8);
     for n in &nodes {
         n.shutdown().await;
     }

@@ -383,8 +383,9 @@ async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() 
     };
     // Spot turns that overlap the continuation in time: the gate keeps them apart.
     let crowd = async {
-        tokio::time::sleep(Duration::from_millis(290)).await;
-        hammer(rt, &[(ObjectKind::Spot, "w-1")], 6).await;
+        // 30 turns of 3 ms from 280 ms on span the continuation (from ~300 ms, 60 ms long).
+        tokio::time::sleep(Duration::from_millis(280)).await;
+        hammer(rt, &[(ObjectKind::Spot, "w-1")], 30).await;
     };
     let (a, (b, s), ()) = tokio::join!(slow, later, crowd);
     a.unwrap();

@@ -66,9 +66,13 @@ mod activation;
 
 pub use activation::{ACTIVATION_RETENTION, ActivationFault};
 
-/// `ZLINK_ACTIVATION_FAULT=abort|exit` injects an [`ActivationFault`] at start (process-level
+/// `ZLINK_ACTIVATION_FAULT=abort|exit` (debug builds only) injects an [`ActivationFault`] at start (process-level
 /// fault tests); anything else, or unset, injects nothing.
+/// Read only in debug builds: a release host never exits on an environment variable.
 fn fault_from_env() -> Option<ActivationFault> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
     match std::env::var("ZLINK_ACTIVATION_FAULT").ok().as_deref() {
         Some("abort") => Some(ActivationFault::AbortTask),
         Some("exit") => Some(ActivationFault::ExitProcess),
@@ -414,6 +418,14 @@ impl<S: ObjectStore> Inner<S> {
                     .multicast_local_deliveries
                     .fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Drop the live entry of `key` if it is still incarnation `generation`.
+    fn forget_live(&self, key: &AuthorityKey, generation: u64) {
+        let mut live = self.live();
+        if live.get(key).is_some_and(|e| e.generation == generation) {
+            live.remove(key);
         }
     }
 
@@ -887,6 +899,17 @@ impl<S: ObjectStore> Inner<S> {
         // The framework payload of the authority records the Actor's membership atomically
         // with its Ready commit.
         let framework = membership.map_or_else(Bytes::new, membership_payload);
+        // Admissible before the Ready commit is visible: a caller that sees Ready at once finds
+        // the instance; its work waits in the queue until the queue is marked Ready below.
+        self.live().insert(
+            key.clone(),
+            LiveEntry {
+                generation,
+                authority_owner_generation: reservation.authority_owner_generation,
+                obj: Arc::clone(&obj),
+                ty: Arc::clone(ty),
+            },
+        );
         let snapshot = match self.store.commit_ready(&reservation, framework).await {
             Ok(s) => s,
             Err(e) => {
@@ -901,6 +924,7 @@ impl<S: ObjectStore> Inner<S> {
                         *a
                     }
                     _ => {
+                        self.forget_live(&key, generation);
                         obj.close().await;
                         let _ = self.objects.remove(&key, generation);
                         // A commit that landed although its reply and the read failed leaves a
@@ -913,15 +937,13 @@ impl<S: ObjectStore> Inner<S> {
                 }
             }
         };
-        self.live().insert(
-            key.clone(),
-            LiveEntry {
-                generation,
-                authority_owner_generation: snapshot.authority_owner_generation,
-                obj,
-                ty: Arc::clone(ty),
-            },
-        );
+        if let Some(e) = self
+            .live()
+            .get_mut(&key)
+            .filter(|e| e.generation == generation)
+        {
+            e.authority_owner_generation = snapshot.authority_owner_generation;
+        }
         let _ = self.objects.mark_ready(&key, generation);
         self.stats.created.fetch_add(1, Ordering::Relaxed);
         enrolled.keep();
@@ -1827,6 +1849,18 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let channels = mesh.descriptor().channels;
         for ty in types.values() {
             for sub in ty.subscriptions() {
+                if !channels.iter().any(|c| {
+                    c.channel_name == sub.channel
+                        && c.role == zlink_protocol::generated::ChannelRole::Server
+                }) && channels.iter().any(|c| c.channel_name == sub.channel)
+                {
+                    tracing::warn!(
+                        stable_type = ty.stable_type(),
+                        channel = %sub.channel,
+                        "a subscription on a Channel this node is only a Client of gets local \
+                         publishes only (remote publishers target Servers)"
+                    );
+                }
                 if !channels.iter().any(|c| c.channel_name == sub.channel) {
                     return Err(RuntimeError::Subscription(format!(
                         "stable type {:?} subscribes to Channel {:?}, which this node is not a \
@@ -1943,6 +1977,8 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// fenced cleanup removes them. Call before shutting the MeshNode down.
     pub async fn shutdown(&self) {
         *self.inner.members() = Members::default();
+        // First operations of cold activations still pending end now, once each.
+        self.inner.fail_pending_activations();
         let live: Vec<LiveEntry> = self.inner.live().drain().map(|(_, e)| e).collect();
         for e in live {
             e.obj.close().await;
@@ -2540,18 +2576,18 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
-        for node in remote {
-            let sent = inner
-                .mesh
-                .logical_multicast(
-                    &node,
-                    channel,
-                    topic,
-                    sequence,
-                    payload.clone(),
-                    metadata.clone(),
-                )
-                .await;
+        // One record per target, submitted side by side: a slow peer does not hold up the rest.
+        let sends = remote.iter().map(|node| {
+            let (payload, metadata) = (payload.clone(), metadata.clone());
+            async move {
+                let sent = inner
+                    .mesh
+                    .logical_multicast(node, channel, topic, sequence, payload, metadata)
+                    .await;
+                (node, sent)
+            }
+        });
+        for (node, sent) in futures::future::join_all(sends).await {
             match sent {
                 Ok(()) => inner.stats.multicast_sent.fetch_add(1, Ordering::Relaxed),
                 Err(e) => {

@@ -73,6 +73,19 @@ pub enum ActivationFault {
     ExitProcess,
 }
 
+/// Rounds of reserve-or-deliver one first call may take (see `activate`).
+const ACTIVATION_ROUNDS: usize = 3;
+
+/// How `begin` ended.
+enum Begun {
+    /// Reserved and Ready: the first message is to be run.
+    Started(Arc<Activation>, tokio::sync::OwnedMutexGuard<()>),
+    /// The call was answered (a failure).
+    Answered,
+    /// Another activation holds the ID: deliver to it once Ready.
+    Lost(ReplySink),
+}
+
 /// Where the first operation's single terminal result goes.
 pub(super) enum ReplySink {
     /// A caller on another node: the reply travels on the request's reply route.
@@ -159,6 +172,8 @@ pub(super) struct Activation {
     barrier: Arc<tokio::sync::Mutex<()>>,
     /// A handler result whose durable record failed (the scan records it; never reruns).
     unrecorded: std::sync::Mutex<Option<Result<TypedPayload, CallError>>>,
+    /// The first message was handed to the queue (it must never be handed over again).
+    dispatched: std::sync::atomic::AtomicBool,
 }
 
 impl Activation {
@@ -323,23 +338,48 @@ impl<S: ObjectStore> Inner<S> {
                 return;
             }
         };
-        // One activation of an ID at a time on this node.
-        let gate = {
-            let mut creating = self.creating.lock().await;
-            Arc::clone(creating.entry(key.clone()).or_default())
-        };
-        let guard = gate.lock().await;
-        let started = self.begin(&key, &call, sink).await;
-        drop(guard);
-        {
-            let mut creating = self.creating.lock().await;
-            if Arc::strong_count(&gate) == 2 {
-                creating.remove(&key);
+        let mut sink = sink;
+        // A few rounds: a race lost to an activation that then failed leaves the ID Missing
+        // again, and the next round may activate it here.
+        for _ in 0..ACTIVATION_ROUNDS {
+            // One activation of an ID at a time on this node.
+            let gate = {
+                let mut creating = self.creating.lock().await;
+                Arc::clone(creating.entry(key.clone()).or_default())
+            };
+            let guard = gate.lock().await;
+            let outcome = self.begin(&key, &call, sink).await;
+            drop(guard);
+            {
+                let mut creating = self.creating.lock().await;
+                if Arc::strong_count(&gate) == 2 {
+                    creating.remove(&key);
+                }
+            }
+            match outcome {
+                Begun::Started(act, barrier) => {
+                    self.finish_first(&act, barrier).await;
+                    return;
+                }
+                Begun::Answered => return,
+                // Delivered to the winner outside the per-ID gate, so later first calls do not
+                // queue behind this one.
+                Begun::Lost(s) => match self.forward_when_ready(&call, s).await {
+                    None => return,
+                    Some(back) => sink = back,
+                },
             }
         }
-        if let Some((act, barrier)) = started {
-            self.finish_first(&act, barrier).await;
-        }
+        self.answer(
+            Some(sink),
+            Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "{} kept failing to activate ({ACTIVATION_ROUNDS} rounds)",
+                    call.route.spot_id
+                ),
+            )),
+        );
     }
 
     /// Steps 2–6 (and the fault point); `None` when the call was answered already (failure,
@@ -349,8 +389,21 @@ impl<S: ObjectStore> Inner<S> {
         key: &AuthorityKey,
         call: &FirstCall,
         sink: ReplySink,
-    ) -> Option<(Arc<Activation>, tokio::sync::OwnedMutexGuard<()>)> {
+    ) -> Begun {
         let r = &call.route;
+        // A failed creation of this ID on this node whose abort is not confirmed blocks new
+        // ones until it is (wire §7).
+        if let Err(e) = self.failed_barrier_open(key).await {
+            self.answer(Some(sink), Err(e));
+            return Begun::Answered;
+        }
+        // Known Ready or in creation: no root to store, deliver to it.
+        if !matches!(self.resolver.resolve_fresh(key).await, Resolution::Missing) {
+            self.stats
+                .activation_forwards
+                .fetch_add(1, Ordering::Relaxed);
+            return Begun::Lost(sink);
+        }
         let envelope = InstanceActivationRecoveryV1 {
             operation_kind: if call.request.is_some() {
                 OperationKind::Request
@@ -381,7 +434,7 @@ impl<S: ObjectStore> Inner<S> {
                     Some(sink),
                     Err(CallError::new(ErrorKind::InvalidOperation, e.to_string())),
                 );
-                return None;
+                return Begun::Answered;
             }
         };
         let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
@@ -391,7 +444,7 @@ impl<S: ObjectStore> Inner<S> {
             Ok(id) => format!("activation/{id}"),
             Err(e) => {
                 self.answer(Some(sink), Err(e));
-                return None;
+                return Begun::Answered;
             }
         };
         let receipt = ContentReceipt {
@@ -405,14 +458,14 @@ impl<S: ObjectStore> Inner<S> {
             .await
         {
             self.answer(Some(sink), Err(store_error(e)));
-            return None;
+            return Begun::Answered;
         }
         let owner = match self.owner() {
             Ok(o) => o,
             Err(e) => {
                 let _ = self.store.delete(&reference).await;
                 self.answer(Some(sink), Err(e));
-                return None;
+                return Begun::Answered;
             }
         };
         let me = self.mesh.fence();
@@ -435,13 +488,12 @@ impl<S: ObjectStore> Inner<S> {
                 self.stats
                     .activation_forwards
                     .fetch_add(1, Ordering::Relaxed);
-                self.forward_when_ready(call, sink).await;
-                return None;
+                return Begun::Lost(sink);
             }
             Err(e) => {
                 let _ = self.store.delete(&reference).await;
                 self.answer(Some(sink), Err(e));
-                return None;
+                return Begun::Answered;
             }
         };
         let act = Arc::new(Activation {
@@ -452,9 +504,10 @@ impl<S: ObjectStore> Inner<S> {
             sink: std::sync::Mutex::new(Some(sink)),
             barrier: Arc::new(tokio::sync::Mutex::new(())),
             unrecorded: std::sync::Mutex::new(None),
+            dispatched: std::sync::atomic::AtomicBool::new(false),
         });
         let Ok(barrier) = Arc::clone(&act.barrier).try_lock_owned() else {
-            return None;
+            return Begun::Answered;
         };
         self.activations_lock()
             .insert(key.clone(), Arc::clone(&act));
@@ -463,7 +516,7 @@ impl<S: ObjectStore> Inner<S> {
             Ok(()) => {}
             Err(e) => {
                 self.fail(&act, e).await;
-                return None;
+                return Begun::Answered;
             }
         }
         match self.fault() {
@@ -472,7 +525,7 @@ impl<S: ObjectStore> Inner<S> {
                     key = key.as_str(),
                     "fault injected: the activation task ends after the Ready commit"
                 );
-                return None;
+                return Begun::Answered;
             }
             Some(ActivationFault::ExitProcess) => {
                 tracing::warn!(
@@ -483,7 +536,7 @@ impl<S: ObjectStore> Inner<S> {
             }
             None => {}
         }
-        Some((act, barrier))
+        Begun::Started(act, barrier)
     }
 
     /// Factory with the barrier closed, inbox first record, Ready commit with the pointer.
@@ -507,6 +560,18 @@ impl<S: ObjectStore> Inner<S> {
                 return Err(e);
             }
         };
+        // Admissible before the Ready commit is visible (callers that see Ready at once find
+        // it); the activation barrier keeps the queue closed to handlers until the first
+        // message is at its head.
+        self.live().insert(
+            key.clone(),
+            LiveEntry {
+                generation,
+                authority_owner_generation: reservation.authority_owner_generation,
+                obj: Arc::clone(&obj),
+                ty,
+            },
+        );
         let root = &act.receipt;
         let inbox = InboxRecord {
             seq: 1,
@@ -528,30 +593,43 @@ impl<S: ObjectStore> Inner<S> {
                 size: root.size,
                 cursor: 0,
             };
-            self.store
+            match self
+                .store
                 .commit_ready(&reservation, framework_bytes(Some(pointer)))
                 .await
-                .map_err(store_error)
+            {
+                Ok(s) => Ok(s),
+                // The commit may have landed (a lost reply): a read decides.
+                Err(e) => match self.store.read_authority(key).await {
+                    Ok(AuthorityRead::Found(a))
+                        if a.state == AuthorityState::Ready
+                            && a.object_generation == generation
+                            && a.owner == reservation.target.owner =>
+                    {
+                        Ok(*a)
+                    }
+                    _ => Err(store_error(e)),
+                },
+            }
         }
         .await;
         let snapshot = match committed {
             Ok(s) => s,
             Err(e) => {
+                self.forget_live(key, generation);
                 obj.close().await;
                 let _ = self.objects.remove(key, generation);
                 self.give_back_or_delete(&reservation).await;
                 return Err(e);
             }
         };
-        self.live().insert(
-            key.clone(),
-            LiveEntry {
-                generation,
-                authority_owner_generation: snapshot.authority_owner_generation,
-                obj,
-                ty,
-            },
-        );
+        if let Some(e) = self
+            .live()
+            .get_mut(key)
+            .filter(|e| e.generation == generation)
+        {
+            e.authority_owner_generation = snapshot.authority_owner_generation;
+        }
         self.members()
             .spots
             .entry(act.envelope.spot_id.clone())
@@ -612,7 +690,7 @@ impl<S: ObjectStore> Inner<S> {
     /// sealed, the caller gets one terminal result, a one-way message is a drop event; the
     /// records were removed under their fence by the step that failed.
     async fn fail(&self, act: &Arc<Activation>, e: CallError) {
-        self.activations_lock().remove(&act.key);
+        self.forget_activation(act);
         let _ = self.store.delete(&inbox_ref(&act.receipt.reference)).await;
         let _ = self.store.delete(&act.receipt.reference).await;
         self.answer(act.take_sink(), Err(e));
@@ -647,9 +725,32 @@ impl<S: ObjectStore> Inner<S> {
                     .filter(|e| e.generation == generation)
                     .map(|e| Arc::clone(&e.obj));
                 let Some(obj) = obj else {
-                    drop(barrier);
+                    // The instance is gone (removed meanwhile): the first operation cannot
+                    // run; its caller gets one result.
+                    self.answer(
+                        act.take_sink(),
+                        Err(CallError::new(
+                            ErrorKind::Unavailable,
+                            "the activated Spot is no longer live on its target",
+                        )),
+                    );
+                    self.forget_activation(act);
                     return;
                 };
+                if act.dispatched.swap(true, Ordering::AcqRel) {
+                    // Handed to the queue by a task that ended before recording the result:
+                    // the handler may have run. It is never run twice; the caller gets one
+                    // `Unavailable`.
+                    self.answer(
+                        act.take_sink(),
+                        Err(CallError::new(
+                            ErrorKind::Unavailable,
+                            "the first operation's outcome is unknown (its task ended)",
+                        )),
+                    );
+                    self.forget_activation(act);
+                    return;
+                }
                 let env = &act.envelope;
                 let payload = TypedPayload::new(
                     env.packet_name.clone(),
@@ -665,7 +766,7 @@ impl<S: ObjectStore> Inner<S> {
                     Ok(rx) => rx,
                     Err(e) => {
                         self.answer(act.take_sink(), Err(e));
-                        self.activations_lock().remove(key);
+                        self.forget_activation(act);
                         return;
                     }
                 };
@@ -708,7 +809,7 @@ impl<S: ObjectStore> Inner<S> {
         // Durable now: answer, then move the cursor and drop the pointer.
         self.answer(act.take_sink(), result);
         if self.release_pointer(act).await.is_ok() {
-            self.activations_lock().remove(key);
+            self.forget_activation(act);
             let _ = self.store.delete(&done_ref(&act.receipt.reference)).await;
             let _ = self.store.delete(&inbox_ref(&act.receipt.reference)).await;
             let _ = self.store.delete(&act.receipt.reference).await;
@@ -752,8 +853,9 @@ impl<S: ObjectStore> Inner<S> {
 
     /// Deliver a first call whose activation another node or task won: wait (bounded by the
     /// deadline) for the Ready authority, then call it like any Spot.
-    async fn forward_when_ready(&self, call: &FirstCall, sink: ReplySink) {
+    async fn forward_when_ready(&self, call: &FirstCall, sink: ReplySink) -> Option<ReplySink> {
         let deadline = call.deadline_unix_ms;
+        let mut missing_since: Option<tokio::time::Instant> = None;
         let result = async {
             let key = AuthorityKey::new(StoreKind::Spot, &call.route.spot_id)
                 .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
@@ -773,8 +875,15 @@ impl<S: ObjectStore> Inner<S> {
                     Resolution::Unavailable {
                         reason: UnavailableReason::Creating,
                         ..
+                    } => missing_since = None,
+                    Resolution::Missing => {
+                        // The winner failed: Missing for a while means this call may activate
+                        // the ID after all (another round of `activate`).
+                        let since = *missing_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= Duration::from_millis(50) {
+                            return Ok(None);
+                        }
                     }
-                    | Resolution::Missing => {}
                     Resolution::Unavailable {
                         reason: UnavailableReason::OwnerLeaseLost,
                         authority,
@@ -792,35 +901,59 @@ impl<S: ObjectStore> Inner<S> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let left = Duration::from_millis(deadline.saturating_sub(now_unix_ms()));
-            self.call(
-                StoreKind::Spot,
-                &call.route.spot_id,
-                call.payload.clone(),
-                call.metadata.clone(),
-                call.request.as_ref().map(|_| left),
-            )
-            .await
-            .map(Option::unwrap_or_default)
+            let delivered = self
+                .call(
+                    StoreKind::Spot,
+                    &call.route.spot_id,
+                    call.payload.clone(),
+                    call.metadata.clone(),
+                    call.request.as_ref().map(|_| left),
+                )
+                .await;
+            delivered.map(|r| Some(r.unwrap_or_default()))
         }
         .await;
-        self.answer(Some(sink), result);
+        match result {
+            Ok(None) => Some(sink),
+            Ok(Some(reply)) => {
+                self.answer(Some(sink), Ok(reply));
+                None
+            }
+            Err(e) => {
+                self.answer(Some(sink), Err(e));
+                None
+            }
+        }
     }
 
     /// One pass of the recovery scan over this lifecycle's unfinished activations (at most
     /// `batch`): each one whose task is gone is resumed from the store's state. Returns how
     /// many were resumed or ended.
     pub(super) async fn recover_activations(self: &Arc<Self>, batch: usize) -> usize {
-        let pending: Vec<Arc<Activation>> = self
-            .activations_lock()
-            .values()
-            .take(batch)
-            .cloned()
-            .collect();
+        let all: Vec<Arc<Activation>> = self.activations_lock().values().cloned().collect();
         let mut handled = 0;
-        for act in pending {
+        for act in all {
+            if handled >= batch {
+                break;
+            }
             let Ok(barrier) = Arc::clone(&act.barrier).try_lock_owned() else {
                 continue; // its task is alive
             };
+            if !self.mesh.admission_open() {
+                // Fenced (glossary §8): nothing runs here any more; fenced cleanup elsewhere
+                // ends the ID. The caller gets its one result now.
+                self.answer(
+                    act.take_sink(),
+                    Err(CallError::new(
+                        ErrorKind::Unavailable,
+                        "the target's owner lease could not be renewed before its fencing \
+                         deadline",
+                    )),
+                );
+                self.forget_activation(&act);
+                drop(barrier);
+                continue;
+            }
             handled += 1;
             self.stats
                 .activation_recoveries
@@ -832,7 +965,7 @@ impl<S: ObjectStore> Inner<S> {
             match self.store.read_authority(&act.key).await {
                 Ok(AuthorityRead::Found(a)) => self.resume(&act, barrier, &a).await,
                 Ok(AuthorityRead::Missing { .. }) => {
-                    self.activations_lock().remove(&act.key);
+                    self.forget_activation(&act);
                     self.answer(
                         act.take_sink(),
                         Err(CallError::new(
@@ -866,7 +999,7 @@ impl<S: ObjectStore> Inner<S> {
                 }
                 _ => {
                     // The pointer is gone: the first operation finished.
-                    self.activations_lock().remove(&act.key);
+                    self.forget_activation(act);
                 }
             },
             (AuthorityState::Creating, true) => {
@@ -892,7 +1025,7 @@ impl<S: ObjectStore> Inner<S> {
                 drop(barrier);
             }
             _ => {
-                self.activations_lock().remove(&act.key);
+                self.forget_activation(act);
                 self.answer(
                     act.take_sink(),
                     Err(CallError::new(
@@ -937,6 +1070,28 @@ impl<S: ObjectStore> Inner<S> {
         }
         // `finish_first` now finds the durable completion and never reruns the handler.
         self.finish_first(act, barrier).await;
+    }
+
+    /// End every pending first operation with `ShuttingDown` (runtime shutdown).
+    pub(super) fn fail_pending_activations(&self) {
+        let all: Vec<Arc<Activation>> = self.activations_lock().drain().map(|(_, a)| a).collect();
+        for act in all {
+            self.answer(
+                act.take_sink(),
+                Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "the target's object runtime shut down",
+                )),
+            );
+        }
+    }
+
+    /// Deregister `act`, and only it (a newer activation of the same ID stays).
+    fn forget_activation(&self, act: &Arc<Activation>) {
+        let mut acts = self.activations_lock();
+        if acts.get(&act.key).is_some_and(|a| Arc::ptr_eq(a, act)) {
+            acts.remove(&act.key);
+        }
     }
 
     fn activations_lock(
