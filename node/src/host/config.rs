@@ -721,7 +721,8 @@ impl HostConfig {
         if let Some(fm) = t.fencing_margin_ms {
             check_range("timings.fencing_margin_ms", fm, 1, t.lease_ttl_ms / 2)?;
         }
-        let renew = u64::try_from(self.lease_renew().as_millis()).unwrap_or(u64::MAX);
+        // The configured value itself (an unset one is a third of the TTL).
+        let renew = t.lease_renew_ms.unwrap_or(t.lease_ttl_ms / 3);
         let renew_max = t.lease_ttl_ms.saturating_sub(margin).saturating_sub(1);
         check_range("timings.lease_renew_ms", renew, 1, renew_max)?;
         check_range("timings.discovery_poll_ms", t.discovery_poll_ms, 1, renew)?;
