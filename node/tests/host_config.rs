@@ -403,3 +403,14 @@ fn the_admin_token_is_loaded_from_file_or_env_and_must_be_long_enough() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The example configuration shipped in the node image (`node/node.example.yaml`) parses and
+/// validates as is.
+#[test]
+fn the_shipped_example_configuration_is_valid() {
+    let c =
+        HostConfig::from_yaml(include_str!("../node.example.yaml"), "node.example.yaml").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.mesh.port, 7100);
+    assert_eq!(c.admin.grpc_listen, "0.0.0.0:7070");
+}
