@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use tonic::transport::Channel;
+use zlink_node::host::load::LoadConfig;
 use zlink_node::host::proto::host_admin_client::HostAdminClient;
 use zlink_node::host::proto::{
     GetStatusRequest, HostStatus, SetChannelWeightRequest, ShutdownRequest, WatchStatusRequest,
@@ -255,4 +256,125 @@ pub async fn ctl(args: CtlArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Flags of `zlink-node load` (the mesh, Redis and timings come from the same configuration as
+/// `run`: `--config` and the `ZLINK_*` variables).
+#[derive(clap::Args)]
+pub struct LoadArgs {
+    /// The YAML configuration of the mesh to join (as for `run`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Counter IDs to address.
+    #[arg(long, default_value_t = LoadConfig::default().counters)]
+    counters: usize,
+    /// Numbered messages to each counter.
+    #[arg(long, default_value_t = LoadConfig::default().messages_per_counter)]
+    messages_per_counter: u64,
+    /// Every n-th message is a request (0: one-way sends only).
+    #[arg(long, default_value_t = LoadConfig::default().request_every)]
+    request_every: u64,
+    /// Calls in flight.
+    #[arg(long, default_value_t = LoadConfig::default().concurrency)]
+    concurrency: usize,
+    /// Deadline of every request.
+    #[arg(long, default_value_t = 10_000)]
+    request_timeout_ms: u64,
+    /// How long the check waits for one-way messages to be applied.
+    #[arg(long, default_value_t = 10_000)]
+    settle_timeout_ms: u64,
+    /// How long to wait for a ready, serving Object Server.
+    #[arg(long, default_value_t = 15_000)]
+    ready_timeout_ms: u64,
+    /// Prefix of the counter IDs (default: `load-<random>`, unique per run).
+    #[arg(long)]
+    id_prefix: Option<String>,
+    /// Print the report as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `zlink-node load`: returns the process exit status (0 only without gaps, duplicates or
+/// failed calls).
+pub async fn load(args: LoadArgs) -> Result<i32> {
+    let mut hc = HostConfig::default();
+    if let Some(p) = &args.config {
+        hc = HostConfig::from_file(p)?;
+    }
+    hc.apply_env(env)?;
+    // The admin listeners are not used by `load`; only the mesh, Redis and timings matter.
+    hc.validate()?;
+    init_logs(&hc.log_level);
+    let secret = hc.mesh_secret()?;
+    let mut random = [0u8; 4];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)
+        .map_err(|_| anyhow::anyhow!("no randomness for the ID prefix"))?;
+    let id_prefix = args.id_prefix.clone().unwrap_or_else(|| {
+        format!(
+            "load-{}",
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    });
+    let cfg = LoadConfig {
+        counters: args.counters,
+        messages_per_counter: args.messages_per_counter,
+        request_every: args.request_every,
+        concurrency: args.concurrency,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        settle_timeout: Duration::from_millis(args.settle_timeout_ms),
+        ready_timeout: Duration::from_millis(args.ready_timeout_ms),
+        source: id_prefix.clone(),
+        id_prefix,
+    };
+    let report = zlink_node::host::load::run(&hc, secret, &cfg).await?;
+    let failures = report.failures();
+    let gaps: u64 = report.ids.iter().map(|r| r.missing).sum();
+    let dups: u64 = report.ids.iter().map(|r| r.duplicates).sum();
+    let applied: u64 = report.ids.iter().map(|r| r.applied).sum();
+    if args.json {
+        crate::say_line(
+            &serde_json::json!({
+                "rid": report.rid,
+                "ids": report.ids.len(),
+                "sent": report.sent,
+                "requests": report.requests,
+                "applied": applied,
+                "failed_calls": report.failed_calls,
+                "gaps": gaps,
+                "duplicates": dups,
+                "ids_with_gaps": report.ids.iter().filter(|r| r.missing > 0).count(),
+                "ids_with_duplicates": report.ids.iter().filter(|r| r.duplicates > 0 || r.unexpected > 0).count(),
+                "p50_us": report.p50.as_micros() as u64,
+                "p99_us": report.p99.as_micros() as u64,
+                "traffic_ms": report.traffic_time.as_millis() as u64,
+                "failures": failures,
+            })
+            .to_string(),
+        );
+    } else {
+        crate::say_line(&format!(
+            "load {}: {} counters x {} messages\n  sent {} ({} requests), applied {applied}, \
+             failed calls {}\n  gaps {gaps} in {} IDs, duplicates {dups} in {} IDs\n  \
+             request latency p50 {:?} p99 {:?} max {:?}\n  traffic {:?}",
+            report.rid,
+            cfg.counters,
+            cfg.messages_per_counter,
+            report.sent,
+            report.requests,
+            report.failed_calls,
+            report.ids.iter().filter(|r| r.missing > 0).count(),
+            report.ids.iter().filter(|r| r.duplicates > 0).count(),
+            report.p50,
+            report.p99,
+            report.max,
+            report.traffic_time,
+        ));
+        for f in &failures {
+            crate::say_line(&format!("FAILED: {f}"));
+        }
+    }
+    Ok(i32::from(!failures.is_empty()))
 }

@@ -11,6 +11,9 @@
 //!
 //! `zlink-node ctl` is the admin client: `status`, `watch`, `drain`, `set-weight`.
 //!
+//! `zlink-node load` joins a running mesh as an Object Client, sends numbered messages to many
+//! counter IDs and reports per-ID gaps and duplicates (`zlink_node::host::load`).
+//!
 //! `zlink-node peer` runs one MeshNode, driven over stdin/stdout so multi-process tests and
 //! operators can exercise a real mesh across processes.
 //!
@@ -60,6 +63,9 @@ enum Command {
     Run(host_cmd::RunArgs),
     /// Administer a running host over gRPC HostAdmin.
     Ctl(host_cmd::CtlArgs),
+    /// Join a running mesh as an Object Client and send numbered messages to many counter IDs;
+    /// report per-ID gaps and duplicates (exit 0 only if there are none).
+    Load(host_cmd::LoadArgs),
 }
 
 #[derive(clap::Args)]
@@ -148,6 +154,7 @@ fn main() -> Result<()> {
         Command::Demo(args) => rt.block_on(demo_cmd::demo(args)).map(|()| 0),
         Command::Run(args) => rt.block_on(host_cmd::run(args)),
         Command::Ctl(args) => rt.block_on(host_cmd::ctl(args)),
+        Command::Load(args) => rt.block_on(host_cmd::load(args)),
     }?;
     drop(rt);
     if code != 0 {

@@ -269,6 +269,109 @@ fn sigterm_drains_one_of_three_hosts_out_of_the_mesh() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+fn metric(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {sample}"))
+}
+
+/// Issue 8 item 6 (load generator): `zlink-node load` joins the mesh of two running hosts as an
+/// Object Client, sends 10 numbered requests to each of 40 counter IDs (cold-activated on the
+/// hosts) and reports, per ID, no gap and no duplicate; exit 0. The hosts' `/metrics` show the
+/// activations and the live counters that the traffic created.
+#[test]
+fn the_load_generator_reports_every_id_complete_through_running_hosts() {
+    load_through_two_hosts(1, 40 * 10);
+}
+
+/// The same with one-way sends mixed in (every third message a request). Known failure, kept
+/// as the reproduction: a one-way send that reaches a freshly activated counter can be answered
+/// `StaleRoute` by its host and dropped (`zlink_object_stale_routes_total` equals the gaps), so
+/// some IDs miss one number. Run with `--ignored` once the object runtime holds or relays such
+/// sends.
+#[test]
+#[ignore = "object runtime: one-way sends racing a cold activation are dropped as StaleRoute"]
+fn the_load_generator_reports_every_id_complete_with_one_way_sends() {
+    load_through_two_hosts(3, 40 * 3);
+}
+
+fn load_through_two_hosts(request_every: u64, requests: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let namespace = format!("hostload-{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("zlink-hostload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = write_config(&dir, &redis.url(), &namespace);
+    let mut hosts: Vec<Host> = (0..2)
+        .map(|i| Host::spawn(&config, &format!("l{i}")))
+        .collect();
+    for h in &hosts {
+        h.wait_status("one ready peer", |s| s["peers_ready"] == 1);
+    }
+    let spots_before: f64 = hosts
+        .iter()
+        .map(|h| {
+            metric(
+                &http_get(&h.http, "/metrics").1,
+                "zlink_objects_live{kind=\"spot\"}",
+            )
+        })
+        .sum();
+    let out = Command::new(BIN)
+        .args(["load", "--json", "--config"])
+        .arg(&config)
+        .args([
+            "--counters",
+            "40",
+            "--messages-per-counter",
+            "10",
+            "--request-every",
+            &request_every.to_string(),
+            "--concurrency",
+            "16",
+        ])
+        .env("ZLINK_MESH_SECRET", SECRET)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "load failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(r["ids"], 40, "{r}");
+    assert_eq!(r["sent"], 400, "{r}");
+    assert_eq!(r["applied"], 400, "{r}");
+    assert_eq!(r["gaps"], 0, "{r}");
+    assert_eq!(r["duplicates"], 0, "{r}");
+    assert_eq!(r["failed_calls"], 0, "{r}");
+    assert_eq!(r["requests"], requests, "{r}");
+    assert!(r["rid"].as_str().unwrap().starts_with("load-"), "{r}");
+
+    let mut activated = 0.0;
+    let mut spots_after = 0.0;
+    for h in &hosts {
+        let text = http_get(&h.http, "/metrics").1;
+        activated += metric(
+            &text,
+            "zlink_object_activations_total{outcome=\"activated\"}",
+        );
+        spots_after += metric(&text, "zlink_objects_live{kind=\"spot\"}");
+    }
+    assert_eq!(activated, 40.0);
+    assert_eq!(spots_after - spots_before, 40.0);
+    for h in hosts.iter_mut() {
+        let out = h.ctl(&["drain"]);
+        assert!(out.status.success());
+        assert!(h.wait_exit().success());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `zlink-node run` refuses a bad configuration before binding anything: exit status non-zero
 /// and the error names the field and its allowed range (issue 8 item 1).
 #[test]

@@ -25,6 +25,7 @@
 pub mod admin;
 pub mod config;
 pub mod http;
+pub mod load;
 pub mod metrics;
 pub mod state;
 
