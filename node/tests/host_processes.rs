@@ -163,7 +163,7 @@ fn sigterm_drains_one_of_three_hosts_out_of_the_mesh() {
     for h in &hosts {
         let s = h.wait_status("two ready peers", |s| s["peers_ready"] == 2);
         assert_eq!(s["state"], "serving");
-        assert_eq!(s["application_version"], "7");
+        assert_eq!(s["application_version"], 7);
         assert_eq!(s["peers_not_ready"], 0);
         for rid in rids.iter().filter(|r| **r != h.rid) {
             assert_eq!(peer(&s, rid).unwrap()["ready"], true, "{s}");

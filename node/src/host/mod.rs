@@ -246,7 +246,7 @@ impl Host {
         let mut st = proto::HostStatus {
             state: state.to_proto() as i32,
             mesh_name: self.config.mesh.name.clone(),
-            application_version: self.config.application_version.to_string(),
+            application_version: self.config.application_version,
             // SafeToShutdown (glossary §5) is about relocation units this host started: it has
             // none (the relocation issue adds `Relocate`), so it is always safe.
             safe_to_shutdown: true,
