@@ -4,9 +4,9 @@
 //! stateful logical instances such as a room or a zone) and **Actors** (an entity with its own
 //! state and mailbox, such as a player), routes messages to them by global ID, keeps per-object
 //! message order, and moves live objects — state, queued work and timers — between nodes
-//! without losing a message. The `zlink-node` binary runs the demo (`zlink-node demo`) and one
-//! MeshNode (`zlink-node peer`); the full pod host (configuration file, gRPC HostAdmin) arrives
-//! with the node host issue.
+//! without losing a message. The `zlink-node` binary runs the node host (`zlink-node run`, see
+//! [`host`]), its admin client (`zlink-node ctl`), the demo (`zlink-node demo`) and one bare
+//! MeshNode (`zlink-node peer`).
 //!
 //! ## Layout
 //!
@@ -43,6 +43,11 @@
 //!   one SUB socket and one readiness state per publisher, publisher descriptors for discovery
 //!   (see `docs/architecture.md`, "Classic fanout").
 //!
+//! - [`host`] — the node host behind `zlink-node run`: YAML configuration with `ZLINK_*`
+//!   overrides, lifecycle and drain, the gRPC `HostAdmin` service with bearer auth and health,
+//!   HTTP `/healthz` `/readyz` `/metrics` (see `docs/operations.md`).
+//! - [`metrics`] — lock-free latency histograms for the Prometheus exposition.
+//!
 //! The Location Store and Relocation Store live in the `zlink-store` crate.
 //!
 //! Planned, each as a pure core with a thin I/O shell (see `docs/architecture.md`):
@@ -53,8 +58,6 @@
 //!   cutover CAS and `SafeToShutdown`.
 //! - `session` — client STREAM sessions, Actor binding and session relocation (wire 42/43/44).
 //! - `presence` — user connection routing over 256 hash slots with a presence authority.
-//! - `admin` — the tonic `HostAdmin` gRPC service the operator calls, health and Prometheus
-//!   metrics.
 //!
 //! Wire formats (records, STREAM packets, metadata, durable blobs) are not defined here: they
 //! come from [`zlink_protocol`], which is bytes only.
@@ -69,8 +72,10 @@ pub mod clientserver;
 pub mod config;
 pub mod demo;
 pub mod fanout;
+pub mod host;
 pub mod jobs;
 pub mod mesh;
+pub mod metrics;
 pub mod object;
 pub mod refapp;
 pub mod routing;

@@ -3,9 +3,19 @@
 //! `zlink-node demo` runs the reference application on an in-process mesh and checks that every
 //! message was delivered exactly once, per ID (see `zlink_node::demo`); it exits 0 only then.
 //!
+//! `zlink-node run --config node.yaml` runs the node host (`zlink_node::host`): one MeshNode and
+//! the reference application's object runtime on Redis, the gRPC HostAdmin service, `/healthz`,
+//! `/readyz` and `/metrics`; SIGTERM or SIGINT drains it. It prints one JSON line once serving:
+//! `{"rid", "endpoint", "grpc", "http", "state"}`. Exit status 0 after a clean drain, 3 when
+//! the drain deadline cut work in flight, 1 when it could not start.
+//!
+//! `zlink-node ctl` is the admin client: `status`, `watch`, `drain`, `set-weight`.
+//!
+//! `zlink-node load` joins a running mesh as an Object Client, sends numbered messages to many
+//! counter IDs and reports per-ID gaps and duplicates (`zlink_node::host::load`).
+//!
 //! `zlink-node peer` runs one MeshNode, driven over stdin/stdout so multi-process tests and
-//! operators can exercise a real mesh across processes. The full host (configuration file,
-//! gRPC HostAdmin) arrives with the node host issue.
+//! operators can exercise a real mesh across processes.
 //!
 //! `zlink-node peer` prints one JSON line when started — `{"rid", "endpoint", "lifecycle"}` —
 //! then reads commands, one per line, and answers each with one JSON line:
@@ -32,6 +42,7 @@ use zlink_node::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
 use zlink_protocol::generated::ObjectRole;
 
 mod demo_cmd;
+mod host_cmd;
 
 #[derive(Parser)]
 #[command(name = "zlink-node", version, about = "zlink mesh node host")]
@@ -47,6 +58,14 @@ enum Command {
     /// Run the reference application on an in-process mesh, drive numbered traffic through
     /// every node and check that every message was delivered exactly once, per ID.
     Demo(demo_cmd::DemoArgs),
+    /// Run the node host: a MeshNode with the reference application on Redis, the gRPC
+    /// HostAdmin service and the HTTP health and metrics endpoints, until SIGTERM or SIGINT.
+    Run(host_cmd::RunArgs),
+    /// Administer a running host over gRPC HostAdmin.
+    Ctl(host_cmd::CtlArgs),
+    /// Join a running mesh as an Object Client and send numbered messages to many counter IDs;
+    /// report per-ID gaps and duplicates (exit 0 only if there are none).
+    Load(host_cmd::LoadArgs),
 }
 
 #[derive(clap::Args)]
@@ -130,10 +149,25 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
-    match cli.command {
-        Command::Peer(args) => rt.block_on(peer(args)),
-        Command::Demo(args) => rt.block_on(demo_cmd::demo(args)),
+    let code = match cli.command {
+        Command::Peer(args) => rt.block_on(peer(args)).map(|()| 0),
+        Command::Demo(args) => rt.block_on(demo_cmd::demo(args)).map(|()| 0),
+        Command::Run(args) => rt.block_on(host_cmd::run(args)),
+        Command::Ctl(args) => rt.block_on(host_cmd::ctl(args)),
+        Command::Load(args) => rt.block_on(host_cmd::load(args)),
+    }?;
+    drop(rt);
+    if code != 0 {
+        std::process::exit(code);
     }
+    Ok(())
+}
+
+/// Print one line on stdout and flush (the announcement and `ctl` output).
+fn say_line(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 fn secret(args: &PeerArgs) -> Result<MeshSecret> {

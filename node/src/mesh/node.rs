@@ -105,6 +105,9 @@ pub struct MeshMetrics {
     pub idempotent_admissions: AtomicU64,
     /// `update` records applied.
     pub updates_applied: AtomicU64,
+    /// Round-trip latency of every request this node issued (node direct, select-one, object),
+    /// from submission to its terminal result.
+    pub request_latency: crate::metrics::Histogram,
 }
 
 impl MeshMetrics {
@@ -920,6 +923,11 @@ impl MeshNode {
             .await
     }
 
+    /// A receiver that changes whenever a peer's state or descriptor changes.
+    pub fn subscribe_peer_changes(&self) -> watch::Receiver<u64> {
+        self.inner.peer_change.subscribe()
+    }
+
     /// Counters.
     pub fn metrics(&self) -> &MeshMetrics {
         &self.inner.metrics
@@ -1628,6 +1636,7 @@ impl MeshNode {
         metadata: Option<Metadata>,
         timeout: Duration,
     ) -> Result<TypedPayload, CallError> {
+        let started = Instant::now();
         let deadline_wall = SystemTime::now() + timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let (mut operation_id, reply_route_id, correlation_id) = {
@@ -1723,6 +1732,10 @@ impl MeshNode {
         };
         let mut guard = guard;
         guard.armed = false;
+        self.inner
+            .metrics
+            .request_latency
+            .observe(started.elapsed());
         outcome
     }
 

@@ -2012,6 +2012,19 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         self.inner.live().len()
     }
 
+    /// Objects live on this node by kind: `(actors, spots)`.
+    pub fn live_by_kind(&self) -> (usize, usize) {
+        let live = self.inner.live();
+        let actors = live
+            .keys()
+            .filter(|k| {
+                zlink_protocol::keys::parse_authority_key(k.as_str())
+                    .is_ok_and(|(kind, _)| kind == zlink_protocol::keys::ObjectKindKey::Actor)
+            })
+            .count();
+        (actors, live.len() - actors)
+    }
+
     /// Create Actor `id` of `stable_type` on this node.
     ///
     /// # Errors

@@ -1,0 +1,873 @@
+//! The host configuration of `zlink-node run`: a YAML file, every field overridable by a
+//! `ZLINK_*` environment variable, validated at startup with errors that name the field and
+//! its allowed range (issue 8, item 1; defaults from [`crate::config::defaults`] and
+//! `/work/shared/DESIGN.md`).
+//!
+//! The environment variable of a field is `ZLINK_` followed by its dotted path in upper case
+//! with `.` replaced by `_`: `mesh.name` → `ZLINK_MESH_NAME`, `admin.grpc_listen` →
+//! `ZLINK_ADMIN_GRPC_LISTEN`, `timings.lease_ttl_ms` → `ZLINK_TIMINGS_LEASE_TTL_MS`
+//! ([`env_var_of`]). An empty value clears an optional field. `mesh.channels` takes a list
+//! `name:role[:weight],…` (for example `chat:server:100,ops:client`). Secrets are never part of
+//! the file: the mesh secret is read from `mesh.secret_file` or the variable named by
+//! `mesh.secret_env` (default `ZLINK_MESH_SECRET`), the admin token from `admin.token_file` or
+//! the variable named by `admin.token_env` (default `ZLINK_ADMIN_TOKEN`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use zlink_protocol::generated::{ChannelMembership, ChannelRole, ObjectRole};
+
+use crate::config::defaults;
+use crate::mesh::MeshNodeConfig;
+use crate::mesh::auth::MeshSecret;
+use crate::mesh::config::{MeshTimings, RidConfig};
+
+/// Longest accepted interval or deadline (one hour), in milliseconds.
+pub const MAX_INTERVAL_MS: u64 = 3_600_000;
+
+/// A configuration that cannot be used. Every variant names the field (its dotted YAML path)
+/// so an operator finds it in the file or the environment.
+#[derive(Debug, Error)]
+pub enum HostConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML for this schema (unknown field, wrong type, value out of the
+    /// field type's range). The message names the field path and line.
+    #[error("configuration file {path}: {message}")]
+    Parse {
+        /// The file (or `<inline>`).
+        path: String,
+        /// The parser's message, with the field path.
+        message: String,
+    },
+    /// An environment variable did not parse as its field's type.
+    #[error("{var} (field {field}): {reason}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// The field it overrides.
+        field: &'static str,
+        /// Why it did not parse.
+        reason: String,
+    },
+    /// A field's value is outside its allowed range.
+    #[error("{field} = {value}: must be {allowed}")]
+    Invalid {
+        /// The field (dotted path).
+        field: &'static str,
+        /// The offending value, as configured.
+        value: String,
+        /// The allowed range or form.
+        allowed: String,
+    },
+    /// A secret (mesh secret or admin token) could not be loaded.
+    #[error("{field}: {reason}")]
+    Secret {
+        /// `mesh.secret_file` / `mesh.secret_env` / `admin.token_file` / `admin.token_env`.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl HostConfigError {
+    /// The field the error is about (`None` for a file that could not be read).
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Self::Read { .. } | Self::Parse { .. } => None,
+            Self::Env { field, .. } | Self::Invalid { field, .. } | Self::Secret { field, .. } => {
+                Some(field)
+            }
+        }
+    }
+}
+
+/// One Channel membership of the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// The RouteMesh Channel name (1..=255 bytes).
+    pub name: String,
+    /// `server` or `client`.
+    pub role: String,
+    /// Selection weight of a Server membership, 0..=10000 (default 100; ignored for clients).
+    #[serde(default = "default_weight")]
+    pub weight: u16,
+}
+
+fn default_weight() -> u16 {
+    defaults::DEFAULT_WEIGHT
+}
+
+/// `mesh:` — the MeshNode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeshSection {
+    /// The RouteMesh to join (1..=255 bytes).
+    pub name: String,
+    /// A fixed RID; `None` (default) issues `<rid_prefix>-<uuid>` per lifecycle.
+    pub rid: Option<String>,
+    /// Prefix of the automatic RID.
+    pub rid_prefix: String,
+    /// Interface to bind.
+    pub bind_host: String,
+    /// Address peers dial; required when `bind_host` is a wildcard.
+    pub advertise_host: Option<String>,
+    /// Mesh port (0 = ephemeral).
+    pub port: u16,
+    /// File holding the mesh secret (a mounted Kubernetes Secret); wins over `secret_env`.
+    pub secret_file: Option<PathBuf>,
+    /// Environment variable holding the mesh secret.
+    pub secret_env: String,
+    /// Channel memberships.
+    pub channels: Vec<ChannelConfig>,
+}
+
+impl Default for MeshSection {
+    fn default() -> Self {
+        Self {
+            name: "default".into(),
+            rid: None,
+            rid_prefix: "node".into(),
+            bind_host: "127.0.0.1".into(),
+            advertise_host: None,
+            port: 0,
+            secret_file: None,
+            secret_env: "ZLINK_MESH_SECRET".into(),
+            channels: Vec::new(),
+        }
+    }
+}
+
+/// `redis:` — the Location Store (required by `run`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisSection {
+    /// `redis://…`, `rediss://…` or `unix://…` (required).
+    pub url: String,
+    /// Key namespace (non-empty, no `{` or `}`).
+    pub namespace: String,
+    /// Reply timeout of one store call.
+    pub response_timeout_ms: u64,
+    /// Timeout of one connection attempt.
+    pub connection_timeout_ms: u64,
+}
+
+impl Default for RedisSection {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            namespace: "zlink".into(),
+            response_timeout_ms: 2_000,
+            connection_timeout_ms: 2_000,
+        }
+    }
+}
+
+/// `objects:` — the object runtime hosting the reference application.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ObjectsSection {
+    /// `server` (hosts objects), `client` (calls them only) or `none`.
+    pub role: String,
+    /// Placement weight, 0..=10000 (0: no new objects placed here).
+    pub placement_weight: u16,
+    /// Period of a room's housekeeping timer.
+    pub room_tick_ms: u64,
+}
+
+impl Default for ObjectsSection {
+    fn default() -> Self {
+        Self {
+            role: "server".into(),
+            placement_weight: defaults::DEFAULT_WEIGHT,
+            room_tick_ms: 100,
+        }
+    }
+}
+
+/// `timings:` — every interval and deadline, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimingsSection {
+    /// Liveness probe interval (wire §5).
+    pub probe_interval_ms: u64,
+    /// Liveness deadline (wire §5); longer than the probe interval.
+    pub liveness_deadline_ms: u64,
+    /// Owner lease TTL.
+    pub lease_ttl_ms: u64,
+    /// Lease renewal period; `None` = a third of the TTL.
+    pub lease_renew_ms: Option<u64>,
+    /// Fencing margin (glossary §8); `None` = the spec default 2 s, capped at a fifth of the
+    /// TTL for short test leases.
+    pub fencing_margin_ms: Option<u64>,
+    /// Descriptor poll (and lease renewal tick) period.
+    pub discovery_poll_ms: u64,
+    /// How often the host recomputes its status for `WatchStatus` (state changes are pushed at
+    /// once regardless).
+    pub status_poll_ms: u64,
+}
+
+impl Default for TimingsSection {
+    fn default() -> Self {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let t = MeshTimings::default();
+        Self {
+            probe_interval_ms: ms(defaults::LIVENESS_PROBE_INTERVAL),
+            liveness_deadline_ms: ms(defaults::LIVENESS_DEADLINE),
+            lease_ttl_ms: ms(t.lease_ttl),
+            lease_renew_ms: None,
+            fencing_margin_ms: None,
+            discovery_poll_ms: ms(t.discovery_poll),
+            status_poll_ms: 250,
+        }
+    }
+}
+
+/// `admin:` — the gRPC HostAdmin service and the HTTP endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSection {
+    /// gRPC listen address (`host:port`, port 0 = ephemeral).
+    pub grpc_listen: String,
+    /// HTTP listen address for `/healthz`, `/readyz`, `/metrics`.
+    pub http_listen: String,
+    /// File holding the bearer token (a mounted Kubernetes Secret); wins over `token_env`.
+    pub token_file: Option<PathBuf>,
+    /// Environment variable holding the bearer token.
+    pub token_env: String,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        Self {
+            grpc_listen: "127.0.0.1:7070".into(),
+            http_listen: "127.0.0.1:9090".into(),
+            token_file: None,
+            token_env: "ZLINK_ADMIN_TOKEN".into(),
+        }
+    }
+}
+
+/// The whole host configuration (see the [module documentation](self)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// The MeshNode.
+    pub mesh: MeshSection,
+    /// The Location Store.
+    pub redis: RedisSection,
+    /// The object runtime.
+    pub objects: ObjectsSection,
+    /// Intervals and deadlines.
+    pub timings: TimingsSection,
+    /// Admin API and HTTP endpoints.
+    pub admin: AdminSection,
+    /// How long a drain (SIGTERM, SIGINT or `Shutdown` without a deadline) may take before the
+    /// host force-stops.
+    pub drain_deadline_ms: u64,
+    /// Application version announced in the descriptor (rollout ordering).
+    pub application_version: u64,
+    /// `error`, `warn`, `info`, `debug` or `trace` (logs go to stderr).
+    pub log_level: String,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            mesh: MeshSection::default(),
+            redis: RedisSection::default(),
+            objects: ObjectsSection::default(),
+            timings: TimingsSection::default(),
+            admin: AdminSection::default(),
+            drain_deadline_ms: 30_000,
+            application_version: 0,
+            log_level: "info".into(),
+        }
+    }
+}
+
+/// Every field that an environment variable overrides, as dotted paths.
+pub const FIELDS: &[&str] = &[
+    "mesh.name",
+    "mesh.rid",
+    "mesh.rid_prefix",
+    "mesh.bind_host",
+    "mesh.advertise_host",
+    "mesh.port",
+    "mesh.secret_file",
+    "mesh.secret_env",
+    "mesh.channels",
+    "redis.url",
+    "redis.namespace",
+    "redis.response_timeout_ms",
+    "redis.connection_timeout_ms",
+    "objects.role",
+    "objects.placement_weight",
+    "objects.room_tick_ms",
+    "timings.probe_interval_ms",
+    "timings.liveness_deadline_ms",
+    "timings.lease_ttl_ms",
+    "timings.lease_renew_ms",
+    "timings.fencing_margin_ms",
+    "timings.discovery_poll_ms",
+    "timings.status_poll_ms",
+    "admin.grpc_listen",
+    "admin.http_listen",
+    "admin.token_file",
+    "admin.token_env",
+    "drain_deadline_ms",
+    "application_version",
+    "log_level",
+];
+
+/// The environment variable overriding `field` (`mesh.name` → `ZLINK_MESH_NAME`).
+pub fn env_var_of(field: &str) -> String {
+    format!("ZLINK_{}", field.to_ascii_uppercase().replace('.', "_"))
+}
+
+fn parse_num<T: std::str::FromStr>(
+    var: &str,
+    field: &'static str,
+    raw: &str,
+) -> Result<T, HostConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    raw.trim()
+        .parse()
+        .map_err(|e: T::Err| HostConfigError::Env {
+            var: var.to_owned(),
+            field,
+            reason: format!("{raw:?} is not a valid number: {e}"),
+        })
+}
+
+fn opt_string(raw: &str) -> Option<String> {
+    (!raw.is_empty()).then(|| raw.to_owned())
+}
+
+/// Parse `name:role[:weight],…` (the `ZLINK_MESH_CHANNELS` form).
+///
+/// # Errors
+/// [`HostConfigError::Env`] naming `mesh.channels`.
+pub fn parse_channels(var: &str, raw: &str) -> Result<Vec<ChannelConfig>, HostConfigError> {
+    let mut out = Vec::new();
+    for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let parts: Vec<&str> = item.split(':').collect();
+        let bad = |reason: String| HostConfigError::Env {
+            var: var.to_owned(),
+            field: "mesh.channels",
+            reason,
+        };
+        let (name, role, weight) = match parts.as_slice() {
+            [name, role] => (*name, *role, defaults::DEFAULT_WEIGHT),
+            [name, role, weight] => (
+                *name,
+                *role,
+                weight
+                    .parse()
+                    .map_err(|e| bad(format!("weight {weight:?} in {item:?}: {e}")))?,
+            ),
+            _ => return Err(bad(format!("{item:?} is not name:role[:weight]"))),
+        };
+        out.push(ChannelConfig {
+            name: name.to_owned(),
+            role: role.to_owned(),
+            weight,
+        });
+    }
+    Ok(out)
+}
+
+impl HostConfig {
+    /// Parse YAML text (`origin` names it in errors). Unknown fields are errors.
+    ///
+    /// # Errors
+    /// [`HostConfigError::Parse`] with the field path the parser reports.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Self, HostConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        serde_norway::from_str(text).map_err(|e| HostConfigError::Parse {
+            path: origin.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Read and parse a YAML file.
+    ///
+    /// # Errors
+    /// [`HostConfigError::Read`] or [`HostConfigError::Parse`].
+    pub fn from_file(path: &std::path::Path) -> Result<Self, HostConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| HostConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// Load: the file (if any), then the environment overrides, then [`HostConfig::validate`].
+    ///
+    /// # Errors
+    /// Any [`HostConfigError`].
+    pub fn load(
+        path: Option<&std::path::Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, HostConfigError> {
+        let mut config = match path {
+            Some(p) => Self::from_file(p)?,
+            None => Self::default(),
+        };
+        config.apply_env(env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Apply every `ZLINK_*` override that `env` returns (pass `|k| std::env::var(k).ok()` for
+    /// the process environment).
+    ///
+    /// # Errors
+    /// [`HostConfigError::Env`] for a value that does not parse as its field's type.
+    pub fn apply_env(
+        &mut self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), HostConfigError> {
+        for &field in FIELDS {
+            let var = env_var_of(field);
+            if let Some(raw) = env(&var) {
+                self.set_field(&var, field, &raw)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_field(
+        &mut self,
+        var: &str,
+        field: &'static str,
+        raw: &str,
+    ) -> Result<(), HostConfigError> {
+        match field {
+            "mesh.name" => raw.clone_into(&mut self.mesh.name),
+            "mesh.rid" => self.mesh.rid = opt_string(raw),
+            "mesh.rid_prefix" => raw.clone_into(&mut self.mesh.rid_prefix),
+            "mesh.bind_host" => raw.clone_into(&mut self.mesh.bind_host),
+            "mesh.advertise_host" => self.mesh.advertise_host = opt_string(raw),
+            "mesh.port" => self.mesh.port = parse_num(var, field, raw)?,
+            "mesh.secret_file" => self.mesh.secret_file = opt_string(raw).map(PathBuf::from),
+            "mesh.secret_env" => raw.clone_into(&mut self.mesh.secret_env),
+            "mesh.channels" => self.mesh.channels = parse_channels(var, raw)?,
+            "redis.url" => raw.clone_into(&mut self.redis.url),
+            "redis.namespace" => raw.clone_into(&mut self.redis.namespace),
+            "redis.response_timeout_ms" => {
+                self.redis.response_timeout_ms = parse_num(var, field, raw)?;
+            }
+            "redis.connection_timeout_ms" => {
+                self.redis.connection_timeout_ms = parse_num(var, field, raw)?;
+            }
+            "objects.role" => raw.clone_into(&mut self.objects.role),
+            "objects.placement_weight" => {
+                self.objects.placement_weight = parse_num(var, field, raw)?;
+            }
+            "objects.room_tick_ms" => self.objects.room_tick_ms = parse_num(var, field, raw)?,
+            "timings.probe_interval_ms" => {
+                self.timings.probe_interval_ms = parse_num(var, field, raw)?;
+            }
+            "timings.liveness_deadline_ms" => {
+                self.timings.liveness_deadline_ms = parse_num(var, field, raw)?;
+            }
+            "timings.lease_ttl_ms" => self.timings.lease_ttl_ms = parse_num(var, field, raw)?,
+            "timings.lease_renew_ms" => {
+                self.timings.lease_renew_ms = match raw {
+                    "" => None,
+                    r => Some(parse_num(var, field, r)?),
+                };
+            }
+            "timings.fencing_margin_ms" => {
+                self.timings.fencing_margin_ms = match raw {
+                    "" => None,
+                    r => Some(parse_num(var, field, r)?),
+                };
+            }
+            "timings.discovery_poll_ms" => {
+                self.timings.discovery_poll_ms = parse_num(var, field, raw)?;
+            }
+            "timings.status_poll_ms" => self.timings.status_poll_ms = parse_num(var, field, raw)?,
+            "admin.grpc_listen" => raw.clone_into(&mut self.admin.grpc_listen),
+            "admin.http_listen" => raw.clone_into(&mut self.admin.http_listen),
+            "admin.token_file" => self.admin.token_file = opt_string(raw).map(PathBuf::from),
+            "admin.token_env" => raw.clone_into(&mut self.admin.token_env),
+            "drain_deadline_ms" => self.drain_deadline_ms = parse_num(var, field, raw)?,
+            "application_version" => self.application_version = parse_num(var, field, raw)?,
+            "log_level" => raw.clone_into(&mut self.log_level),
+            other => {
+                return Err(HostConfigError::Env {
+                    var: var.to_owned(),
+                    field: "(unknown)",
+                    reason: format!("no field {other}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective lease renewal period.
+    pub fn lease_renew(&self) -> Duration {
+        Duration::from_millis(
+            self.timings
+                .lease_renew_ms
+                .unwrap_or(self.timings.lease_ttl_ms / 3)
+                .max(1),
+        )
+    }
+
+    /// The effective fencing margin.
+    pub fn fencing_margin(&self) -> Duration {
+        match self.timings.fencing_margin_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None => Duration::from_millis((self.timings.lease_ttl_ms / 5).max(1))
+                .min(defaults::FENCING_MARGIN),
+        }
+    }
+
+    /// The effective drain deadline.
+    pub fn drain_deadline(&self) -> Duration {
+        Duration::from_millis(self.drain_deadline_ms)
+    }
+
+    /// The object role.
+    pub fn object_role(&self) -> ObjectRole {
+        match self.objects.role.as_str() {
+            "client" => ObjectRole::Client,
+            "none" => ObjectRole::None,
+            _ => ObjectRole::Server,
+        }
+    }
+
+    /// The gRPC listen address (valid after [`HostConfig::validate`]).
+    ///
+    /// # Errors
+    /// [`HostConfigError::Invalid`] naming `admin.grpc_listen`.
+    pub fn grpc_addr(&self) -> Result<SocketAddr, HostConfigError> {
+        parse_addr("admin.grpc_listen", &self.admin.grpc_listen)
+    }
+
+    /// The HTTP listen address (valid after [`HostConfig::validate`]).
+    ///
+    /// # Errors
+    /// [`HostConfigError::Invalid`] naming `admin.http_listen`.
+    pub fn http_addr(&self) -> Result<SocketAddr, HostConfigError> {
+        parse_addr("admin.http_listen", &self.admin.http_listen)
+    }
+
+    /// Check every field; the first violation is returned, naming the field and the allowed
+    /// range.
+    ///
+    /// # Errors
+    /// [`HostConfigError::Invalid`].
+    pub fn validate(&self) -> Result<(), HostConfigError> {
+        let bad = |field: &'static str, value: &dyn std::fmt::Display, allowed: &str| {
+            Err(HostConfigError::Invalid {
+                field,
+                value: value.to_string(),
+                allowed: allowed.to_owned(),
+            })
+        };
+        let m = &self.mesh;
+        if m.name.is_empty() || m.name.len() > 255 {
+            return bad("mesh.name", &format!("{:?}", m.name), "1..=255 bytes");
+        }
+        if let Some(rid) = &m.rid
+            && let Err(e) = zlink_protocol::ids::validate_rid(rid)
+        {
+            return bad(
+                "mesh.rid",
+                &format!("{rid:?}"),
+                &format!("a valid RID ({e})"),
+            );
+        }
+        if let Err(e) = zlink_protocol::ids::validate_rid_prefix(&m.rid_prefix) {
+            return bad(
+                "mesh.rid_prefix",
+                &format!("{:?}", m.rid_prefix),
+                &format!("a valid RID prefix ({e})"),
+            );
+        }
+        if m.bind_host.is_empty() {
+            return bad("mesh.bind_host", &"\"\"", "a non-empty host or address");
+        }
+        match &m.advertise_host {
+            Some(a) if a.is_empty() || crate::mesh::config::is_wildcard(a) => {
+                return bad(
+                    "mesh.advertise_host",
+                    &format!("{a:?}"),
+                    "a concrete, dialable host (not a wildcard)",
+                );
+            }
+            None if crate::mesh::config::is_wildcard(&m.bind_host) => {
+                return bad(
+                    "mesh.advertise_host",
+                    &"(unset)",
+                    "set when mesh.bind_host is a wildcard",
+                );
+            }
+            _ => {}
+        }
+        if m.secret_file.is_none() && m.secret_env.is_empty() {
+            return bad(
+                "mesh.secret_env",
+                &"\"\"",
+                "a variable name when mesh.secret_file is unset",
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &m.channels {
+            if c.name.is_empty() || c.name.len() > 255 {
+                return bad(
+                    "mesh.channels",
+                    &format!("{:?}", c.name),
+                    "names of 1..=255 bytes",
+                );
+            }
+            if !seen.insert(c.name.as_str()) {
+                return bad(
+                    "mesh.channels",
+                    &format!("{:?}", c.name),
+                    "each channel once",
+                );
+            }
+            if c.role != "server" && c.role != "client" {
+                return bad(
+                    "mesh.channels",
+                    &format!("role {:?}", c.role),
+                    "server or client",
+                );
+            }
+            if c.weight > defaults::MAX_WEIGHT {
+                return bad(
+                    "mesh.channels",
+                    &format!("weight {}", c.weight),
+                    "0..=10000",
+                );
+            }
+        }
+        let r = &self.redis;
+        if !(r.url.starts_with("redis://")
+            || r.url.starts_with("rediss://")
+            || r.url.starts_with("unix://"))
+        {
+            return bad(
+                "redis.url",
+                &format!("{:?}", r.url),
+                "a redis://, rediss:// or unix:// URL (required by run)",
+            );
+        }
+        if r.namespace.is_empty() || r.namespace.contains(['{', '}']) {
+            return bad(
+                "redis.namespace",
+                &format!("{:?}", r.namespace),
+                "non-empty, without { or }",
+            );
+        }
+        check_range(
+            "redis.response_timeout_ms",
+            r.response_timeout_ms,
+            1,
+            60_000,
+        )?;
+        check_range(
+            "redis.connection_timeout_ms",
+            r.connection_timeout_ms,
+            1,
+            60_000,
+        )?;
+        let o = &self.objects;
+        if !["server", "client", "none"].contains(&o.role.as_str()) {
+            return bad(
+                "objects.role",
+                &format!("{:?}", o.role),
+                "server, client or none",
+            );
+        }
+        if o.placement_weight > defaults::MAX_WEIGHT {
+            return bad("objects.placement_weight", &o.placement_weight, "0..=10000");
+        }
+        check_range("objects.room_tick_ms", o.room_tick_ms, 1, MAX_INTERVAL_MS)?;
+        let t = &self.timings;
+        check_range(
+            "timings.probe_interval_ms",
+            t.probe_interval_ms,
+            1,
+            MAX_INTERVAL_MS,
+        )?;
+        check_range(
+            "timings.liveness_deadline_ms",
+            t.liveness_deadline_ms,
+            t.probe_interval_ms.saturating_add(1),
+            MAX_INTERVAL_MS,
+        )?;
+        check_range("timings.lease_ttl_ms", t.lease_ttl_ms, 100, MAX_INTERVAL_MS)?;
+        let margin = u64::try_from(self.fencing_margin().as_millis()).unwrap_or(u64::MAX);
+        if let Some(fm) = t.fencing_margin_ms {
+            check_range("timings.fencing_margin_ms", fm, 1, t.lease_ttl_ms / 2)?;
+        }
+        // The configured value itself (an unset one is a third of the TTL).
+        let renew = t.lease_renew_ms.unwrap_or(t.lease_ttl_ms / 3);
+        let renew_max = t.lease_ttl_ms.saturating_sub(margin).saturating_sub(1);
+        check_range("timings.lease_renew_ms", renew, 1, renew_max)?;
+        check_range("timings.discovery_poll_ms", t.discovery_poll_ms, 1, renew)?;
+        check_range("timings.status_poll_ms", t.status_poll_ms, 10, 60_000)?;
+        let grpc = self.grpc_addr()?;
+        let http = self.http_addr()?;
+        if grpc == http && grpc.port() != 0 {
+            return bad(
+                "admin.http_listen",
+                &self.admin.http_listen,
+                "a different address than admin.grpc_listen",
+            );
+        }
+        if self.admin.token_file.is_none() && self.admin.token_env.is_empty() {
+            return bad(
+                "admin.token_env",
+                &"\"\"",
+                "a variable name when admin.token_file is unset",
+            );
+        }
+        check_range(
+            "drain_deadline_ms",
+            self.drain_deadline_ms,
+            1,
+            MAX_INTERVAL_MS,
+        )?;
+        if !["error", "warn", "info", "debug", "trace"].contains(&self.log_level.as_str()) {
+            return bad(
+                "log_level",
+                &format!("{:?}", self.log_level),
+                "error, warn, info, debug or trace",
+            );
+        }
+        Ok(())
+    }
+
+    /// The mesh secret from `mesh.secret_file` or the variable named by `mesh.secret_env`.
+    ///
+    /// # Errors
+    /// [`HostConfigError::Secret`].
+    pub fn mesh_secret(&self) -> Result<MeshSecret, HostConfigError> {
+        match &self.mesh.secret_file {
+            Some(p) => MeshSecret::from_file(p).map_err(|e| HostConfigError::Secret {
+                field: "mesh.secret_file",
+                reason: e.to_string(),
+            }),
+            None => {
+                MeshSecret::from_env(&self.mesh.secret_env).map_err(|e| HostConfigError::Secret {
+                    field: "mesh.secret_env",
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// The admin bearer token from `admin.token_file` or the variable named by
+    /// `admin.token_env` (surrounding whitespace trimmed; at least 16 bytes).
+    ///
+    /// # Errors
+    /// [`HostConfigError::Secret`].
+    pub fn admin_token(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<String, HostConfigError> {
+        let (field, raw) = match &self.admin.token_file {
+            Some(p) => (
+                "admin.token_file",
+                std::fs::read_to_string(p).map_err(|e| HostConfigError::Secret {
+                    field: "admin.token_file",
+                    reason: format!("cannot read {}: {e}", p.display()),
+                })?,
+            ),
+            None => (
+                "admin.token_env",
+                env(&self.admin.token_env).ok_or_else(|| HostConfigError::Secret {
+                    field: "admin.token_env",
+                    reason: format!("variable {} is not set", self.admin.token_env),
+                })?,
+            ),
+        };
+        let token = raw.trim().to_owned();
+        if token.len() < 16 {
+            return Err(HostConfigError::Secret {
+                field,
+                reason: "the admin token must be at least 16 bytes".into(),
+            });
+        }
+        Ok(token)
+    }
+
+    /// The MeshNode configuration this host config describes (with `secret`).
+    pub fn mesh_node_config(&self, secret: MeshSecret) -> MeshNodeConfig {
+        let mut cfg = MeshNodeConfig::new(self.mesh.name.clone(), secret);
+        cfg.rid = match &self.mesh.rid {
+            Some(rid) => RidConfig::Fixed(rid.clone()),
+            None => RidConfig::Automatic {
+                prefix: self.mesh.rid_prefix.clone(),
+            },
+        };
+        cfg.bind_host.clone_from(&self.mesh.bind_host);
+        cfg.advertise_host.clone_from(&self.mesh.advertise_host);
+        cfg.port = self.mesh.port;
+        cfg.object_role = self.object_role();
+        cfg.application_version = self.application_version;
+        cfg.placement_weight = self.objects.placement_weight;
+        cfg.channels = self
+            .mesh
+            .channels
+            .iter()
+            .map(|c| ChannelMembership {
+                channel_name: c.name.clone(),
+                role: if c.role == "server" {
+                    ChannelRole::Server
+                } else {
+                    ChannelRole::Client
+                },
+                weight: if c.role == "server" { c.weight } else { 0 },
+            })
+            .collect();
+        let t = &self.timings;
+        cfg.timings.probe_interval = Duration::from_millis(t.probe_interval_ms);
+        cfg.timings.liveness_deadline = Duration::from_millis(t.liveness_deadline_ms);
+        cfg.timings.discovery_poll = Duration::from_millis(t.discovery_poll_ms);
+        cfg.timings.lease_ttl = Duration::from_millis(t.lease_ttl_ms);
+        cfg.timings.lease_renew = self.lease_renew();
+        cfg.timings.fencing_margin = self.fencing_margin();
+        cfg
+    }
+}
+
+fn check_range(field: &'static str, v: u64, lo: u64, hi: u64) -> Result<(), HostConfigError> {
+    if v < lo || v > hi {
+        return Err(HostConfigError::Invalid {
+            field,
+            value: v.to_string(),
+            allowed: format!("{lo}..={hi}"),
+        });
+    }
+    Ok(())
+}
+
+fn parse_addr(field: &'static str, raw: &str) -> Result<SocketAddr, HostConfigError> {
+    raw.parse().map_err(|_| HostConfigError::Invalid {
+        field,
+        value: format!("{raw:?}"),
+        allowed: "an ip:port socket address (port 0 = ephemeral)".into(),
+    })
+}

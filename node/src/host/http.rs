@@ -1,0 +1,58 @@
+//! The HTTP endpoints (issue 8 item 4): `/healthz` (the process is alive: always 200 while it
+//! serves HTTP), `/readyz` (200 only while `Serving` and the mesh node admits work, else 503),
+//! `/metrics` (Prometheus text exposition, [`super::metrics::render`]). No authentication:
+//! bind `admin.http_listen` to an interface only the kubelet and Prometheus reach.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use super::Host;
+
+/// The router over `host`.
+pub fn router(host: Arc<Host>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(host)
+}
+
+async fn readyz(State(host): State<Arc<Host>>) -> impl IntoResponse {
+    if host.ready() {
+        (StatusCode::OK, "ready\n".to_owned())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}\n", host.state().name()),
+        )
+    }
+}
+
+async fn metrics(State(host): State<Arc<Host>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        super::metrics::render(&host),
+    )
+}
+
+/// Serve the endpoints on `listener` until `shutdown` completes.
+pub(crate) async fn serve(
+    host: Arc<Host>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    if let Err(e) = axum::serve(listener, router(host))
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(error = %e, "HTTP server failed");
+    }
+}

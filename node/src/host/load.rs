@@ -1,0 +1,427 @@
+//! `zlink-node load`: a load generator that joins a running mesh as an Object Client node and
+//! sends sequence-numbered `Add` messages to many `counter` Instance Spots through the mesh
+//! (issue 8 item 6). The first message to each ID cold-activates the counter on a host chosen
+//! from the descriptors (wire §8). The report is per ID, not only totals: how many numbered
+//! messages each counter applied, how many are missing and how many arrived twice.
+//!
+//! The traffic shape is [`crate::demo::plan::Shape`] with one sending node and no rooms: in
+//! rounds (message `j` to every ID, then `j + 1`), every `request_every`-th message a request
+//! (its latency measured), the others one-way sends. Counters rather than players: an Object
+//! Client can reach a counter that does not exist yet (Instance intent activates it), while a
+//! player must be created on its host.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use thiserror::Error;
+use zlink_protocol::generated::{ObjectRole, RuntimeState};
+use zlink_store::redis::RedisStore;
+
+use super::HostConfig;
+use crate::call::error::CallError;
+use crate::demo::plan::{OpKind, Shape, quantile};
+use crate::mesh::auth::MeshSecret;
+use crate::mesh::discovery::DiscoveryBackend;
+use crate::mesh::peer::PeerState;
+use crate::mesh::{Handlers, MeshNode};
+use crate::object::runtime::ObjectRuntime;
+use crate::refapp::counter::{Add, Read, Total};
+use crate::refapp::{COUNTER, RefAppConfig};
+use crate::routing::CacheConfig;
+
+/// Settings of one load run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadConfig {
+    /// Counter IDs addressed (`<id_prefix>-<i>`).
+    pub counters: usize,
+    /// Numbered messages to each counter.
+    pub messages_per_counter: u64,
+    /// Every n-th message is a request (0: one-way sends only).
+    pub request_every: u64,
+    /// Calls in flight.
+    pub concurrency: usize,
+    /// Deadline of each request.
+    pub request_timeout: Duration,
+    /// How long the check waits for one-way messages to be applied.
+    pub settle_timeout: Duration,
+    /// How long to wait for a ready, serving Object Server peer.
+    pub ready_timeout: Duration,
+    /// Prefix of the counter IDs (unique per run, so earlier runs do not count).
+    pub id_prefix: String,
+    /// The sending stream's name in the counters' sequence trackers.
+    pub source: String,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        Self {
+            counters: 100,
+            messages_per_counter: 20,
+            request_every: 4,
+            concurrency: 32,
+            request_timeout: Duration::from_secs(10),
+            settle_timeout: Duration::from_secs(10),
+            ready_timeout: Duration::from_secs(15),
+            id_prefix: "load".into(),
+            source: "load".into(),
+        }
+    }
+}
+
+/// Why a load run could not run.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// The Location Store could not be reached.
+    #[error("location store: {0}")]
+    Store(#[from] zlink_store::StoreError),
+    /// The MeshNode did not start.
+    #[error("mesh node: {0}")]
+    Mesh(#[from] crate::mesh::MeshError),
+    /// The object runtime did not start.
+    #[error("object runtime: {0}")]
+    Runtime(#[from] crate::object::runtime::RuntimeError),
+    /// No Object Server became ready and serving in time.
+    #[error("no ready, serving Object Server in mesh {mesh} within {waited:?}")]
+    NoServers {
+        /// The mesh.
+        mesh: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// A setting is out of range.
+    #[error("{field}: {reason}")]
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What one counter received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdReport {
+    /// The counter ID.
+    pub id: String,
+    /// Numbered messages sent to it.
+    pub sent: u64,
+    /// Distinct numbers it applied.
+    pub applied: u64,
+    /// Numbers sent but never applied (`sent − applied`, when positive).
+    pub missing: u64,
+    /// Numbers it received more than once (applied once).
+    pub duplicates: u64,
+    /// Applied numbers beyond what was sent (never expected).
+    pub unexpected: u64,
+}
+
+/// The outcome of a load run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadReport {
+    /// The load node's RID.
+    pub rid: String,
+    /// Messages sent (calls that completed without error).
+    pub sent: u64,
+    /// Of those, requests.
+    pub requests: u64,
+    /// Calls that ended in an error.
+    pub failed_calls: u64,
+    /// The first few call errors.
+    pub errors: Vec<String>,
+    /// Per counter, in ID order.
+    pub ids: Vec<IdReport>,
+    /// Request latency p50.
+    pub p50: Duration,
+    /// Request latency p99.
+    pub p99: Duration,
+    /// Request latency max.
+    pub max: Duration,
+    /// Wall time of the traffic phase.
+    pub traffic_time: Duration,
+}
+
+impl LoadReport {
+    /// Everything that makes the run fail (empty: every message reached its ID exactly once).
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.failed_calls > 0 {
+            out.push(format!(
+                "{} calls failed, first: {:?}",
+                self.failed_calls, self.errors
+            ));
+        }
+        let gaps: Vec<&IdReport> = self.ids.iter().filter(|r| r.missing > 0).collect();
+        if !gaps.is_empty() {
+            out.push(format!(
+                "{} IDs with gaps, first: {}",
+                gaps.len(),
+                gaps.iter()
+                    .take(5)
+                    .map(|r| format!("{} missing {}", r.id, r.missing))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let dups: Vec<&IdReport> = self
+            .ids
+            .iter()
+            .filter(|r| r.duplicates > 0 || r.unexpected > 0)
+            .collect();
+        if !dups.is_empty() {
+            out.push(format!(
+                "{} IDs with duplicates or unexpected numbers, first: {}",
+                dups.len(),
+                dups.iter()
+                    .take(5)
+                    .map(|r| format!(
+                        "{} duplicates {} unexpected {}",
+                        r.id, r.duplicates, r.unexpected
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        out
+    }
+}
+
+/// Join the mesh described by `host` (mesh, Redis, timings, bind/advertise host) as an Object
+/// Client with `secret`, run the traffic of `cfg` and check every counter.
+///
+/// # Errors
+/// [`LoadError`] when the node cannot start or no server is ready; call failures, gaps and
+/// duplicates are in the report ([`LoadReport::failures`]).
+pub async fn run(
+    host: &HostConfig,
+    secret: MeshSecret,
+    cfg: &LoadConfig,
+) -> Result<LoadReport, LoadError> {
+    if cfg.concurrency == 0 {
+        return Err(LoadError::Config {
+            field: "concurrency",
+            reason: "must be at least 1".into(),
+        });
+    }
+    let mut hc = host.clone();
+    hc.objects.role = "client".into();
+    hc.mesh.channels.clear();
+    hc.mesh.rid = None;
+    hc.mesh.rid_prefix = "load".into();
+    hc.mesh.port = 0;
+    let store = Arc::new(RedisStore::connect(&hc.redis.url, super::redis_config(&hc)).await?);
+    let mut mc = hc.mesh_node_config(secret);
+    mc.object_role = ObjectRole::Client;
+    let fencing_margin = mc.timings.fencing_margin;
+    let backend = Arc::clone(&store) as Arc<dyn DiscoveryBackend>;
+    let node = Arc::new(MeshNode::start(mc, Handlers::new(), Some(backend)).await?);
+    let rt = match ObjectRuntime::start(
+        Arc::clone(&node),
+        store,
+        crate::refapp::registry(&RefAppConfig::default()),
+        CacheConfig {
+            fencing_margin,
+            ..CacheConfig::default()
+        },
+    )
+    .await
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            node.shutdown().await;
+            return Err(e.into());
+        }
+    };
+    let result = drive(&node, &rt, &hc.mesh.name, cfg).await;
+    rt.shutdown().await;
+    node.shutdown().await;
+    result
+}
+
+async fn wait_for_server(node: &MeshNode, mesh: &str, within: Duration) -> Result<(), LoadError> {
+    let t0 = Instant::now();
+    let mut changes = node.subscribe_peer_changes();
+    loop {
+        let ready = node.peers().iter().any(|p| {
+            p.state == PeerState::Ready
+                && p.descriptor.as_ref().is_some_and(|d| {
+                    d.object_role == ObjectRole::Server && d.state == RuntimeState::Serving
+                })
+        });
+        if ready {
+            return Ok(());
+        }
+        let left = within.saturating_sub(t0.elapsed());
+        if left.is_zero() {
+            return Err(LoadError::NoServers {
+                mesh: mesh.to_owned(),
+                waited: within,
+            });
+        }
+        let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), changes.changed()).await;
+    }
+}
+
+async fn drive(
+    node: &MeshNode,
+    rt: &ObjectRuntime<RedisStore>,
+    mesh: &str,
+    cfg: &LoadConfig,
+) -> Result<LoadReport, LoadError> {
+    wait_for_server(node, mesh, cfg.ready_timeout).await?;
+    let shape = Shape {
+        nodes: 1,
+        rooms: 0,
+        players: cfg.counters,
+        messages_per_player: cfg.messages_per_counter,
+        lines_per_room: 0,
+        request_every: cfg.request_every,
+    };
+    let ops = shape.ops().into_iter().next().unwrap_or_default();
+    let id_of = |i: usize| format!("{}-{i}", cfg.id_prefix);
+    let t0 = Instant::now();
+    let outcomes: Vec<(OpKind, Result<Option<Duration>, CallError>)> = futures::stream::iter(ops)
+        .map(|op| {
+            let id = id_of(op.target);
+            let add = Add {
+                source: cfg.source.clone(),
+                seq: op.seq,
+                by: 1,
+            };
+            async move {
+                let r = match op.kind {
+                    OpKind::Request => {
+                        let start = Instant::now();
+                        rt.request_to_instance_spot::<Add, Total>(
+                            COUNTER,
+                            &id,
+                            &add,
+                            cfg.request_timeout,
+                        )
+                        .await
+                        .map(|_| Some(start.elapsed()))
+                    }
+                    _ => rt
+                        .send_to_instance_spot(COUNTER, &id, &add)
+                        .await
+                        .map(|()| None),
+                };
+                (op.kind, r)
+            }
+        })
+        .buffer_unordered(cfg.concurrency)
+        .collect()
+        .await;
+    let traffic_time = t0.elapsed();
+    let mut report = LoadReport {
+        rid: node.rid().to_owned(),
+        sent: 0,
+        requests: 0,
+        failed_calls: 0,
+        errors: Vec::new(),
+        ids: Vec::new(),
+        p50: Duration::ZERO,
+        p99: Duration::ZERO,
+        max: Duration::ZERO,
+        traffic_time,
+    };
+    let mut latencies = Vec::new();
+    for (kind, r) in outcomes {
+        match r {
+            Ok(lat) => {
+                report.sent += 1;
+                if kind == OpKind::Request {
+                    report.requests += 1;
+                }
+                latencies.extend(lat);
+            }
+            Err(e) => {
+                report.failed_calls += 1;
+                if report.errors.len() < 5 {
+                    report.errors.push(e.to_string());
+                }
+            }
+        }
+    }
+    latencies.sort_unstable();
+    report.p50 = quantile(&latencies, 0.5);
+    report.p99 = quantile(&latencies, 0.99);
+    report.max = latencies.last().copied().unwrap_or_default();
+
+    // The check: ask every counter until it applied everything or the settle time passed.
+    let settle_until = Instant::now() + cfg.settle_timeout;
+    for i in 0..cfg.counters {
+        let id = id_of(i);
+        let sent = cfg.messages_per_counter;
+        let total = loop {
+            let t = rt
+                .request_to_instance_spot::<Read, Total>(COUNTER, &id, &Read, cfg.request_timeout)
+                .await;
+            match t {
+                Ok(t) if t.adds >= sent || Instant::now() >= settle_until => break Some(t),
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) if Instant::now() >= settle_until => {
+                    report.failed_calls += 1;
+                    if report.errors.len() < 5 {
+                        report.errors.push(format!("read {id}: {e}"));
+                    }
+                    break None;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        let (applied, duplicates) = total.map_or((0, 0), |t| (t.adds, t.duplicates));
+        report.ids.push(IdReport {
+            id,
+            sent,
+            applied,
+            missing: sent.saturating_sub(applied),
+            duplicates,
+            unexpected: applied.saturating_sub(sent),
+        });
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(ids: Vec<IdReport>, failed: u64) -> LoadReport {
+        LoadReport {
+            rid: "r".into(),
+            sent: 0,
+            requests: 0,
+            failed_calls: failed,
+            errors: vec![],
+            ids,
+            p50: Duration::ZERO,
+            p99: Duration::ZERO,
+            max: Duration::ZERO,
+            traffic_time: Duration::ZERO,
+        }
+    }
+
+    fn id(name: &str, sent: u64, applied: u64, duplicates: u64) -> IdReport {
+        IdReport {
+            id: name.into(),
+            sent,
+            applied,
+            missing: sent.saturating_sub(applied),
+            duplicates,
+            unexpected: applied.saturating_sub(sent),
+        }
+    }
+
+    #[test]
+    fn a_clean_run_has_no_failures_and_each_defect_is_named_per_id() {
+        assert!(report(vec![id("a", 5, 5, 0)], 0).failures().is_empty());
+        let f = report(vec![id("a", 5, 4, 0), id("b", 5, 5, 1)], 0).failures();
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].contains("a missing 1"), "{f:?}");
+        assert!(f[1].contains("b duplicates 1"), "{f:?}");
+        assert_eq!(report(vec![], 2).failures().len(), 1);
+        let f = report(vec![id("c", 3, 4, 0)], 0).failures();
+        assert!(f[0].contains("c duplicates 0 unexpected 1"), "{f:?}");
+    }
+}

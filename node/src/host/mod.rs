@@ -1,0 +1,584 @@
+//! The node host behind `zlink-node run` (issue 8): one MeshNode plus an object runtime hosting
+//! the reference application ([`crate::refapp::registry`]) on Redis, the gRPC `HostAdmin`
+//! service with the standard health service ([`admin`]), the HTTP `/healthz`, `/readyz` and
+//! `/metrics` endpoints ([`http`], [`metrics`]), and graceful shutdown (glossary §5 "Drain과
+//! draining", "Drain deadline").
+//!
+//! Lifecycle ([`HostState`]): `Starting` while the store connection, the MeshNode and the
+//! object runtime start (the admin and HTTP listeners are already up, so an operator sees
+//! `Starting`); `Serving` once the runtime created this lifecycle's Entry Spot; `Draining` on
+//! SIGTERM, SIGINT or `Shutdown`; `Stopped` after the owner lease (and with it every descriptor
+//! and RID claim of this lifecycle) is released.
+//!
+//! Drain: the host seal announces `Draining` in the MeshNode descriptor (an `update` to every
+//! peer at once, the store copy on the next discovery poll), so peers stop selecting this host
+//! for select-one and placement; the gRPC health status turns `NOT_SERVING` and `/readyz` 503.
+//! Accepted work — queued application jobs, this host's outstanding requests and unfinished
+//! cold activations — finishes until the drain deadline; then the objects are closed, the
+//! MeshNode shuts down (pending requests end `ShuttingDown`) and the lease is released. Work
+//! still in flight at the deadline is cut: the count is logged and reported in the exit status
+//! (see `docs/operations.md`).
+//!
+//! Every channel this host serves answers [`Whoami`] with its RID, so an operator (and the
+//! tests) can see which host a select-one picks.
+
+pub mod admin;
+pub mod config;
+pub mod http;
+pub mod load;
+pub mod metrics;
+pub mod state;
+
+/// The generated HostAdmin protobuf types, server and client
+/// (`protocol/proto/zlink/admin/v1/host_admin.proto`).
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    unreachable_pub
+)]
+pub mod proto {
+    tonic::include_proto!("zlink.admin.v1");
+}
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tokio::sync::watch;
+use zlink_store::redis::{RedisStore, RedisStoreConfig};
+
+use crate::call::error::CallError;
+use crate::mesh::discovery::DiscoveryBackend;
+use crate::mesh::peer::PeerState;
+use crate::mesh::{Handlers, JsonMessage, MeshNode};
+use crate::object::runtime::ObjectRuntime;
+use crate::refapp::RefAppConfig;
+use crate::routing::CacheConfig;
+
+pub use self::config::{HostConfig, HostConfigError};
+pub use self::state::HostState;
+
+/// Built-in request every Server channel of a host answers with [`WhoamiReply`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Whoami {}
+impl JsonMessage for Whoami {
+    const PACKET_NAME: &'static str = "zlink.host.Whoami";
+}
+
+/// The answer to [`Whoami`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhoamiReply {
+    /// The answering host's RID.
+    pub rid: String,
+}
+impl JsonMessage for WhoamiReply {
+    const PACKET_NAME: &'static str = "zlink.host.WhoamiReply";
+}
+
+/// Why the host could not start or run.
+#[derive(Debug, Error)]
+pub enum HostError {
+    /// Bad configuration or a missing secret.
+    #[error(transparent)]
+    Config(#[from] HostConfigError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} ({field}): {source}")]
+    Listen {
+        /// The configuration field of the address.
+        field: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Location Store could not be reached.
+    #[error("location store {url}: {source}")]
+    Store {
+        /// The Redis URL.
+        url: String,
+        /// Why.
+        source: zlink_store::StoreError,
+    },
+    /// The MeshNode did not start.
+    #[error("mesh node: {0}")]
+    Mesh(#[from] crate::mesh::MeshError),
+    /// The object runtime did not start.
+    #[error("object runtime: {0}")]
+    Runtime(#[from] crate::object::runtime::RuntimeError),
+}
+
+/// What `run` reports when it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// Units of accepted work still in flight when the drain deadline passed (0: clean drain).
+    pub cut: u64,
+}
+
+/// The addresses a started host announces (one JSON line on stdout in `zlink-node run`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announce {
+    /// The node's RID.
+    pub rid: String,
+    /// The mesh endpoint.
+    pub endpoint: String,
+    /// The bound gRPC address.
+    pub grpc: String,
+    /// The bound HTTP address.
+    pub http: String,
+    /// The host state (`serving`).
+    pub state: String,
+}
+
+/// One running host: shared by the admin service, the HTTP endpoints and the drain.
+pub struct Host {
+    config: HostConfig,
+    state: watch::Sender<HostState>,
+    status: watch::Sender<proto::HostStatus>,
+    node: OnceLock<Arc<MeshNode>>,
+    objects: OnceLock<ObjectRuntime<RedisStore>>,
+    store_metrics: Arc<metrics::StoreMetrics>,
+    drain: watch::Sender<Option<Duration>>,
+    sequence: AtomicU64,
+    cut: AtomicU64,
+    auth_failures: AtomicU64,
+    health: tonic_health::server::HealthReporter,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("state", &*self.state.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// The configuration.
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// The current lifecycle state.
+    pub fn state(&self) -> HostState {
+        *self.state.borrow()
+    }
+
+    /// The MeshNode once started.
+    pub fn node(&self) -> Option<&Arc<MeshNode>> {
+        self.node.get()
+    }
+
+    /// The object runtime once started.
+    pub fn objects(&self) -> Option<&ObjectRuntime<RedisStore>> {
+        self.objects.get()
+    }
+
+    /// Store operation counters.
+    pub fn store_metrics(&self) -> &metrics::StoreMetrics {
+        &self.store_metrics
+    }
+
+    /// Admin calls rejected for a missing or wrong token.
+    pub fn auth_failures(&self) -> u64 {
+        self.auth_failures.load(Ordering::Relaxed)
+    }
+
+    /// Work units cut by a force-stop (0 until a drain deadline passes with work in flight).
+    pub fn cut(&self) -> u64 {
+        self.cut.load(Ordering::Relaxed)
+    }
+
+    /// Whether `/readyz` answers ready: `Serving`, the mesh node admits work (its owner lease is
+    /// confirmed and the fencing deadline has not passed) and its descriptor says `Serving`.
+    pub fn ready(&self) -> bool {
+        self.state() == HostState::Serving
+            && self.node().is_some_and(|n| {
+                n.admission_open()
+                    && n.descriptor().state == zlink_protocol::generated::RuntimeState::Serving
+            })
+    }
+
+    /// A watch of the published status (the current one first).
+    pub fn subscribe_status(&self) -> watch::Receiver<proto::HostStatus> {
+        self.status.subscribe()
+    }
+
+    /// Ask for a drain with `deadline` (`None`: the configured drain deadline). Returns whether
+    /// this call started it (`false`: one was already requested; its deadline stays).
+    pub fn request_drain(&self, deadline: Option<Duration>) -> bool {
+        let d = deadline.unwrap_or_else(|| self.config.drain_deadline());
+        self.drain.send_if_modified(|cur| {
+            if cur.is_some() {
+                return false;
+            }
+            *cur = Some(d);
+            true
+        })
+    }
+
+    fn set_state(&self, s: HostState) {
+        self.state.send_replace(s);
+        tracing::info!(state = s.name(), "host state");
+        self.refresh_status();
+    }
+
+    /// Accepted work still in flight: queued application jobs, this node's outstanding
+    /// requests and unfinished cold activations.
+    pub fn in_flight(&self) -> u64 {
+        let node = self
+            .node()
+            .map_or(0, |n| n.jobs().in_use() + n.pending_requests());
+        let acts = self
+            .objects()
+            .map_or(0, ObjectRuntime::unfinished_activations);
+        u64::try_from(node + acts).unwrap_or(u64::MAX)
+    }
+
+    /// Compute the status now (without a sequence number).
+    pub fn compute_status(&self) -> proto::HostStatus {
+        let state = self.state();
+        let mut st = proto::HostStatus {
+            state: state.to_proto() as i32,
+            mesh_name: self.config.mesh.name.clone(),
+            application_version: self.config.application_version,
+            // SafeToShutdown (glossary §5) is about relocation units this host started: it has
+            // none (the relocation issue adds `Relocate`), so it is always safe.
+            safe_to_shutdown: true,
+            ..Default::default()
+        };
+        if let Some(n) = self.node() {
+            let d = n.descriptor();
+            st.rid = n.rid().to_owned();
+            st.endpoint = n.endpoint().to_owned();
+            st.descriptor_revision = d.descriptor_revision;
+            st.channels = d
+                .channels
+                .iter()
+                .map(|c| proto::ChannelMembership {
+                    channel: c.channel_name.clone(),
+                    role: format!("{:?}", c.role).to_ascii_lowercase(),
+                    weight: u32::from(c.weight),
+                })
+                .collect();
+            for p in n.peers() {
+                let ready = p.state == PeerState::Ready;
+                if ready {
+                    st.peers_ready += 1;
+                } else if p.state != PeerState::NotRequired {
+                    st.peers_not_ready += 1;
+                }
+                st.peers.push(proto::PeerStatus {
+                    rid: p.rid,
+                    ready,
+                    state: peer_state_name(p.state),
+                });
+            }
+        }
+        if let Some(o) = self.objects() {
+            let (actors, spots) = o.live_by_kind();
+            st.objects_live = (actors + spots) as u64;
+            st.objects = vec![
+                proto::ObjectCount {
+                    kind: "actor".into(),
+                    count: actors as u64,
+                },
+                proto::ObjectCount {
+                    kind: "spot".into(),
+                    count: spots as u64,
+                },
+            ];
+        }
+        st
+    }
+
+    /// Recompute the status and publish it if anything changed (with the next sequence).
+    pub fn refresh_status(&self) {
+        let mut next = self.compute_status();
+        self.status.send_if_modified(|cur| {
+            next.sequence = cur.sequence;
+            if *cur == next {
+                return false;
+            }
+            next.sequence = self.sequence.fetch_add(1, Ordering::Relaxed) + 1;
+            *cur = next;
+            true
+        });
+    }
+}
+
+/// The state name `ctl` and the status show for a peer.
+pub fn peer_state_name(s: PeerState) -> String {
+    match s {
+        PeerState::Rejected(r) => format!("Rejected({r:?})"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn redis_config(c: &HostConfig) -> RedisStoreConfig {
+    RedisStoreConfig {
+        namespace: c.redis.namespace.clone(),
+        response_timeout: Duration::from_millis(c.redis.response_timeout_ms),
+        connection_timeout: Duration::from_millis(c.redis.connection_timeout_ms),
+        reconnect_retries: 3,
+    }
+}
+
+/// Run a host until `signal` completes (SIGTERM/SIGINT in `zlink-node run`) or an admin
+/// `Shutdown` arrives, then drain and stop. `announce` is called once the host is `Serving`.
+///
+/// # Errors
+/// [`HostError`] when the host cannot start; once `Serving`, the drain always completes
+/// (cut work is reported in [`RunOutcome`]).
+pub async fn run(
+    config: HostConfig,
+    admin_token: String,
+    signal: impl Future<Output = ()> + Send,
+    announce: impl FnOnce(&Announce),
+) -> Result<RunOutcome, HostError> {
+    config.validate()?;
+    // Fail fast on a missing mesh secret, before any listener is bound.
+    config.mesh_secret()?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let host = Arc::new(Host {
+        state: watch::channel(HostState::Starting).0,
+        status: watch::channel(proto::HostStatus::default()).0,
+        node: OnceLock::new(),
+        objects: OnceLock::new(),
+        store_metrics: Arc::new(metrics::StoreMetrics::default()),
+        drain: watch::channel(None).0,
+        sequence: AtomicU64::new(0),
+        cut: AtomicU64::new(0),
+        auth_failures: AtomicU64::new(0),
+        health,
+        config,
+    });
+    host.refresh_status();
+    host.health
+        .set_not_serving::<proto::host_admin_server::HostAdminServer<admin::AdminService>>()
+        .await;
+    host.health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
+
+    // Listeners first: a port conflict fails the start before anything is claimed.
+    let grpc_addr = host.config.grpc_addr()?;
+    let http_addr = host.config.http_addr()?;
+    let grpc_listener = tokio::net::TcpListener::bind(grpc_addr)
+        .await
+        .map_err(|source| HostError::Listen {
+            field: "admin.grpc_listen",
+            addr: grpc_addr,
+            source,
+        })?;
+    let http_listener = tokio::net::TcpListener::bind(http_addr)
+        .await
+        .map_err(|source| HostError::Listen {
+            field: "admin.http_listen",
+            addr: http_addr,
+            source,
+        })?;
+    let grpc_bound = grpc_listener.local_addr().unwrap_or(grpc_addr);
+    let http_bound = http_listener.local_addr().unwrap_or(http_addr);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let grpc_task = tokio::spawn(admin::serve(
+        Arc::clone(&host),
+        admin_token,
+        health_service,
+        grpc_listener,
+        wait_true(stop_rx.clone()),
+    ));
+    let http_task = tokio::spawn(http::serve(
+        Arc::clone(&host),
+        http_listener,
+        wait_true(stop_rx.clone()),
+    ));
+
+    let started = start_node(&host).await;
+    if let Err(e) = started {
+        host.set_state(HostState::Stopped);
+        let _ = stop_tx.send(true);
+        let _ = grpc_task.await;
+        let _ = http_task.await;
+        return Err(e);
+    }
+    host.set_state(HostState::Serving);
+    host.health
+        .set_serving::<proto::host_admin_server::HostAdminServer<admin::AdminService>>()
+        .await;
+    host.health
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    if let Some(n) = host.node() {
+        announce(&Announce {
+            rid: n.rid().to_owned(),
+            endpoint: n.endpoint().to_owned(),
+            grpc: grpc_bound.to_string(),
+            http: http_bound.to_string(),
+            state: HostState::Serving.name().to_owned(),
+        });
+    }
+    let refresher = tokio::spawn(refresh_loop(Arc::clone(&host)));
+
+    // Serve until a signal or an admin Shutdown.
+    let mut drain_rx = host.drain.subscribe();
+    tokio::select! {
+        () = signal => { host.request_drain(None); }
+        _ = drain_rx.wait_for(Option::is_some) => {}
+    }
+    let deadline = (*host.drain.borrow()).unwrap_or_else(|| host.config.drain_deadline());
+    let cut = drain(&host, deadline).await;
+    host.set_state(HostState::Stopped);
+    refresher.abort();
+    // Give WatchStatus streams a moment to deliver the final Stopped status.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), grpc_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
+    Ok(RunOutcome { cut })
+}
+
+async fn wait_true(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
+    let c = &host.config;
+    let secret = c.mesh_secret()?;
+    let store = RedisStore::connect(&c.redis.url, redis_config(c))
+        .await
+        .map_err(|source| HostError::Store {
+            url: c.redis.url.clone(),
+            source,
+        })?;
+    let store = Arc::new(store);
+    let registry = crate::refapp::registry(&RefAppConfig {
+        room_tick: Duration::from_millis(c.objects.room_tick_ms),
+        ..RefAppConfig::default()
+    });
+    let mut cfg = c.mesh_node_config(secret);
+    let hosts_objects = c.object_role() == zlink_protocol::generated::ObjectRole::Server;
+    if hosts_objects {
+        cfg.object_capabilities = registry.capabilities();
+        cfg.entry_spot_prefix = Some(c.mesh.rid_prefix.clone());
+    }
+    let fencing_margin = cfg.timings.fencing_margin;
+    let mut handlers = Handlers::new();
+    for ch in c.mesh.channels.iter().filter(|ch| ch.role == "server") {
+        let host = Arc::downgrade(host);
+        handlers
+            .channel(&ch.name)
+            .on_request_concurrent(64, move |_, _: Whoami| {
+                let rid = host
+                    .upgrade()
+                    .and_then(|h| h.node().map(|n| n.rid().to_owned()))
+                    .unwrap_or_default();
+                async move { Ok::<_, CallError>(WhoamiReply { rid }) }
+            });
+    }
+    let backend: Arc<dyn DiscoveryBackend> = Arc::new(metrics::InstrumentedBackend::new(
+        Arc::clone(&store) as Arc<dyn DiscoveryBackend>,
+        Arc::clone(&host.store_metrics),
+    ));
+    let node = Arc::new(MeshNode::start(cfg, handlers, Some(backend)).await?);
+    let _ = host.node.set(Arc::clone(&node));
+    host.refresh_status();
+    if c.object_role() != zlink_protocol::generated::ObjectRole::None {
+        let rt = ObjectRuntime::start(
+            Arc::clone(&node),
+            store,
+            registry,
+            CacheConfig {
+                fencing_margin,
+                ..CacheConfig::default()
+            },
+        )
+        .await;
+        match rt {
+            Ok(rt) => {
+                let _ = host.objects.set(rt);
+            }
+            Err(e) => {
+                node.shutdown().await;
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn refresh_loop(host: Arc<Host>) {
+    let every = Duration::from_millis(host.config.timings.status_poll_ms);
+    let peer_change = host.node().map(|n| n.subscribe_peer_changes());
+    match peer_change {
+        Some(mut rx) => loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                r = rx.changed() => { if r.is_err() { tokio::time::sleep(every).await; } }
+            }
+            host.refresh_status();
+        },
+        None => loop {
+            tokio::time::sleep(every).await;
+            host.refresh_status();
+        },
+    }
+}
+
+/// The drain: seal, wait for accepted work until `deadline`, close objects, shut the node down
+/// (releasing the lease and with it the descriptors). Returns the work units cut.
+async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
+    let started = Instant::now();
+    let until = started + deadline;
+    host.set_state(HostState::Draining);
+    host.health
+        .set_not_serving::<proto::host_admin_server::HostAdminServer<admin::AdminService>>()
+        .await;
+    host.health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
+    if let Some(n) = host.node() {
+        n.set_runtime_state(HostState::Draining.runtime_state());
+    }
+    tracing::info!(?deadline, "drain started");
+    let mut cut = 0;
+    loop {
+        let left = host.in_flight();
+        if left == 0 {
+            break;
+        }
+        if Instant::now() >= until {
+            cut = left;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let live = host.objects().map_or(0, ObjectRuntime::live_count);
+    if cut > 0 {
+        tracing::warn!(
+            cut,
+            live_objects_closed = live,
+            ?deadline,
+            "drain deadline passed: force-stopping with work still in flight"
+        );
+    }
+    host.cut.store(cut, Ordering::Relaxed);
+    if let Some(o) = host.objects() {
+        o.shutdown().await;
+    }
+    if let Some(n) = host.node() {
+        n.shutdown().await;
+    }
+    tracing::info!(
+        elapsed = ?started.elapsed(),
+        cut,
+        live_objects_closed = live,
+        "drain finished: descriptors and owner lease released"
+    );
+    cut
+}

@@ -1,0 +1,380 @@
+//! `zlink-node run` (the node host, [`zlink_node::host`]) and `zlink-node ctl` (its admin
+//! client over gRPC HostAdmin).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use tonic::transport::Channel;
+use zlink_node::host::load::LoadConfig;
+use zlink_node::host::proto::host_admin_client::HostAdminClient;
+use zlink_node::host::proto::{
+    GetStatusRequest, HostStatus, SetChannelWeightRequest, ShutdownRequest, WatchStatusRequest,
+};
+use zlink_node::host::{self, HostConfig, HostState};
+
+/// Exit status of `run` when the drain deadline cut work in flight.
+pub const EXIT_DRAIN_CUT: i32 = 3;
+
+/// Flags of `zlink-node run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The YAML configuration file (every field can also be set by its `ZLINK_*` variable;
+    /// without a file, defaults plus the environment).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok()
+}
+
+fn init_logs(level: &str) {
+    let level = match level {
+        "error" => tracing::Level::ERROR,
+        "warn" => tracing::Level::WARN,
+        "debug" => tracing::Level::DEBUG,
+        "trace" => tracing::Level::TRACE,
+        _ => tracing::Level::INFO,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+async fn termination() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install SIGTERM/SIGINT handlers; stop with the admin Shutdown");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = int.recv() => tracing::info!("SIGINT: draining"),
+    }
+}
+
+/// `zlink-node run`: returns the process exit status.
+pub async fn run(args: RunArgs) -> Result<i32> {
+    let config = HostConfig::load(args.config.as_deref(), env)?;
+    init_logs(&config.log_level);
+    let token = config.admin_token(env)?;
+    let outcome = host::run(config, token, termination(), |a| {
+        if let Ok(line) = serde_json::to_string(a) {
+            crate::say_line(&line);
+        }
+    })
+    .await?;
+    Ok(if outcome.cut == 0 { 0 } else { EXIT_DRAIN_CUT })
+}
+
+/// Flags of `zlink-node ctl`.
+#[derive(clap::Args)]
+pub struct CtlArgs {
+    /// HostAdmin address.
+    #[arg(long, default_value = "http://127.0.0.1:7070")]
+    addr: String,
+    /// File holding the admin bearer token (default: the `ZLINK_ADMIN_TOKEN` variable).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: CtlCmd,
+}
+
+#[derive(clap::Subcommand)]
+enum CtlCmd {
+    /// Print the host status.
+    Status,
+    /// Print the status, then every change, until the host stops (or `--count` statuses).
+    Watch {
+        /// Stop after this many statuses.
+        #[arg(long)]
+        count: Option<usize>,
+    },
+    /// Drain and stop the host (HostAdmin `Shutdown`).
+    Drain {
+        /// Drain deadline in milliseconds (default: the host's configured one).
+        #[arg(long, default_value_t = 0)]
+        deadline_ms: u64,
+    },
+    /// Set this host's selection weight (0..=10000) in one of its Server channels.
+    SetWeight {
+        /// The channel.
+        channel: String,
+        /// The weight.
+        weight: u32,
+    },
+}
+
+fn status_json(s: &HostStatus) -> serde_json::Value {
+    let state = HostState::from_proto(s.state).map_or("unspecified", HostState::name);
+    serde_json::json!({
+        "state": state,
+        "rid": s.rid,
+        "mesh": s.mesh_name,
+        "application_version": s.application_version,
+        "endpoint": s.endpoint,
+        "descriptor_revision": s.descriptor_revision,
+        "objects_live": s.objects_live,
+        "objects": s.objects.iter().map(|o| (o.kind.clone(), o.count)).collect::<std::collections::BTreeMap<_, _>>(),
+        "peers_ready": s.peers_ready,
+        "peers_not_ready": s.peers_not_ready,
+        "peers": s.peers.iter().map(|p| serde_json::json!({"rid": p.rid, "ready": p.ready, "state": p.state})).collect::<Vec<_>>(),
+        "channels": s.channels.iter().map(|c| serde_json::json!({"channel": c.channel, "role": c.role, "weight": c.weight})).collect::<Vec<_>>(),
+        "safe_to_shutdown": s.safe_to_shutdown,
+        "sequence": s.sequence,
+    })
+}
+
+fn print_status(s: &HostStatus, json: bool) {
+    if json {
+        crate::say_line(&status_json(s).to_string());
+        return;
+    }
+    let state = HostState::from_proto(s.state).map_or("unspecified", HostState::name);
+    let mut out = format!(
+        "state: {state}\nrid: {}\nmesh: {}\napplication version: {}\nendpoint: {}\n\
+         descriptor revision: {}\nsafe to shutdown: {}\nobjects: {}",
+        s.rid,
+        s.mesh_name,
+        s.application_version,
+        s.endpoint,
+        s.descriptor_revision,
+        s.safe_to_shutdown,
+        s.objects_live
+    );
+    for o in &s.objects {
+        out.push_str(&format!(" {}={}", o.kind, o.count));
+    }
+    out.push_str(&format!(
+        "\npeers: {} ready, {} not ready\n",
+        s.peers_ready, s.peers_not_ready
+    ));
+    for p in &s.peers {
+        out.push_str(&format!("  {:<48} {}\n", p.rid, p.state));
+    }
+    for c in &s.channels {
+        out.push_str(&format!(
+            "channel {} ({}) weight {}\n",
+            c.channel, c.role, c.weight
+        ));
+    }
+    crate::say_line(out.trim_end());
+}
+
+fn token(args: &CtlArgs) -> Result<String> {
+    let raw = match &args.token_file {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("reading the admin token from {}", p.display()))?,
+        None => std::env::var("ZLINK_ADMIN_TOKEN")
+            .context("no --token-file and ZLINK_ADMIN_TOKEN is not set")?,
+    };
+    Ok(raw.trim().to_owned())
+}
+
+/// `zlink-node ctl`: returns the process exit status.
+pub async fn ctl(args: CtlArgs) -> Result<i32> {
+    let token = token(&args)?;
+    let bearer: tonic::metadata::MetadataValue<tonic::metadata::Ascii> = format!("Bearer {token}")
+        .parse()
+        .context("the admin token must be printable ASCII")?;
+    let channel = Channel::from_shared(args.addr.clone())
+        .with_context(|| format!("bad --addr {:?}", args.addr))?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", args.addr))?;
+    let mut client =
+        HostAdminClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+            req.metadata_mut().insert("authorization", bearer.clone());
+            Ok(req)
+        });
+    match args.cmd {
+        CtlCmd::Status => {
+            let s = client.get_status(GetStatusRequest {}).await?.into_inner();
+            print_status(&s, args.json);
+        }
+        CtlCmd::Watch { count } => {
+            let mut stream = client
+                .watch_status(WatchStatusRequest {})
+                .await?
+                .into_inner();
+            let mut seen = 0;
+            while let Some(s) = stream.message().await? {
+                print_status(&s, args.json);
+                seen += 1;
+                if count.is_some_and(|c| seen >= c) {
+                    break;
+                }
+            }
+        }
+        CtlCmd::Drain { deadline_ms } => {
+            let r = client
+                .shutdown(ShutdownRequest { deadline_ms })
+                .await?
+                .into_inner();
+            let state = HostState::from_proto(r.state).map_or("unspecified", HostState::name);
+            if args.json {
+                crate::say_line(
+                    &serde_json::json!({"started": r.started, "state": state}).to_string(),
+                );
+            } else if r.started {
+                crate::say_line(&format!("drain started (state {state})"));
+            } else {
+                crate::say_line(&format!("a drain was already running (state {state})"));
+            }
+        }
+        CtlCmd::SetWeight { channel, weight } => {
+            if weight > 10_000 {
+                bail!("weight {weight} must be 0..=10000");
+            }
+            let r = client
+                .set_channel_weight(SetChannelWeightRequest {
+                    channel: channel.clone(),
+                    weight,
+                })
+                .await?
+                .into_inner();
+            if args.json {
+                crate::say_line(
+                    &serde_json::json!({"channel": channel, "weight": weight, "descriptor_revision": r.descriptor_revision}).to_string(),
+                );
+            } else {
+                crate::say_line(&format!(
+                    "channel {channel} weight {weight} (descriptor revision {})",
+                    r.descriptor_revision
+                ));
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Flags of `zlink-node load` (the mesh, Redis and timings come from the same configuration as
+/// `run`: `--config` and the `ZLINK_*` variables).
+#[derive(clap::Args)]
+pub struct LoadArgs {
+    /// The YAML configuration of the mesh to join (as for `run`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Counter IDs to address.
+    #[arg(long, default_value_t = LoadConfig::default().counters)]
+    counters: usize,
+    /// Numbered messages to each counter.
+    #[arg(long, default_value_t = LoadConfig::default().messages_per_counter)]
+    messages_per_counter: u64,
+    /// Every n-th message is a request (0: one-way sends only).
+    #[arg(long, default_value_t = LoadConfig::default().request_every)]
+    request_every: u64,
+    /// Calls in flight.
+    #[arg(long, default_value_t = LoadConfig::default().concurrency)]
+    concurrency: usize,
+    /// Deadline of every request.
+    #[arg(long, default_value_t = 10_000)]
+    request_timeout_ms: u64,
+    /// How long the check waits for one-way messages to be applied.
+    #[arg(long, default_value_t = 10_000)]
+    settle_timeout_ms: u64,
+    /// How long to wait for a ready, serving Object Server.
+    #[arg(long, default_value_t = 15_000)]
+    ready_timeout_ms: u64,
+    /// Prefix of the counter IDs (default: `load-<random>`, unique per run).
+    #[arg(long)]
+    id_prefix: Option<String>,
+    /// Print the report as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `zlink-node load`: returns the process exit status (0 only without gaps, duplicates or
+/// failed calls).
+pub async fn load(args: LoadArgs) -> Result<i32> {
+    let mut hc = HostConfig::default();
+    if let Some(p) = &args.config {
+        hc = HostConfig::from_file(p)?;
+    }
+    hc.apply_env(env)?;
+    // The admin listeners are not used by `load`; only the mesh, Redis and timings matter.
+    hc.validate()?;
+    init_logs(&hc.log_level);
+    let secret = hc.mesh_secret()?;
+    let mut random = [0u8; 4];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)
+        .map_err(|_| anyhow::anyhow!("no randomness for the ID prefix"))?;
+    let id_prefix = args.id_prefix.clone().unwrap_or_else(|| {
+        format!(
+            "load-{}",
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    });
+    let cfg = LoadConfig {
+        counters: args.counters,
+        messages_per_counter: args.messages_per_counter,
+        request_every: args.request_every,
+        concurrency: args.concurrency,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        settle_timeout: Duration::from_millis(args.settle_timeout_ms),
+        ready_timeout: Duration::from_millis(args.ready_timeout_ms),
+        source: id_prefix.clone(),
+        id_prefix,
+    };
+    let report = zlink_node::host::load::run(&hc, secret, &cfg).await?;
+    let failures = report.failures();
+    let gaps: u64 = report.ids.iter().map(|r| r.missing).sum();
+    let dups: u64 = report.ids.iter().map(|r| r.duplicates).sum();
+    let applied: u64 = report.ids.iter().map(|r| r.applied).sum();
+    if args.json {
+        crate::say_line(
+            &serde_json::json!({
+                "rid": report.rid,
+                "ids": report.ids.len(),
+                "sent": report.sent,
+                "requests": report.requests,
+                "applied": applied,
+                "failed_calls": report.failed_calls,
+                "gaps": gaps,
+                "duplicates": dups,
+                "ids_with_gaps": report.ids.iter().filter(|r| r.missing > 0).count(),
+                "ids_with_duplicates": report.ids.iter().filter(|r| r.duplicates > 0 || r.unexpected > 0).count(),
+                "p50_us": report.p50.as_micros() as u64,
+                "p99_us": report.p99.as_micros() as u64,
+                "traffic_ms": report.traffic_time.as_millis() as u64,
+                "failures": failures,
+            })
+            .to_string(),
+        );
+    } else {
+        crate::say_line(&format!(
+            "load {}: {} counters x {} messages\n  sent {} ({} requests), applied {applied}, \
+             failed calls {}\n  gaps {gaps} in {} IDs, duplicates {dups} in {} IDs\n  \
+             request latency p50 {:?} p99 {:?} max {:?}\n  traffic {:?}",
+            report.rid,
+            cfg.counters,
+            cfg.messages_per_counter,
+            report.sent,
+            report.requests,
+            report.failed_calls,
+            report.ids.iter().filter(|r| r.missing > 0).count(),
+            report.ids.iter().filter(|r| r.duplicates > 0).count(),
+            report.p50,
+            report.p99,
+            report.max,
+            report.traffic_time,
+        ));
+        for f in &failures {
+            crate::say_line(&format!("FAILED: {f}"));
+        }
+    }
+    Ok(i32::from(!failures.is_empty()))
+}

@@ -1,0 +1,412 @@
+//! The node host's admin surface (issue 8 acceptance "Admin API tests", "/metrics"): in-process
+//! hosts ([`zlink_node::host::run`]) on a real redis-server, called over real gRPC and HTTP on
+//! 127.0.0.1, with a real mesh client node for select-one traffic.
+//!
+//! - Authentication: calls without a token or with a wrong one are `UNAUTHENTICATED` (HostAdmin
+//!   and the standard health service alike) and counted.
+//! - `WatchStatus` delivers the `Draining` state change within 1 s of `Shutdown`, then `Stopped`,
+//!   then ends.
+//! - `SetChannelWeight` publishes a descriptor revision that changes select-one on peers.
+//! - `/metrics` parses as the Prometheus text format and its counters move under traffic.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../store/tests/support/redis_server.rs"]
+mod redis_server;
+
+mod common_host;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common_host::{
+    SECRET, TOKEN, TempDir, TestHost, WAIT, client_node, test_config, wait_serving_peer,
+};
+use zlink_node::host::proto::{
+    GetStatusRequest, HostState as ProtoState, SetChannelWeightRequest, ShutdownRequest,
+    WatchStatusRequest,
+};
+use zlink_node::host::{Whoami, WhoamiReply};
+use zlink_node::mesh::MeshNode;
+
+fn ns(tag: &str) -> String {
+    format!("host-{tag}-{}", std::process::id())
+}
+
+/// `n` select-one `Whoami` requests on `channel`: answers per host RID.
+async fn pick_counts(client: &MeshNode, channel: &str, n: usize) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for _ in 0..n {
+        let r: WhoamiReply = client
+            .channel_request(channel, &Whoami {}, Duration::from_secs(5))
+            .await
+            .unwrap();
+        *out.entry(r.rid).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Issue 8, "Admin API tests: auth required": HostAdmin and grpc.health.v1 reject a missing and
+/// a wrong bearer token with UNAUTHENTICATED and count each rejection; the right token works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_without_or_with_a_wrong_token_are_rejected() {
+    let redis = redis_server::RedisServer::start().await;
+    let dir = TempDir::new("auth");
+    let secret = dir.write("secret", SECRET);
+    let host = TestHost::start(test_config(&redis.url(), &ns("auth"), "a", &secret, &[])).await;
+
+    let mut anon = host.admin(None).await;
+    let e = anon.get_status(GetStatusRequest {}).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
+    let mut wrong = host.admin(Some("host-test-admin-token-0123456780")).await;
+    let e = wrong.get_status(GetStatusRequest {}).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
+    let e = wrong
+        .shutdown(ShutdownRequest { deadline_ms: 1 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
+    let mut health_anon = tonic_health::pb::health_client::HealthClient::new(
+        common_host::admin_channel(&host.announce.grpc).await,
+    );
+    let e = health_anon
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
+
+    let mut ok = host.admin(Some(TOKEN)).await;
+    let st = ok
+        .get_status(GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.state, ProtoState::Serving as i32);
+    assert_eq!(st.rid, host.rid());
+    let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {TOKEN}").parse().unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::with_interceptor(
+        common_host::admin_channel(&host.announce.grpc).await,
+        move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        },
+    );
+    let h = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "zlink.admin.v1.HostAdmin".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        h.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    // The rejected shutdown did not drain the host.
+    assert_eq!(host.http_get("/readyz").0, 200);
+    let (_, metrics) = host.http_get("/metrics");
+    assert!(
+        metrics.contains("zlink_admin_auth_failures_total 4\n"),
+        "{metrics}"
+    );
+    let out = host.terminate().await;
+    assert_eq!(out.cut, 0);
+}
+
+/// Issue 8, "WatchStatus streams a state change within 1 s of it happening": the stream starts
+/// with the current (Serving) status, shows Draining within 1 s of a Shutdown call, ends with
+/// Stopped; the host releases its descriptor and `/readyz` turned 503 while draining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_status_streams_the_drain_within_one_second() {
+    let redis = redis_server::RedisServer::start().await;
+    let dir = TempDir::new("watch");
+    let secret = dir.write("secret", SECRET);
+    let namespace = ns("watch");
+    let host = TestHost::start(test_config(&redis.url(), &namespace, "w", &secret, &[])).await;
+    let mut admin = host.admin(Some(TOKEN)).await;
+    let mut stream = admin
+        .watch_status(WatchStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.state, ProtoState::Serving as i32);
+    assert!(first.safe_to_shutdown);
+
+    let t0 = Instant::now();
+    let r = admin
+        .shutdown(ShutdownRequest { deadline_ms: 3_000 })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.started);
+    let mut states = Vec::new();
+    let mut draining_after = None;
+    let mut last_seq = first.sequence;
+    while let Some(st) = tokio::time::timeout(WAIT, stream.message())
+        .await
+        .expect("stream progressed")
+        .unwrap()
+    {
+        assert!(st.sequence > last_seq, "sequence increases");
+        last_seq = st.sequence;
+        if st.state == ProtoState::Draining as i32 && draining_after.is_none() {
+            draining_after = Some(t0.elapsed());
+        }
+        states.push(st.state);
+    }
+    let draining_after = draining_after.expect("a Draining status was streamed");
+    assert!(
+        draining_after < Duration::from_secs(1),
+        "Draining arrived after {draining_after:?}"
+    );
+    assert_eq!(
+        states.last(),
+        Some(&(ProtoState::Stopped as i32)),
+        "{states:?}"
+    );
+    let out = host.terminate().await;
+    assert_eq!(out.cut, 0);
+    // Lease released: no descriptor of this mesh is left.
+    let store = zlink_store::redis::RedisStore::connect(
+        &redis.url(),
+        zlink_store::redis::RedisStoreConfig {
+            namespace,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let left = zlink_store::LocationStore::list_descriptors(
+        &store,
+        zlink_store::types::DescriptorKind::MeshNode,
+        "hosts",
+    )
+    .await
+    .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Issue 8, "SetChannelWeight changes selection on peers": with two hosts serving channel
+/// `work`, a mesh client's select-one picks both; weight 0 on one host (a new descriptor
+/// revision, announced by `update`) makes the client pick only the other; weight 100 again
+/// brings it back. Out-of-range weights and unknown channels are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_channel_weight_changes_select_one_on_peers() {
+    let redis = redis_server::RedisServer::start().await;
+    let dir = TempDir::new("weight");
+    let secret = dir.write("secret", SECRET);
+    let namespace = ns("weight");
+    let work = [("work", "server", 100)];
+    let a = TestHost::start(test_config(&redis.url(), &namespace, "a", &secret, &work)).await;
+    let b = TestHost::start(test_config(&redis.url(), &namespace, "b", &secret, &work)).await;
+    let client = client_node(&redis.url(), &namespace, &secret, "work").await;
+    wait_serving_peer(&client, a.rid()).await;
+    wait_serving_peer(&client, b.rid()).await;
+
+    let both = pick_counts(&client, "work", 40).await;
+    assert!(both.get(a.rid()).copied().unwrap_or(0) > 0, "{both:?}");
+    assert!(both.get(b.rid()).copied().unwrap_or(0) > 0, "{both:?}");
+
+    let mut admin_a = a.admin(Some(TOKEN)).await;
+    let before = admin_a
+        .get_status(GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .descriptor_revision;
+    let r = admin_a
+        .set_channel_weight(SetChannelWeightRequest {
+            channel: "work".into(),
+            weight: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.descriptor_revision > before);
+    // The update reaches the client within one round trip; allow a few seconds.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let picks = pick_counts(&client, "work", 20).await;
+        if picks.keys().all(|rid| rid == b.rid()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still picking {picks:?}");
+    }
+    let only_b = pick_counts(&client, "work", 40).await;
+    assert_eq!(only_b.get(b.rid()), Some(&40), "{only_b:?}");
+
+    admin_a
+        .set_channel_weight(SetChannelWeightRequest {
+            channel: "work".into(),
+            weight: 100,
+        })
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let picks = pick_counts(&client, "work", 20).await;
+        if picks.contains_key(a.rid()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a is never picked again: {picks:?}"
+        );
+    }
+
+    let e = admin_a
+        .set_channel_weight(SetChannelWeightRequest {
+            channel: "work".into(),
+            weight: 10_001,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let e = admin_a
+        .set_channel_weight(SetChannelWeightRequest {
+            channel: "no-such-channel".into(),
+            weight: 5,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    client.shutdown().await;
+    a.terminate().await;
+    b.terminate().await;
+}
+
+fn scrape(text: &str) -> prometheus_parse::Scrape {
+    // Strict shape check first (the parser skips lines it does not understand): every line is
+    // a comment or `name[{labels}] value` with a float value.
+    let mut samples = 0;
+    for line in text.lines() {
+        if line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+            continue;
+        }
+        let (name_labels, value) = line.rsplit_once(' ').unwrap();
+        assert!(
+            value == "+Inf" || value.parse::<f64>().is_ok(),
+            "bad value in {line:?}"
+        );
+        let name = name_labels.split('{').next().unwrap();
+        assert!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad metric name in {line:?}"
+        );
+        if name_labels.contains('{') {
+            assert!(
+                name_labels.ends_with('}'),
+                "unterminated labels in {line:?}"
+            );
+        }
+        samples += 1;
+    }
+    assert!(samples > 50, "only {samples} samples");
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
+}
+
+fn value(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let found: Vec<_> = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(v)))
+        .collect();
+    assert_eq!(found.len(), 1, "{metric} {labels:?}: {found:?}");
+    match found[0].value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => v,
+        ref other => panic!("{metric}: {other:?}"),
+    }
+}
+
+/// Issue 8, "/metrics parses as Prometheus exposition format and counters move under traffic":
+/// the scrape parses (strictly and with `prometheus-parse`), shows the host Serving with one
+/// ready peer, and 50 select-one requests from a mesh client move the host's records-in,
+/// delivered and replies-sent counters by at least 50; store operations and their latency
+/// histogram count the discovery polls. `/healthz` and `/readyz` answer 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_as_prometheus_text_and_counters_move_under_traffic() {
+    let redis = redis_server::RedisServer::start().await;
+    let dir = TempDir::new("metrics");
+    let secret = dir.write("secret", SECRET);
+    let namespace = ns("metrics");
+    let host = TestHost::start(test_config(
+        &redis.url(),
+        &namespace,
+        "m",
+        &secret,
+        &[("work", "server", 100)],
+    ))
+    .await;
+    assert_eq!(host.http_get("/healthz"), (200, "ok\n".into()));
+    assert_eq!(host.http_get("/readyz").0, 200);
+    let client = client_node(&redis.url(), &namespace, &secret, "work").await;
+    wait_serving_peer(&client, host.rid()).await;
+    // The host sees the client Ready too before the baseline is taken.
+    let deadline = Instant::now() + WAIT;
+    let before = loop {
+        let s = scrape(&host.http_get("/metrics").1);
+        if value(&s, "zlink_peers", &[("state", "ready")]) >= 1.0 {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the host never saw its peer ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        value(&before, "zlink_host_state", &[("state", "serving")]),
+        1.0
+    );
+    assert_eq!(
+        value(&before, "zlink_host_state", &[("state", "draining")]),
+        0.0
+    );
+    assert_eq!(value(&before, "zlink_host_ready", &[]), 1.0);
+    assert_eq!(
+        value(&before, "zlink_objects_live", &[("kind", "spot")]),
+        1.0
+    );
+
+    let picks = pick_counts(&client, "work", 50).await;
+    assert_eq!(picks.get(host.rid()), Some(&50));
+    let after = scrape(&host.http_get("/metrics").1);
+    let moved = |metric: &str, labels: &[(&str, &str)]| {
+        value(&after, metric, labels) - value(&before, metric, labels)
+    };
+    assert!(moved("zlink_mesh_records_total", &[("direction", "in")]) >= 50.0);
+    assert!(moved("zlink_mesh_records_total", &[("direction", "out")]) >= 50.0);
+    assert!(moved("zlink_mesh_messages_total", &[("kind", "delivered")]) >= 50.0);
+    assert!(moved("zlink_mesh_messages_total", &[("kind", "reply_sent")]) >= 50.0);
+    assert!(
+        value(
+            &after,
+            "zlink_store_ops_total",
+            &[("op", "list_descriptors"), ("result", "ok")]
+        ) >= 1.0
+    );
+    assert!(
+        value(
+            &after,
+            "zlink_store_ops_total",
+            &[("op", "claim_lease"), ("result", "ok")]
+        ) == 1.0
+    );
+    let text = host.http_get("/metrics").1;
+    assert!(
+        text.contains(
+            "zlink_store_op_duration_seconds_bucket{op=\"list_descriptors\",le=\"+Inf\"}"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE zlink_request_latency_seconds histogram"));
+    client.shutdown().await;
+    host.terminate().await;
+}

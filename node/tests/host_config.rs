@@ -1,0 +1,416 @@
+//! Host configuration (issue 8 item 1, acceptance "Config validation tests: each invalid field
+//! yields an error naming it"): YAML parsing, `ZLINK_*` environment overrides and the
+//! validation table — each invalid value is refused with an error that names its field and the
+//! allowed range.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+
+use zlink_node::host::config::{FIELDS, env_var_of};
+use zlink_node::host::{HostConfig, HostConfigError};
+
+const VALID: &str = "\
+mesh:
+  name: prod
+  rid_prefix: game
+  bind_host: 0.0.0.0
+  advertise_host: game-0.game.svc
+  port: 7100
+  channels:
+    - { name: chat, role: server, weight: 250 }
+    - { name: ops, role: client }
+redis:
+  url: redis://redis:6379/
+  namespace: prod
+objects:
+  role: server
+  placement_weight: 50
+timings:
+  probe_interval_ms: 5000
+  liveness_deadline_ms: 15000
+  lease_ttl_ms: 10000
+  discovery_poll_ms: 1000
+admin:
+  grpc_listen: 0.0.0.0:7070
+  http_listen: 0.0.0.0:9090
+drain_deadline_ms: 20000
+application_version: 3
+log_level: info
+";
+
+fn valid() -> HostConfig {
+    HostConfig::from_yaml(VALID, "valid.yaml").unwrap()
+}
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |k| m.get(k).cloned()
+}
+
+/// The valid file parses into the fields it names and passes validation; channels keep their
+/// roles and weights (a client's weight defaults to 100 and is not announced).
+#[test]
+fn a_valid_file_parses_and_validates() {
+    let c = valid();
+    c.validate().unwrap();
+    assert_eq!(c.mesh.name, "prod");
+    assert_eq!(c.mesh.port, 7100);
+    assert_eq!(c.mesh.channels[0].weight, 250);
+    assert_eq!(c.mesh.channels[1].weight, 100);
+    assert_eq!(c.timings.lease_ttl_ms, 10_000);
+    assert_eq!(c.application_version, 3);
+    let secret = zlink_node::mesh::auth::MeshSecret::from_bytes(b"0123456789abcdef0123").unwrap();
+    let m = c.mesh_node_config(secret);
+    m.validate().unwrap();
+    assert_eq!(m.channels.len(), 2);
+    assert_eq!(m.channels[0].weight, 250);
+    assert_eq!(m.channels[1].weight, 0);
+    assert_eq!(m.placement_weight, 50);
+    assert_eq!(m.timings.lease_renew.as_millis(), 3_333);
+    assert_eq!(m.timings.fencing_margin.as_secs(), 2);
+}
+
+/// Every field has an environment variable `ZLINK_<PATH>`; overrides replace file values,
+/// empty values clear optional fields, channels parse from `name:role[:weight]`.
+#[test]
+fn environment_variables_override_every_kind_of_field() {
+    assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
+    assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
+    assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
+    assert_eq!(FIELDS.len(), 30);
+    let mut c = valid();
+    c.apply_env(env(&[
+        ("ZLINK_MESH_NAME", "staging"),
+        ("ZLINK_MESH_PORT", "7200"),
+        ("ZLINK_MESH_ADVERTISE_HOST", "other.svc"),
+        ("ZLINK_MESH_CHANNELS", "a:server:7, b:client"),
+        ("ZLINK_REDIS_URL", "redis://other:6379/"),
+        ("ZLINK_TIMINGS_LEASE_RENEW_MS", "2000"),
+        ("ZLINK_ADMIN_HTTP_LISTEN", "127.0.0.1:9999"),
+        ("ZLINK_APPLICATION_VERSION", "9"),
+        ("ZLINK_LOG_LEVEL", "debug"),
+    ]))
+    .unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.mesh.name, "staging");
+    assert_eq!(c.mesh.port, 7200);
+    assert_eq!(c.mesh.advertise_host.as_deref(), Some("other.svc"));
+    assert_eq!(c.mesh.channels.len(), 2);
+    assert_eq!(
+        (c.mesh.channels[0].name.as_str(), c.mesh.channels[0].weight),
+        ("a", 7)
+    );
+    assert_eq!(c.mesh.channels[1].role, "client");
+    assert_eq!(c.redis.url, "redis://other:6379/");
+    assert_eq!(c.timings.lease_renew_ms, Some(2_000));
+    assert_eq!(c.admin.http_listen, "127.0.0.1:9999");
+    assert_eq!(c.application_version, 9);
+    assert_eq!(c.log_level, "debug");
+    // Clearing an optional field with an empty value.
+    c.apply_env(env(&[("ZLINK_TIMINGS_LEASE_RENEW_MS", "")]))
+        .unwrap();
+    assert_eq!(c.timings.lease_renew_ms, None);
+}
+
+/// A variable that does not parse as its field's type names the variable and the field.
+#[test]
+fn an_unparsable_environment_value_names_the_variable_and_field() {
+    for (var, raw, field) in [
+        ("ZLINK_MESH_PORT", "seventy", "mesh.port"),
+        ("ZLINK_MESH_PORT", "70000", "mesh.port"),
+        ("ZLINK_TIMINGS_LEASE_TTL_MS", "-1", "timings.lease_ttl_ms"),
+        ("ZLINK_MESH_CHANNELS", "chat", "mesh.channels"),
+        ("ZLINK_MESH_CHANNELS", "chat:server:heavy", "mesh.channels"),
+        (
+            "ZLINK_OBJECTS_PLACEMENT_WEIGHT",
+            "1e3",
+            "objects.placement_weight",
+        ),
+    ] {
+        let mut c = valid();
+        let e = c.apply_env(env(&[(var, raw)])).unwrap_err();
+        assert!(
+            matches!(e, HostConfigError::Env { .. }),
+            "{var}={raw}: {e:?}"
+        );
+        assert_eq!(e.field(), Some(field), "{var}={raw}");
+        let msg = e.to_string();
+        assert!(msg.contains(var) && msg.contains(field), "{msg}");
+    }
+}
+
+/// YAML that does not fit the schema is refused with the field path in the message.
+#[test]
+fn yaml_schema_errors_name_the_field() {
+    for (yaml, needle) in [
+        ("mesh:\n  port: 70000\n", "mesh.port"),
+        ("mesh:\n  nmae: x\n", "nmae"),
+        ("timings:\n  lease_ttl_ms: soon\n", "timings.lease_ttl_ms"),
+        ("admin:\n  grpc_listen: [1, 2]\n", "admin.grpc_listen"),
+        ("surprise: 1\n", "surprise"),
+    ] {
+        let e = HostConfig::from_yaml(yaml, "bad.yaml").unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, HostConfigError::Parse { .. }), "{msg}");
+        assert!(
+            msg.contains(needle) && msg.contains("bad.yaml"),
+            "{yaml:?}: {msg}"
+        );
+    }
+}
+
+/// The validation table: each row breaks one field; the error names exactly that field and
+/// states the allowed range or form.
+#[test]
+fn each_invalid_field_yields_an_error_naming_it() {
+    type Edit = fn(&mut HostConfig);
+    let table: &[(&str, Edit, &str)] = &[
+        (
+            "mesh.name",
+            |c| c.mesh.name = String::new(),
+            "1..=255 bytes",
+        ),
+        (
+            "mesh.name",
+            |c| c.mesh.name = "m".repeat(256),
+            "1..=255 bytes",
+        ),
+        (
+            "mesh.rid",
+            |c| c.mesh.rid = Some(String::new()),
+            "a valid RID",
+        ),
+        (
+            "mesh.rid",
+            |c| c.mesh.rid = Some("r".repeat(256)),
+            "a valid RID",
+        ),
+        (
+            "mesh.rid_prefix",
+            |c| c.mesh.rid_prefix = "has space".into(),
+            "a valid RID prefix",
+        ),
+        (
+            "mesh.rid_prefix",
+            |c| c.mesh.rid_prefix = String::new(),
+            "a valid RID prefix",
+        ),
+        (
+            "mesh.bind_host",
+            |c| c.mesh.bind_host = String::new(),
+            "non-empty",
+        ),
+        (
+            "mesh.advertise_host",
+            |c| c.mesh.advertise_host = None,
+            "wildcard",
+        ),
+        (
+            "mesh.advertise_host",
+            |c| c.mesh.advertise_host = Some("0.0.0.0".into()),
+            "not a wildcard",
+        ),
+        (
+            "mesh.secret_env",
+            |c| c.mesh.secret_env = String::new(),
+            "variable name",
+        ),
+        (
+            "mesh.channels",
+            |c| c.mesh.channels[0].role = "boss".into(),
+            "server or client",
+        ),
+        (
+            "mesh.channels",
+            |c| c.mesh.channels[0].weight = 10_001,
+            "0..=10000",
+        ),
+        (
+            "mesh.channels",
+            |c| c.mesh.channels[1].name = "chat".into(),
+            "each channel once",
+        ),
+        (
+            "mesh.channels",
+            |c| c.mesh.channels[0].name = String::new(),
+            "1..=255 bytes",
+        ),
+        ("redis.url", |c| c.redis.url = String::new(), "redis://"),
+        (
+            "redis.url",
+            |c| c.redis.url = "http://redis".into(),
+            "redis://",
+        ),
+        (
+            "redis.namespace",
+            |c| c.redis.namespace = "a{b}".into(),
+            "without { or }",
+        ),
+        (
+            "redis.response_timeout_ms",
+            |c| c.redis.response_timeout_ms = 0,
+            "1..=60000",
+        ),
+        (
+            "redis.connection_timeout_ms",
+            |c| c.redis.connection_timeout_ms = 60_001,
+            "1..=60000",
+        ),
+        (
+            "objects.role",
+            |c| c.objects.role = "host".into(),
+            "server, client or none",
+        ),
+        (
+            "objects.placement_weight",
+            |c| c.objects.placement_weight = 10_001,
+            "0..=10000",
+        ),
+        (
+            "objects.room_tick_ms",
+            |c| c.objects.room_tick_ms = 0,
+            "1..=3600000",
+        ),
+        (
+            "timings.probe_interval_ms",
+            |c| c.timings.probe_interval_ms = 0,
+            "1..=3600000",
+        ),
+        (
+            "timings.liveness_deadline_ms",
+            |c| c.timings.liveness_deadline_ms = 5_000,
+            "5001..=3600000",
+        ),
+        (
+            "timings.lease_ttl_ms",
+            |c| c.timings.lease_ttl_ms = 99,
+            "100..=3600000",
+        ),
+        (
+            "timings.fencing_margin_ms",
+            |c| c.timings.fencing_margin_ms = Some(6_000),
+            "1..=5000",
+        ),
+        (
+            "timings.lease_renew_ms",
+            |c| c.timings.lease_renew_ms = Some(8_000),
+            "1..=7999",
+        ),
+        (
+            "timings.lease_renew_ms",
+            |c| c.timings.lease_renew_ms = Some(0),
+            "1..=7999",
+        ),
+        (
+            "timings.discovery_poll_ms",
+            |c| c.timings.discovery_poll_ms = 4_000,
+            "1..=3333",
+        ),
+        (
+            "timings.status_poll_ms",
+            |c| c.timings.status_poll_ms = 5,
+            "10..=60000",
+        ),
+        (
+            "admin.grpc_listen",
+            |c| c.admin.grpc_listen = "localhost".into(),
+            "ip:port",
+        ),
+        (
+            "admin.http_listen",
+            |c| c.admin.http_listen = "9090".into(),
+            "ip:port",
+        ),
+        (
+            "admin.http_listen",
+            |c| c.admin.http_listen = "0.0.0.0:7070".into(),
+            "different address",
+        ),
+        (
+            "admin.token_env",
+            |c| c.admin.token_env = String::new(),
+            "variable name",
+        ),
+        (
+            "drain_deadline_ms",
+            |c| c.drain_deadline_ms = 0,
+            "1..=3600000",
+        ),
+        (
+            "log_level",
+            |c| c.log_level = "loud".into(),
+            "error, warn, info, debug or trace",
+        ),
+    ];
+    for (field, edit, allowed) in table {
+        let mut c = valid();
+        edit(&mut c);
+        let Err(e) = c.validate() else {
+            panic!("{field} ({allowed}): the broken value was accepted")
+        };
+        assert_eq!(e.field(), Some(*field), "{field}: {e}");
+        let msg = e.to_string();
+        assert!(msg.starts_with(field), "{msg}");
+        assert!(msg.contains(allowed), "{field}: {msg:?} lacks {allowed:?}");
+    }
+}
+
+/// `HostConfig::load` applies the environment on top of the file, then validates: an invalid
+/// override is refused naming its field even when the file is fine.
+#[test]
+fn load_validates_after_the_overrides() {
+    let dir = std::env::temp_dir().join(format!("zlink-hostcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.yaml");
+    std::fs::write(&path, VALID).unwrap();
+    let c = HostConfig::load(Some(&path), env(&[("ZLINK_MESH_NAME", "x")])).unwrap();
+    assert_eq!(c.mesh.name, "x");
+    let e = HostConfig::load(Some(&path), env(&[("ZLINK_DRAIN_DEADLINE_MS", "0")])).unwrap_err();
+    assert_eq!(e.field(), Some("drain_deadline_ms"));
+    let e = HostConfig::load(Some(&dir.join("missing.yaml")), env(&[])).unwrap_err();
+    assert!(matches!(e, HostConfigError::Read { .. }), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The admin token comes from the file (trimmed) or the named variable, and must be at least
+/// 16 bytes; errors name the field.
+#[test]
+fn the_admin_token_is_loaded_from_file_or_env_and_must_be_long_enough() {
+    let mut c = valid();
+    assert_eq!(
+        c.admin_token(env(&[("ZLINK_ADMIN_TOKEN", "0123456789abcdef")]))
+            .unwrap(),
+        "0123456789abcdef"
+    );
+    let e = c.admin_token(env(&[])).unwrap_err();
+    assert_eq!(e.field(), Some("admin.token_env"));
+    let e = c
+        .admin_token(env(&[("ZLINK_ADMIN_TOKEN", "short")]))
+        .unwrap_err();
+    assert_eq!(e.field(), Some("admin.token_env"));
+    let dir = std::env::temp_dir().join(format!("zlink-hosttok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("token"), "file-token-0123456789\n").unwrap();
+    c.admin.token_file = Some(dir.join("token"));
+    assert_eq!(c.admin_token(env(&[])).unwrap(), "file-token-0123456789");
+    c.admin.token_file = Some(dir.join("absent"));
+    assert_eq!(
+        c.admin_token(env(&[])).unwrap_err().field(),
+        Some("admin.token_file")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The example configuration shipped in the node image (`node/node.example.yaml`) parses and
+/// validates as is.
+#[test]
+fn the_shipped_example_configuration_is_valid() {
+    let c =
+        HostConfig::from_yaml(include_str!("../node.example.yaml"), "node.example.yaml").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.mesh.port, 7100);
+    assert_eq!(c.admin.grpc_listen, "0.0.0.0:7070");
+}
