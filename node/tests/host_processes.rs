@@ -284,13 +284,11 @@ fn the_load_generator_reports_every_id_complete_through_running_hosts() {
     load_through_two_hosts(1, 40 * 10);
 }
 
-/// The same with one-way sends mixed in (every third message a request). Known failure, kept
-/// as the reproduction: a one-way send that reaches a freshly activated counter can be answered
-/// `StaleRoute` by its host and dropped (`zlink_object_stale_routes_total` equals the gaps), so
-/// some IDs miss one number. Run with `--ignored` once the object runtime holds or relays such
-/// sends.
+/// The same with one-way sends mixed in (every third message a request). This reproduced a
+/// real loss: a one-way send that reached a freshly activated counter between its Ready commit
+/// and its entry in the host's live table was answered `StaleRoute` and dropped. The runtime now
+/// enters the instance before the Ready commit is visible, so no ID may miss a number.
 #[test]
-#[ignore = "object runtime: one-way sends racing a cold activation are dropped as StaleRoute"]
 fn the_load_generator_reports_every_id_complete_with_one_way_sends() {
     load_through_two_hosts(3, 40 * 3);
 }
