@@ -44,18 +44,23 @@ fn init_logs(level: &str) {
         .try_init();
 }
 
-async fn termination() {
+/// The handlers are installed when this is called (not when the future is first polled), so a
+/// SIGTERM during startup is never lost — also as PID 1 in a container.
+fn termination() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install SIGTERM/SIGINT handlers; stop with the admin Shutdown");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: draining"),
-        _ = int.recv() => tracing::info!("SIGINT: draining"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!("cannot install SIGTERM/SIGINT handlers; stop with the admin Shutdown");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: draining"),
+            _ = int.recv() => tracing::info!("SIGINT: draining"),
+        }
     }
 }
 

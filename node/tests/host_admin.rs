@@ -410,3 +410,57 @@ async fn metrics_parse_as_prometheus_text_and_counters_move_under_traffic() {
     client.shutdown().await;
     host.terminate().await;
 }
+
+/// Issue 8 item 1 / glossary §5 "Drain": a draining host announces `Draining` and keeps
+/// serving through its seal window; peers stop selecting it at once — while it is still up and
+/// answering — and the drain then completes cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_host_is_not_selected_while_it_is_still_up() {
+    let redis = redis_server::RedisServer::start().await;
+    let dir = TempDir::new("seal");
+    let secret = dir.write("secret", SECRET);
+    let namespace = ns("seal");
+    let work = [("work", "server", 100)];
+    let mut ca = test_config(&redis.url(), &namespace, "a", &secret, &work);
+    ca.timings.drain_seal_ms = 2_500;
+    ca.drain_deadline_ms = 5_000;
+    let a = TestHost::start(ca).await;
+    let b = TestHost::start(test_config(&redis.url(), &namespace, "b", &secret, &work)).await;
+    let client = client_node(&redis.url(), &namespace, &secret, "work").await;
+    wait_serving_peer(&client, a.rid()).await;
+    wait_serving_peer(&client, b.rid()).await;
+    let both = pick_counts(&client, "work", 40).await;
+    assert!(both.get(a.rid()).copied().unwrap_or(0) > 0, "{both:?}");
+
+    let mut admin_a = a.admin(Some(TOKEN)).await;
+    let t0 = Instant::now();
+    admin_a
+        .shutdown(ShutdownRequest { deadline_ms: 5_000 })
+        .await
+        .unwrap();
+    // The Draining update reaches the client quickly; from then on only b is picked.
+    loop {
+        let picks = pick_counts(&client, "work", 10).await;
+        if picks.keys().all(|rid| rid == b.rid()) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "still picking {picks:?}"
+        );
+    }
+    let only_b = pick_counts(&client, "work", 40).await;
+    assert_eq!(only_b.get(b.rid()), Some(&40), "{only_b:?}");
+    // a is still up (inside its seal window) and says so.
+    assert!(t0.elapsed() < Duration::from_millis(2_500));
+    let st = admin_a
+        .get_status(GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.state, ProtoState::Draining as i32);
+    let out = a.terminate().await;
+    assert_eq!(out.cut, 0);
+    client.shutdown().await;
+    b.terminate().await;
+}

@@ -80,7 +80,7 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
     assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
     assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
-    assert_eq!(FIELDS.len(), 30);
+    assert_eq!(FIELDS.len(), 31);
     let mut c = valid();
     c.apply_env(env(&[
         ("ZLINK_MESH_NAME", "staging"),
@@ -315,6 +315,11 @@ fn each_invalid_field_yields_an_error_naming_it() {
             "10..=60000",
         ),
         (
+            "timings.drain_seal_ms",
+            |c| c.timings.drain_seal_ms = 40_000,
+            "0..=20000",
+        ),
+        (
             "admin.grpc_listen",
             |c| c.admin.grpc_listen = "localhost".into(),
             "ip:port",
@@ -404,12 +409,16 @@ fn the_admin_token_is_loaded_from_file_or_env_and_must_be_long_enough() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The example configuration shipped in the node image (`node/node.example.yaml`) parses and
-/// validates as is.
+/// The example configuration shipped in the node image (`node/node.example.yaml`) parses; it
+/// binds a wildcard address and leaves the advertised host to the deployment, so it is refused
+/// (naming `mesh.advertise_host`) until that is set, and valid then.
 #[test]
-fn the_shipped_example_configuration_is_valid() {
-    let c =
+fn the_shipped_example_configuration_is_valid_once_the_advertised_host_is_set() {
+    let mut c =
         HostConfig::from_yaml(include_str!("../node.example.yaml"), "node.example.yaml").unwrap();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("mesh.advertise_host"), "{err}");
+    c.mesh.advertise_host = Some("10.0.0.7".into());
     c.validate().unwrap();
     assert_eq!(c.mesh.port, 7100);
     assert_eq!(c.admin.grpc_listen, "0.0.0.0:7070");

@@ -122,7 +122,7 @@ fn write_config(dir: &Path, redis_url: &str, namespace: &str) -> PathBuf {
         format!(
             "mesh:\n  name: procs\n  rid_prefix: yaml\n  channels:\n    - {{ name: work, role: server, weight: 100 }}\n\
              redis:\n  url: {redis_url}\n  namespace: {namespace}\n\
-             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 1000\n  lease_ttl_ms: 2000\n  discovery_poll_ms: 100\n  status_poll_ms: 50\n\
+             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n  status_poll_ms: 50\n\
              admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
              drain_deadline_ms: 3000\napplication_version: 7\nlog_level: warn\n"
         ),
@@ -299,8 +299,10 @@ fn load_through_two_hosts(request_every: u64, requests: u64) {
         .build()
         .unwrap();
     let redis = rt.block_on(redis_server::RedisServer::start());
-    let namespace = format!("hostload-{}", std::process::id());
-    let dir = std::env::temp_dir().join(format!("zlink-hostload-{}", std::process::id()));
+    // Per call: the two load tests run side by side in this process.
+    let tag = format!("{}-{request_every}", std::process::id());
+    let namespace = format!("hostload-{tag}");
+    let dir = std::env::temp_dir().join(format!("zlink-hostload-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     let config = write_config(&dir, &redis.url(), &namespace);
     let mut hosts: Vec<Host> = (0..2)
@@ -393,6 +395,8 @@ fn run_refuses_an_invalid_field_naming_it() {
 fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"

@@ -215,6 +215,9 @@ pub struct TimingsSection {
     /// How often the host recomputes its status for `WatchStatus` (state changes are pushed at
     /// once regardless).
     pub status_poll_ms: u64,
+    /// How long a drain keeps serving after announcing `Draining` before it counts in-flight
+    /// work and stops: peers that picked this host just before the announcement reach it.
+    pub drain_seal_ms: u64,
 }
 
 impl Default for TimingsSection {
@@ -229,6 +232,7 @@ impl Default for TimingsSection {
             fencing_margin_ms: None,
             discovery_poll_ms: ms(t.discovery_poll),
             status_poll_ms: 250,
+            drain_seal_ms: 1_000,
         }
     }
 }
@@ -321,6 +325,7 @@ pub const FIELDS: &[&str] = &[
     "timings.fencing_margin_ms",
     "timings.discovery_poll_ms",
     "timings.status_poll_ms",
+    "timings.drain_seal_ms",
     "admin.grpc_listen",
     "admin.http_listen",
     "admin.token_file",
@@ -503,6 +508,7 @@ impl HostConfig {
                 self.timings.discovery_poll_ms = parse_num(var, field, raw)?;
             }
             "timings.status_poll_ms" => self.timings.status_poll_ms = parse_num(var, field, raw)?,
+            "timings.drain_seal_ms" => self.timings.drain_seal_ms = parse_num(var, field, raw)?,
             "admin.grpc_listen" => raw.clone_into(&mut self.admin.grpc_listen),
             "admin.http_listen" => raw.clone_into(&mut self.admin.http_listen),
             "admin.token_file" => self.admin.token_file = opt_string(raw).map(PathBuf::from),
@@ -748,6 +754,12 @@ impl HostConfig {
             self.drain_deadline_ms,
             1,
             MAX_INTERVAL_MS,
+        )?;
+        check_range(
+            "timings.drain_seal_ms",
+            t.drain_seal_ms,
+            0,
+            self.drain_deadline_ms.min(60_000),
         )?;
         if !["error", "warn", "info", "debug", "trace"].contains(&self.log_level.as_str()) {
             return bad(

@@ -1,5 +1,6 @@
-//! The HTTP endpoints (issue 8 item 4): `/healthz` (the process is alive: always 200 while it
-//! serves HTTP), `/readyz` (200 only while `Serving` and the mesh node admits work, else 503),
+//! The HTTP endpoints (issue 8 item 4): `/healthz` (the process is alive: 200, unless the
+//! node has been fenced for longer than a lease TTL — its lease is lost and only a restart
+//! recovers), `/readyz` (200 only while `Serving` and the mesh node admits work, else 503),
 //! `/metrics` (Prometheus text exposition, [`super::metrics::render`]). No authentication:
 //! bind `admin.http_listen` to an interface only the kubelet and Prometheus reach.
 
@@ -16,10 +17,21 @@ use super::Host;
 /// The router over `host`.
 pub fn router(host: Arc<Host>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(host)
+}
+
+async fn healthz(State(host): State<Arc<Host>>) -> impl IntoResponse {
+    if host.healthy() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unhealthy: the owner lease is lost; restart the process\n",
+        )
+    }
 }
 
 async fn readyz(State(host): State<Arc<Host>>) -> impl IntoResponse {

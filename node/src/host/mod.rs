@@ -111,6 +111,9 @@ pub enum HostError {
     /// The object runtime did not start.
     #[error("object runtime: {0}")]
     Runtime(#[from] crate::object::runtime::RuntimeError),
+    /// A signal arrived while the host was starting (not an error for `run`).
+    #[error("interrupted while starting")]
+    Interrupted,
 }
 
 /// What `run` reports when it returns.
@@ -148,6 +151,8 @@ pub struct Host {
     cut: AtomicU64,
     auth_failures: AtomicU64,
     health: tonic_health::server::HealthReporter,
+    /// Since when the node has been fenced (refreshed with the status).
+    fenced_since: std::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -196,6 +201,17 @@ impl Host {
 
     /// Whether `/readyz` answers ready: `Serving`, the mesh node admits work (its owner lease is
     /// confirmed and the fencing deadline has not passed) and its descriptor says `Serving`.
+    /// Whether the process is healthy (`/healthz`): false once the node has been fenced for
+    /// longer than a lease TTL — its owner lease is gone for good and only a restart recovers.
+    pub fn healthy(&self) -> bool {
+        let since = *self
+            .fenced_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        since.is_none_or(|t| t.elapsed() <= Duration::from_millis(self.config.timings.lease_ttl_ms))
+    }
+
+    /// Whether the host is ready (`/readyz`).
     pub fn ready(&self) -> bool {
         self.state() == HostState::Serving
             && self.node().is_some_and(|n| {
@@ -229,15 +245,15 @@ impl Host {
     }
 
     /// Accepted work still in flight: queued application jobs, this node's outstanding
-    /// requests and unfinished cold activations.
+    /// requests, unfinished cold activations and work waiting in object queues.
     pub fn in_flight(&self) -> u64 {
         let node = self
             .node()
             .map_or(0, |n| n.jobs().in_use() + n.pending_requests());
-        let acts = self
+        let objects = self
             .objects()
-            .map_or(0, ObjectRuntime::unfinished_activations);
-        u64::try_from(node + acts).unwrap_or(u64::MAX)
+            .map_or(0, |o| o.unfinished_activations() + o.queued_work());
+        u64::try_from(node + objects).unwrap_or(u64::MAX)
     }
 
     /// Compute the status now (without a sequence number).
@@ -299,6 +315,21 @@ impl Host {
 
     /// Recompute the status and publish it if anything changed (with the next sequence).
     pub fn refresh_status(&self) {
+        // Track how long the node has been fenced (its lease could not be renewed).
+        let fenced = self
+            .node()
+            .is_some_and(|n| !n.admission_open() && !n.is_shut_down());
+        {
+            let mut since = self
+                .fenced_since
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match (fenced, *since) {
+                (true, None) => *since = Some(Instant::now()),
+                (false, Some(_)) => *since = None,
+                _ => {}
+            }
+        }
         let mut next = self.compute_status();
         self.status.send_if_modified(|cur| {
             next.sequence = cur.sequence;
@@ -356,6 +387,7 @@ pub async fn run(
         cut: AtomicU64::new(0),
         auth_failures: AtomicU64::new(0),
         health,
+        fenced_since: std::sync::Mutex::new(None),
         config,
     });
     host.refresh_status();
@@ -399,12 +431,29 @@ pub async fn run(
         wait_true(stop_rx.clone()),
     ));
 
-    let started = start_node(&host).await;
+    // A signal during startup ends the start (handlers are installed before this point, so a
+    // SIGTERM is never lost, also as PID 1 in a container).
+    let signal = signal;
+    tokio::pin!(signal);
+    let started = tokio::select! {
+        r = start_node(&host) => r,
+        () = &mut signal => Err(HostError::Interrupted),
+    };
     if let Err(e) = started {
         host.set_state(HostState::Stopped);
+        if let Some(o) = host.objects() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), o.shutdown()).await;
+        }
+        if let Some(n) = host.node() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), n.shutdown()).await;
+        }
         let _ = stop_tx.send(true);
-        let _ = grpc_task.await;
-        let _ = http_task.await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), grpc_task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
+        if matches!(e, HostError::Interrupted) {
+            tracing::info!("stopped by a signal while starting");
+            return Ok(RunOutcome { cut: 0 });
+        }
         return Err(e);
     }
     host.set_state(HostState::Serving);
@@ -428,7 +477,7 @@ pub async fn run(
     // Serve until a signal or an admin Shutdown.
     let mut drain_rx = host.drain.subscribe();
     tokio::select! {
-        () = signal => { host.request_drain(None); }
+        () = &mut signal => { host.request_drain(None); }
         _ = drain_rx.wait_for(Option::is_some) => {}
     }
     let deadline = (*host.drain.borrow()).unwrap_or_else(|| host.config.drain_deadline());
@@ -546,6 +595,10 @@ async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
         n.set_runtime_state(HostState::Draining.runtime_state());
     }
     tracing::info!(?deadline, "drain started");
+    // The seal window: peers apply the Draining update and stop selecting this host; what they
+    // sent just before still arrives and is served.
+    let seal = Duration::from_millis(host.config.timings.drain_seal_ms).min(deadline);
+    tokio::time::sleep(seal).await;
     let mut cut = 0;
     loop {
         let left = host.in_flight();
@@ -568,11 +621,22 @@ async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
         );
     }
     host.cut.store(cut, Ordering::Relaxed);
-    if let Some(o) = host.objects() {
-        o.shutdown().await;
+    // Bounded: a handler that never ends cannot keep the process past its deadline (plus a
+    // short grace); the lease is released by the node shutdown, itself bounded.
+    let grace = until
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_secs(1));
+    if let Some(o) = host.objects()
+        && tokio::time::timeout(grace, o.shutdown()).await.is_err()
+    {
+        tracing::warn!("objects did not close within the grace period; stopping anyway");
     }
-    if let Some(n) = host.node() {
-        n.shutdown().await;
+    if let Some(n) = host.node()
+        && tokio::time::timeout(Duration::from_secs(5), n.shutdown())
+            .await
+            .is_err()
+    {
+        tracing::warn!("the mesh node did not shut down within 5 s; its lease lapses by TTL");
     }
     tracing::info!(
         elapsed = ?started.elapsed(),

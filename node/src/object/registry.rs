@@ -248,6 +248,8 @@ pub trait LiveObject: Send + Sync + 'static {
     /// # Errors
     /// `Unavailable` after close.
     fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError>;
+    /// Items waiting in its queue.
+    fn queued(&self) -> usize;
     /// Wait until the object is at a handler boundary and hold it there until the returned
     /// sender is dropped (see `ObjectExecutor::hold`).
     fn hold(&self) -> BoxFuture<Result<tokio::sync::oneshot::Sender<()>, CallError>>;
@@ -328,6 +330,9 @@ impl<S: Send + 'static> LiveObject for Live<S> {
         request: bool,
     ) -> Result<ReplyReceiver, CallError> {
         self.exec.first_message(payload, metadata, request)
+    }
+    fn queued(&self) -> usize {
+        self.exec.queued()
     }
     fn hold(&self) -> BoxFuture<Result<tokio::sync::oneshot::Sender<()>, CallError>> {
         let exec = Arc::clone(&self.exec);

@@ -2663,6 +2663,11 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         self.inner.recover_activations(ACTIVATION_SCAN_BATCH).await
     }
 
+    /// Work items waiting in the queues of the objects live here (a drain waits for them).
+    pub fn queued_work(&self) -> usize {
+        self.inner.live().values().map(|e| e.obj.queued()).sum()
+    }
+
     /// Cold activations of this lifecycle whose first operation is not done yet.
     pub fn unfinished_activations(&self) -> usize {
         self.inner

@@ -74,8 +74,8 @@ pub fn test_config(
     c.redis.url = redis_url.into();
     c.redis.namespace = namespace.into();
     c.timings.probe_interval_ms = 100;
-    c.timings.liveness_deadline_ms = 1_000;
-    c.timings.lease_ttl_ms = 2_000;
+    c.timings.liveness_deadline_ms = 3_000;
+    c.timings.lease_ttl_ms = 6_000;
     c.timings.discovery_poll_ms = 100;
     c.timings.status_poll_ms = 50;
     c.admin.grpc_listen = "127.0.0.1:0".into();
