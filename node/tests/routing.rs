@@ -19,16 +19,24 @@ use zlink_store::types::{
 };
 use zlink_store::{LocationStore, MemoryStore};
 
-/// A real memory store whose `read_route` calls are counted.
+/// A real memory store whose `read_route` calls are counted (and can be slowed down, to hold
+/// a read in flight).
 struct Counting {
     store: MemoryStore,
     reads: AtomicU64,
+    delay_ms: AtomicU64,
 }
 
 impl RouteSource for Counting {
     fn read_route<'a>(&'a self, key: &'a AuthorityKey) -> BoxRouteFuture<'a, RouteRead> {
         self.reads.fetch_add(1, Ordering::SeqCst);
-        Box::pin(LocationStore::read_route(&self.store, key))
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            LocationStore::read_route(&self.store, key).await
+        })
     }
     fn recovery(&self) -> watch::Receiver<u64> {
         LocationStore::recovery(&self.store)
@@ -67,6 +75,7 @@ impl World {
         let source = Arc::new(Counting {
             store,
             reads: AtomicU64::new(0),
+            delay_ms: AtomicU64::new(0),
         });
         let local = Arc::new(Mutex::new(Instant::now()));
         let l = Arc::clone(&local);
@@ -297,4 +306,29 @@ async fn a_cache_entry_never_outlives_the_owner_lease_admission_deadline() {
     w.advance_local(Duration::from_secs(10));
     w.expect_miss(&key, "cache off").await;
     w.expect_miss(&key, "cache off, again").await;
+}
+
+/// Concurrent cache misses of one key share one store read: 32 callers at once, one read, all
+/// `ReadyRoute` (31 of them coalesced). A key that resolves Missing is not cached, so each
+/// waiting caller reads for itself and gets its own closed result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_of_one_key_share_one_store_read() {
+    let w = World::new(CacheConfig::default()).await;
+    let key = w.ready("p-many").await;
+    w.source.delay_ms.store(50, Ordering::SeqCst);
+    let before = w.reads();
+    let all = futures::future::join_all((0..32).map(|_| w.resolver.resolve(&key))).await;
+    assert!(all.iter().all(|r| matches!(r, Resolution::ReadyRoute(_))));
+    assert_eq!(w.reads() - before, 1, "one read for 32 concurrent misses");
+    assert_eq!(w.resolver.stats().coalesced.load(Ordering::Relaxed), 31);
+
+    let missing = AuthorityKey::new(ObjectKind::Actor, "p-none").unwrap();
+    let before = w.reads();
+    let all = futures::future::join_all((0..4).map(|_| w.resolver.resolve(&missing))).await;
+    assert!(all.iter().all(|r| matches!(r, Resolution::Missing)));
+    assert_eq!(
+        w.reads() - before,
+        4,
+        "Missing is never cached: each caller reads"
+    );
 }

@@ -121,6 +121,8 @@ pub fn classify(read: RouteRead) -> Resolution {
 pub struct ResolverStats {
     /// Store reads made.
     pub store_reads: AtomicU64,
+    /// Cache misses that waited for another caller's read of the same key instead of reading.
+    pub coalesced: AtomicU64,
     /// Results by kind: ready_route, missing, unavailable, store_failure.
     pub results: [AtomicU64; 4],
 }
@@ -133,6 +135,28 @@ pub struct Resolver {
     recovery_seen: AtomicU64,
     clock: Arc<dyn Fn() -> Instant + Send + Sync>,
     stats: ResolverStats,
+    /// Reads in flight after a cache miss, by key: concurrent misses of one key wait for the
+    /// first one's read instead of each reading the store.
+    inflight: Mutex<std::collections::HashMap<AuthorityKey, watch::Receiver<bool>>>,
+}
+
+/// Ends an in-flight read: wakes the waiters and forgets the key, also if the reader's future
+/// is dropped.
+struct Flight<'a> {
+    resolver: &'a Resolver,
+    key: &'a AuthorityKey,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.resolver
+            .inflight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(self.key);
+        let _ = self.done.send(true);
+    }
 }
 
 impl std::fmt::Debug for Resolver {
@@ -164,16 +188,52 @@ impl Resolver {
             recovery_seen: AtomicU64::new(seen),
             clock,
             stats: ResolverStats::default(),
+            inflight: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
     /// Resolve `key`: from the cache when a usable route is cached (no store read), else by
-    /// exactly one store read.
+    /// at most one store read. Concurrent misses of one key share the first caller's read: the
+    /// others wait for it and take the route it cached (no read of their own); only when it
+    /// cached nothing (Missing, Unavailable, a failure, an invalidation meanwhile) does each
+    /// read for itself, so every caller still gets its own closed result.
     pub async fn resolve(&self, key: &AuthorityKey) -> Resolution {
         self.check_recovery();
         if let Some(route) = self.cache().get(key, (self.clock)()) {
             self.count(0);
             return Resolution::ReadyRoute(route);
+        }
+        // Lead the read of this key, or join the one in flight (decided under the lock; the
+        // guard is gone before any await).
+        let (lead, joined) = {
+            let mut inflight = self
+                .inflight
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match inflight.get(key) {
+                Some(rx) => (None, Some(rx.clone())),
+                None => {
+                    let (tx, rx) = watch::channel(false);
+                    inflight.insert(key.clone(), rx);
+                    (Some(tx), None)
+                }
+            }
+        };
+        if let Some(done) = lead {
+            let _flight = Flight {
+                resolver: self,
+                key,
+                done,
+            };
+            return self.resolve_fresh(key).await;
+        }
+        if let Some(mut rx) = joined {
+            let _ = rx.wait_for(|done| *done).await;
+            if let Some(route) = self.cache().get(key, (self.clock)()) {
+                self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+                self.count(0);
+                return Resolution::ReadyRoute(route);
+            }
         }
         self.resolve_fresh(key).await
     }
