@@ -316,8 +316,8 @@ fn each_invalid_field_yields_an_error_naming_it() {
         ),
         (
             "timings.drain_seal_ms",
-            |c| c.timings.drain_seal_ms = 40_000,
-            "0..=20000",
+            |c| c.timings.drain_seal_ms = 70_000,
+            "0..=60000",
         ),
         (
             "admin.grpc_listen",

@@ -309,8 +309,8 @@ async fn a_cache_entry_never_outlives_the_owner_lease_admission_deadline() {
 }
 
 /// Concurrent cache misses of one key share one store read: 32 callers at once, one read, all
-/// `ReadyRoute` (31 of them coalesced). A key that resolves Missing is not cached, so each
-/// waiting caller reads for itself and gets its own closed result.
+/// `ReadyRoute` (31 of them coalesced), and the cache counts 32 misses, no hit. A Missing key
+/// is shared the same way (never cached: the next call reads again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_misses_of_one_key_share_one_store_read() {
     let w = World::new(CacheConfig::default()).await;
@@ -321,6 +321,8 @@ async fn concurrent_misses_of_one_key_share_one_store_read() {
     assert!(all.iter().all(|r| matches!(r, Resolution::ReadyRoute(_))));
     assert_eq!(w.reads() - before, 1, "one read for 32 concurrent misses");
     assert_eq!(w.resolver.stats().coalesced.load(Ordering::Relaxed), 31);
+    let stats = w.resolver.cache().stats();
+    assert_eq!((stats.hits, stats.misses), (0, 32), "{stats:?}");
 
     let missing = AuthorityKey::new(ObjectKind::Actor, "p-none").unwrap();
     let before = w.reads();
@@ -328,7 +330,13 @@ async fn concurrent_misses_of_one_key_share_one_store_read() {
     assert!(all.iter().all(|r| matches!(r, Resolution::Missing)));
     assert_eq!(
         w.reads() - before,
-        4,
-        "Missing is never cached: each caller reads"
+        1,
+        "concurrent Missing answers are shared too"
+    );
+    let (r, reads) = w.resolve(&missing).await;
+    assert!(matches!(r, Resolution::Missing));
+    assert_eq!(
+        reads, 1,
+        "Missing is never cached: a later call reads again"
     );
 }

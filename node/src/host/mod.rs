@@ -199,8 +199,6 @@ impl Host {
         self.cut.load(Ordering::Relaxed)
     }
 
-    /// Whether `/readyz` answers ready: `Serving`, the mesh node admits work (its owner lease is
-    /// confirmed and the fencing deadline has not passed) and its descriptor says `Serving`.
     /// Whether the process is healthy (`/healthz`): false once the node has been fenced for
     /// longer than a lease TTL — its owner lease is gone for good and only a restart recovers.
     pub fn healthy(&self) -> bool {
@@ -211,7 +209,8 @@ impl Host {
         since.is_none_or(|t| t.elapsed() <= Duration::from_millis(self.config.timings.lease_ttl_ms))
     }
 
-    /// Whether the host is ready (`/readyz`).
+    /// Whether `/readyz` answers ready: `Serving`, the mesh node admits work (its owner lease is
+    /// confirmed and the fencing deadline has not passed) and its descriptor says `Serving`.
     pub fn ready(&self) -> bool {
         self.state() == HostState::Serving
             && self.node().is_some_and(|n| {
@@ -597,7 +596,8 @@ async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
     tracing::info!(?deadline, "drain started");
     // The seal window: peers apply the Draining update and stop selecting this host; what they
     // sent just before still arrives and is served.
-    let seal = Duration::from_millis(host.config.timings.drain_seal_ms).min(deadline);
+    // At most half the deadline: the rest is for the work in flight.
+    let seal = Duration::from_millis(host.config.timings.drain_seal_ms).min(deadline / 2);
     tokio::time::sleep(seal).await;
     let mut cut = 0;
     loop {

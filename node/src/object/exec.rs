@@ -1194,6 +1194,11 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         &self.shared.stats
     }
 
+    /// Work not finished yet: waiting items, the running turn and yielded continuations.
+    pub fn pending(&self) -> usize {
+        self.shared.with_queue(|q| q.pending()).unwrap_or(0)
+    }
+
     /// Items waiting in the queue.
     pub fn queued(&self) -> usize {
         self.shared.with_queue(|q| q.len()).unwrap_or(0)

@@ -281,6 +281,11 @@ impl<W> ExecQueue<W> {
         was_outstanding || self.app.len() != before
     }
 
+    /// Work not finished yet: waiting items, the running turn and yielded continuations.
+    pub fn pending(&self) -> usize {
+        self.len() + usize::from(self.turn != Turn::Idle) + self.outstanding.len()
+    }
+
     /// Whether a turn runs now.
     pub fn is_running(&self) -> bool {
         self.turn != Turn::Idle

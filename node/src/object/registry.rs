@@ -248,8 +248,8 @@ pub trait LiveObject: Send + Sync + 'static {
     /// # Errors
     /// `Unavailable` after close.
     fn notify_member(&self, joined: bool, actor: String) -> Result<(), CallError>;
-    /// Items waiting in its queue.
-    fn queued(&self) -> usize;
+    /// Work not finished yet: waiting items, the running turn and yielded continuations.
+    fn pending(&self) -> usize;
     /// Wait until the object is at a handler boundary and hold it there until the returned
     /// sender is dropped (see `ObjectExecutor::hold`).
     fn hold(&self) -> BoxFuture<Result<tokio::sync::oneshot::Sender<()>, CallError>>;
@@ -331,8 +331,8 @@ impl<S: Send + 'static> LiveObject for Live<S> {
     ) -> Result<ReplyReceiver, CallError> {
         self.exec.first_message(payload, metadata, request)
     }
-    fn queued(&self) -> usize {
-        self.exec.queued()
+    fn pending(&self) -> usize {
+        self.exec.pending()
     }
     fn hold(&self) -> BoxFuture<Result<tokio::sync::oneshot::Sender<()>, CallError>> {
         let exec = Arc::clone(&self.exec);

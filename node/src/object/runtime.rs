@@ -2663,9 +2663,10 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         self.inner.recover_activations(ACTIVATION_SCAN_BATCH).await
     }
 
-    /// Work items waiting in the queues of the objects live here (a drain waits for them).
+    /// Work not finished in the objects live here — waiting items, running turns, yielded
+    /// continuations (a drain waits for them).
     pub fn queued_work(&self) -> usize {
-        self.inner.live().values().map(|e| e.obj.queued()).sum()
+        self.inner.live().values().map(|e| e.obj.pending()).sum()
     }
 
     /// Cold activations of this lifecycle whose first operation is not done yet.

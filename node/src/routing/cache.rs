@@ -233,8 +233,16 @@ impl RouteCache {
         self.config
     }
 
-    /// The usable route of `key` at `now`, counting a hit or a miss. An expired entry is
-    /// removed.
+    /// The usable route of `key`, without counting a hit or a miss (a second look by the
+    /// resolver within one lookup).
+    pub fn peek(&self, key: &AuthorityKey, now: Instant) -> Option<ReadyRoute> {
+        self.entries
+            .get(key)
+            .filter(|e| e.expires > now)
+            .map(|e| e.route.clone())
+    }
+
+    /// The usable route of `key` (an expired entry is removed), counting a hit or a miss.
     pub fn get(&mut self, key: &AuthorityKey, now: Instant) -> Option<ReadyRoute> {
         match self.entries.get(key) {
             Some(e) if e.expires > now => {

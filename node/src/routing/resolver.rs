@@ -59,7 +59,7 @@ pub enum UnavailableReason {
 }
 
 /// The four closed results of a resolution (routing §2.2). Never collapsed into an `Option`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Resolution {
     /// A Ready owner route with its authority and owner-lease fences.
     ReadyRoute(ReadyRoute),
@@ -137,15 +137,25 @@ pub struct Resolver {
     stats: ResolverStats,
     /// Reads in flight after a cache miss, by key: concurrent misses of one key wait for the
     /// first one's read instead of each reading the store.
-    inflight: Mutex<std::collections::HashMap<AuthorityKey, watch::Receiver<bool>>>,
+    inflight: Mutex<std::collections::HashMap<AuthorityKey, watch::Receiver<FlightState>>>,
 }
 
-/// Ends an in-flight read: wakes the waiters and forgets the key, also if the reader's future
-/// is dropped.
+/// The state of one shared read.
+#[derive(Debug, Clone)]
+enum FlightState {
+    Pending,
+    Done(Box<Resolution>),
+    /// The reader's future was dropped before its read ended.
+    Abandoned,
+}
+
+/// Ends an in-flight read: hands its result to the waiters (or tells them it was abandoned)
+/// and forgets the key, also if the reader's future is dropped.
 struct Flight<'a> {
     resolver: &'a Resolver,
     key: &'a AuthorityKey,
-    done: watch::Sender<bool>,
+    done: watch::Sender<FlightState>,
+    result: Option<Resolution>,
 }
 
 impl Drop for Flight<'_> {
@@ -155,7 +165,11 @@ impl Drop for Flight<'_> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(self.key);
-        let _ = self.done.send(true);
+        let state = match self.result.take() {
+            Some(r) => FlightState::Done(Box::new(r)),
+            None => FlightState::Abandoned,
+        };
+        let _ = self.done.send(state);
     }
 }
 
@@ -193,18 +207,19 @@ impl Resolver {
     }
 
     /// Resolve `key`: from the cache when a usable route is cached (no store read), else by
-    /// at most one store read. Concurrent misses of one key share the first caller's read: the
-    /// others wait for it and take the route it cached (no read of their own); only when it
-    /// cached nothing (Missing, Unavailable, a failure, an invalidation meanwhile) does each
-    /// read for itself, so every caller still gets its own closed result.
+    /// at most one store read. Concurrent misses of one key share the first caller's read:
+    /// the others wait for it and get the same closed result, as if they had read at the same
+    /// moment (counted as `coalesced`); a reader whose future is dropped leaves its waiters to
+    /// read for themselves.
     pub async fn resolve(&self, key: &AuthorityKey) -> Resolution {
         self.check_recovery();
         if let Some(route) = self.cache().get(key, (self.clock)()) {
             self.count(0);
             return Resolution::ReadyRoute(route);
         }
-        // Lead the read of this key, or join the one in flight (decided under the lock; the
-        // guard is gone before any await).
+        // Lead the read of this key, or join the one in flight. Decided under the lock, after
+        // one more cache look (a read may have ended since the miss); no guard lives across an
+        // await.
         let (lead, joined) = {
             let mut inflight = self
                 .inflight
@@ -213,26 +228,43 @@ impl Resolver {
             match inflight.get(key) {
                 Some(rx) => (None, Some(rx.clone())),
                 None => {
-                    let (tx, rx) = watch::channel(false);
+                    let cached = self.cache().peek(key, (self.clock)());
+                    if let Some(route) = cached {
+                        drop(inflight);
+                        self.count(0);
+                        return Resolution::ReadyRoute(route);
+                    }
+                    let (tx, rx) = watch::channel(FlightState::Pending);
                     inflight.insert(key.clone(), rx);
                     (Some(tx), None)
                 }
             }
         };
         if let Some(done) = lead {
-            let _flight = Flight {
+            let mut flight = Flight {
                 resolver: self,
                 key,
                 done,
+                result: None,
             };
-            return self.resolve_fresh(key).await;
+            let out = self.resolve_fresh(key).await;
+            flight.result = Some(out.clone());
+            return out;
         }
         if let Some(mut rx) = joined {
-            let _ = rx.wait_for(|done| *done).await;
-            if let Some(route) = self.cache().get(key, (self.clock)()) {
+            let state = rx
+                .wait_for(|s| !matches!(s, FlightState::Pending))
+                .await
+                .map(|s| s.clone());
+            if let Ok(FlightState::Done(out)) = state {
                 self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
-                self.count(0);
-                return Resolution::ReadyRoute(route);
+                self.count(match *out {
+                    Resolution::ReadyRoute(_) => 0,
+                    Resolution::Missing => 1,
+                    Resolution::Unavailable { .. } => 2,
+                    Resolution::StoreFailure(_) => 3,
+                });
+                return *out;
             }
         }
         self.resolve_fresh(key).await
