@@ -354,6 +354,8 @@ fn load_through_two_hosts(request_every: u64, requests: u64) {
 
     let mut activated = 0.0;
     let mut spots_after = 0.0;
+    let mut reserves = 0.0;
+    let mut ready_commits = 0.0;
     for h in &hosts {
         let text = http_get(&h.http, "/metrics").1;
         activated += metric(
@@ -361,9 +363,18 @@ fn load_through_two_hosts(request_every: u64, requests: u64) {
             "zlink_object_activations_total{outcome=\"activated\"}",
         );
         spots_after += metric(&text, "zlink_objects_live{kind=\"spot\"}");
+        reserves += metric(&text, "zlink_store_ops_total{op=\"reserve\",result=\"ok\"}");
+        ready_commits += metric(
+            &text,
+            "zlink_store_ops_total{op=\"commit_ready\",result=\"ok\"}",
+        );
     }
     assert_eq!(activated, 40.0);
     assert_eq!(spots_after - spots_before, 40.0);
+    // The object runtime's store calls are counted: one reservation and one Ready commit per
+    // activation (plus the Entry Spots of the hosts' own startup).
+    assert_eq!(ready_commits - reserves, 0.0);
+    assert!(reserves >= 40.0, "{reserves}");
     for h in hosts.iter_mut() {
         let out = h.ctl(&["drain"]);
         assert!(out.status.success());

@@ -144,7 +144,7 @@ pub struct Host {
     state: watch::Sender<HostState>,
     status: watch::Sender<proto::HostStatus>,
     node: OnceLock<Arc<MeshNode>>,
-    objects: OnceLock<ObjectRuntime<RedisStore>>,
+    objects: OnceLock<ObjectRuntime<metrics::InstrumentedStore<RedisStore>>>,
     store_metrics: Arc<metrics::StoreMetrics>,
     drain: watch::Sender<Option<Duration>>,
     sequence: AtomicU64,
@@ -180,7 +180,7 @@ impl Host {
     }
 
     /// The object runtime once started.
-    pub fn objects(&self) -> Option<&ObjectRuntime<RedisStore>> {
+    pub fn objects(&self) -> Option<&ObjectRuntime<metrics::InstrumentedStore<RedisStore>>> {
         self.objects.get()
     }
 
@@ -537,9 +537,15 @@ async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
     let _ = host.node.set(Arc::clone(&node));
     host.refresh_status();
     if c.object_role() != zlink_protocol::generated::ObjectRole::None {
+        // The runtime's store calls are counted too (authority, routing, creation content,
+        // activation inbox), next to the mesh node's discovery calls.
+        let counted = Arc::new(metrics::InstrumentedStore::new(
+            store,
+            Arc::clone(&host.store_metrics),
+        ));
         let rt = ObjectRuntime::start(
             Arc::clone(&node),
-            store,
+            counted,
             registry,
             CacheConfig {
                 fencing_margin,
