@@ -1085,7 +1085,7 @@ impl Reactor {
             CommandBody::ActorDestroy(c) => {
                 let source = Arc::clone(conn.peer_shared());
                 self.consumed(&conn, stamp.charge);
-                if let Some(sink) = self.object_sink_or_refuse(&source, &c.request) {
+                if let Some(sink) = self.object_sink_or_refuse(&source, Some(&c.request)) {
                     sink.destroy(super::node::DestroyDelivery {
                         source,
                         request: c.request,
@@ -1096,7 +1096,7 @@ impl Reactor {
             CommandBody::UserSpotClose(c) => {
                 let source = Arc::clone(conn.peer_shared());
                 self.consumed(&conn, stamp.charge);
-                if let Some(sink) = self.object_sink_or_refuse(&source, &c.request) {
+                if let Some(sink) = self.object_sink_or_refuse(&source, Some(&c.request)) {
                     sink.close(super::node::CloseDelivery {
                         source,
                         request: c.request,
@@ -1110,17 +1110,16 @@ impl Reactor {
             CommandBody::LogicalMulticast(m) => {
                 let source = Arc::clone(conn.peer_shared());
                 self.consumed(&conn, stamp.charge);
-                match self.inner.object_sink.get() {
-                    Some(sink) => sink.multicast(super::node::MulticastDelivery {
+                // No objects here: nothing subscribes (a one-way record; counted).
+                if let Some(sink) = self.object_sink_or_refuse(&source, None) {
+                    sink.multicast(super::node::MulticastDelivery {
                         source,
                         channel: m.channel_name,
                         topic: m.topic,
                         publish_sequence: m.publish_sequence,
                         metadata: record.metadata,
                         payload: record.payload.unwrap_or_default(),
-                    }),
-                    // No objects here: nothing subscribes (a one-way record; counted).
-                    None => inc(&self.inner.metrics.unserved_commands),
+                    });
                 }
             }
             CommandBody::InstanceSpot(i) => {
@@ -1137,19 +1136,7 @@ impl Reactor {
                     }
                     _ => None,
                 };
-                let Some(sink) = self.inner.object_sink.get() else {
-                    inc(&self.inner.metrics.unserved_commands);
-                    if let Some(req) = &request {
-                        super::dispatch::send_reply(
-                            &self.inner,
-                            &source,
-                            req,
-                            Err(CallError::new(
-                                crate::call::error::ErrorKind::NotFound,
-                                format!("node {} hosts no objects", self.inner.rid),
-                            )),
-                        );
-                    }
+                let Some(sink) = self.object_sink_or_refuse(&source, request.as_ref()) else {
                     return;
                 };
                 sink.instance(super::node::InstanceDelivery {
@@ -1166,7 +1153,7 @@ impl Reactor {
             CommandBody::ActorJoin(j) => {
                 let source = Arc::clone(conn.peer_shared());
                 self.consumed(&conn, stamp.charge);
-                if let Some(sink) = self.object_sink_or_refuse(&source, &j.request) {
+                if let Some(sink) = self.object_sink_or_refuse(&source, Some(&j.request)) {
                     sink.join(super::node::JoinDelivery {
                         source,
                         request: j.request,
@@ -1250,13 +1237,7 @@ impl Reactor {
             );
             return;
         }
-        let Some(sink) = self.inner.object_sink.get() else {
-            inc(&self.inner.metrics.unserved_commands);
-            refuse(
-                &self.inner,
-                crate::call::error::ErrorKind::NotFound,
-                format!("node {} hosts no objects", self.inner.rid),
-            );
+        let Some(sink) = self.object_sink_or_refuse(&source, request.as_ref()) else {
             return;
         };
         sink.deliver(super::node::ObjectDelivery {
@@ -1270,29 +1251,34 @@ impl Reactor {
 
     /// Hand a remote create to the object runtime, or answer `NotFound` without one.
     fn deliver_create(&self, d: super::node::CreateDelivery) {
-        if let Some(sink) = self.object_sink_or_refuse(&d.source, &d.request) {
+        if let Some(sink) = self.object_sink_or_refuse(&d.source, Some(&d.request)) {
             sink.create(d);
         }
     }
 
     /// The object runtime for an object control request (create, close, destroy), or — on a
     /// node without one — the request answered `NotFound` here.
+    /// The object runtime of this node; without one the command is counted as unserved and a
+    /// request is answered `NotFound` (a one-way record has no one to answer).
     fn object_sink_or_refuse(
         &self,
         source: &NodeFence,
-        request: &zlink_protocol::generated::RequestHeader,
+        request: Option<&zlink_protocol::generated::RequestHeader>,
     ) -> Option<&Arc<dyn super::node::ObjectSink>> {
         let sink = self.inner.object_sink.get();
         if sink.is_none() {
-            super::dispatch::send_reply(
-                &self.inner,
-                source,
-                request,
-                Err(CallError::new(
-                    crate::call::error::ErrorKind::NotFound,
-                    format!("node {} hosts no objects", self.inner.rid),
-                )),
-            );
+            inc(&self.inner.metrics.unserved_commands);
+            if let Some(request) = request {
+                super::dispatch::send_reply(
+                    &self.inner,
+                    source,
+                    request,
+                    Err(CallError::new(
+                        crate::call::error::ErrorKind::NotFound,
+                        format!("node {} hosts no objects", self.inner.rid),
+                    )),
+                );
+            }
         }
         sink
     }
