@@ -347,6 +347,30 @@ fn fence_of(
     }
 }
 
+/// Wall-clock Unix milliseconds (request deadlines are in this clock).
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The reservation of the pending creation `p` recorded on the Creating record `a` (to commit
+/// or abort it under its fence).
+fn pending_reservation(
+    a: &zlink_store::types::AuthoritySnapshot,
+    p: &zlink_store::types::PendingCreation,
+) -> zlink_store::types::Reservation {
+    zlink_store::types::Reservation {
+        key: a.key.clone(),
+        reservation_id: p.reservation_id.clone(),
+        store_version: a.store_version,
+        object_generation: a.object_generation,
+        authority_owner_generation: a.authority_owner_generation,
+        reservation_version: p.reservation_version,
+        target: p.target.clone(),
+    }
+}
+
 /// The framework payload of an Actor's authority: its Spot membership (versioned JSON).
 fn membership_payload(spot: &str) -> Bytes {
     Bytes::from(
@@ -380,14 +404,18 @@ impl<S: ObjectStore> Inner<S> {
         self.live().get(&key).and_then(|e| e.obj.gate())
     }
 
-    /// The live Spots here subscribed to (`channel`, `topic`, `packet_name`).
-    fn subscribers(
+    /// Queue a publish, one-way, on every live Spot here subscribed to (`channel`, `topic`,
+    /// its packet name).
+    fn deliver_to_subscribers(
         &self,
         channel: &str,
         topic: &str,
-        packet_name: &str,
-    ) -> Vec<Arc<dyn LiveObject>> {
-        self.live()
+        payload: &TypedPayload,
+        metadata: Option<&Metadata>,
+    ) {
+        let packet_name = payload.packet_name.as_str();
+        let subscribers: Vec<Arc<dyn LiveObject>> = self
+            .live()
             .values()
             .filter(|e| {
                 e.ty.subscriptions().iter().any(|s| {
@@ -395,7 +423,14 @@ impl<S: ObjectStore> Inner<S> {
                 })
             })
             .map(|e| Arc::clone(&e.obj))
-            .collect()
+            .collect();
+        for obj in subscribers {
+            if obj.send(payload.clone(), metadata.cloned()).is_ok() {
+                self.stats
+                    .multicast_local_deliveries
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Deliver a publish from another node to the local subscriptions.
@@ -412,13 +447,7 @@ impl<S: ObjectStore> Inner<S> {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
-        for obj in self.subscribers(&d.channel, &d.topic, d.payload.packet_name.as_str()) {
-            if obj.send(d.payload.clone(), d.metadata.clone()).is_ok() {
-                self.stats
-                    .multicast_local_deliveries
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        self.deliver_to_subscribers(&d.channel, &d.topic, &d.payload, d.metadata.as_ref());
     }
 
     /// Drop the live entry of `key` if it is still incarnation `generation`.
@@ -1390,9 +1419,7 @@ impl<S: ObjectStore> Inner<S> {
 
     /// Serve an Actor join proposal (command 28) from another node.
     async fn join_for(&self, d: &JoinDelivery) -> Result<ReplyResult, CallError> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        let now_ms = now_unix_ms();
         if d.request.deadline_unix_ms <= now_ms {
             return Err(CallError::new(
                 ErrorKind::DeadlineExceeded,
@@ -1507,19 +1534,7 @@ impl<S: ObjectStore> Inner<S> {
             return Ok(false);
         }
         let removed = match &a.pending_creation {
-            Some(p) => self
-                .store
-                .abort(&zlink_store::types::Reservation {
-                    key: a.key.clone(),
-                    reservation_id: p.reservation_id.clone(),
-                    store_version: a.store_version,
-                    object_generation: a.object_generation,
-                    authority_owner_generation: a.authority_owner_generation,
-                    reservation_version: p.reservation_version,
-                    target: p.target.clone(),
-                })
-                .await
-                .is_ok(),
+            Some(p) => self.store.abort(&pending_reservation(a, p)).await.is_ok(),
             None => self.store.delete_fenced(&a.fence()).await.is_ok(),
         };
         if removed {
@@ -1540,9 +1555,7 @@ impl<S: ObjectStore> Inner<S> {
                 "the reservation names another node lifecycle or owner lease",
             ));
         }
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        let now_ms = now_unix_ms();
         if f.deadline_unix_ms <= now_ms {
             return Err(CallError::new(
                 ErrorKind::DeadlineExceeded,
@@ -1586,15 +1599,7 @@ impl<S: ObjectStore> Inner<S> {
             Some(receipt) => Some(self.read_content(receipt).await?),
             None => None,
         };
-        let reservation = zlink_store::types::Reservation {
-            key,
-            reservation_id: pending.reservation_id,
-            store_version: a.store_version,
-            object_generation: a.object_generation,
-            authority_owner_generation: a.authority_owner_generation,
-            reservation_version: pending.reservation_version,
-            target: pending.target,
-        };
+        let reservation = pending_reservation(&a, &pending);
         let made = self
             .materialize(&ty, kind, &d.id, init, d.membership.as_deref(), reservation)
             .await?;
@@ -1777,9 +1782,7 @@ impl<S: ObjectStore> Inner<S> {
                 tracing::debug!(error = %e, "object send on a stale route dropped");
             }
             (Some(req), Ok(obj)) => {
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                let now_ms = now_unix_ms();
                 if req.deadline_unix_ms <= now_ms {
                     self.mesh.reply_to(
                         &d.source,
@@ -2575,20 +2578,12 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             })
             .map(|d| d.node)
             .collect();
-        let local = inner.subscribers(channel, topic, payload.packet_name.as_str());
         let sequence = inner.publish_seq.fetch_add(1, Ordering::Relaxed) + 1;
         inner
             .stats
             .multicast_published
             .fetch_add(1, Ordering::Relaxed);
-        for obj in local {
-            if obj.send(payload.clone(), metadata.clone()).is_ok() {
-                inner
-                    .stats
-                    .multicast_local_deliveries
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        inner.deliver_to_subscribers(channel, topic, &payload, metadata.as_ref());
         // One record per target, submitted side by side: a slow peer does not hold up the rest.
         let sends = remote.iter().map(|node| {
             let (payload, metadata) = (payload.clone(), metadata.clone());

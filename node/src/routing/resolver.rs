@@ -258,12 +258,7 @@ impl Resolver {
                 .map(|s| s.clone());
             if let Ok(FlightState::Done(out)) = state {
                 self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
-                self.count(match *out {
-                    Resolution::ReadyRoute(_) => 0,
-                    Resolution::Missing => 1,
-                    Resolution::Unavailable { .. } => 2,
-                    Resolution::StoreFailure(_) => 3,
-                });
+                self.count_result(&out);
                 return *out;
             }
         }
@@ -281,22 +276,16 @@ impl Resolver {
             Ok(read) => classify(read),
             Err(e) => Resolution::StoreFailure(e),
         };
-        match &out {
-            Resolution::ReadyRoute(route) => {
-                // An invalidation (or a store recovery) that landed while the read was in
-                // flight wins: the result is returned but not cached.
-                self.check_recovery();
-                let mut cache = self.cache();
-                if cache.invalidation_epoch() == epoch {
-                    cache.insert(route.clone(), read_at);
-                }
-                drop(cache);
-                self.count(0);
+        if let Resolution::ReadyRoute(route) = &out {
+            // An invalidation (or a store recovery) that landed while the read was in flight
+            // wins: the result is returned but not cached.
+            self.check_recovery();
+            let mut cache = self.cache();
+            if cache.invalidation_epoch() == epoch {
+                cache.insert(route.clone(), read_at);
             }
-            Resolution::Missing => self.count(1),
-            Resolution::Unavailable { .. } => self.count(2),
-            Resolution::StoreFailure(_) => self.count(3),
         }
+        self.count_result(&out);
         out
     }
 
@@ -324,6 +313,15 @@ impl Resolver {
         if self.recovery_seen.swap(epoch, Ordering::AcqRel) != epoch {
             self.cache().store_recovered();
         }
+    }
+
+    fn count_result(&self, r: &Resolution) {
+        self.count(match r {
+            Resolution::ReadyRoute(_) => 0,
+            Resolution::Missing => 1,
+            Resolution::Unavailable { .. } => 2,
+            Resolution::StoreFailure(_) => 3,
+        });
     }
 
     fn count(&self, i: usize) {

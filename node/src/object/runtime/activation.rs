@@ -52,7 +52,7 @@ use zlink_store::types::{
 
 use super::{
     CREATE_TIMEOUT, GiveBack, Inner, LiveEntry, ObjectStore, Resolution, UnavailableReason,
-    store_error,
+    now_unix_ms, store_error,
 };
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::InstanceDelivery;
@@ -124,6 +124,30 @@ struct Completion {
     reply: Option<TypedPayload>,
 }
 
+impl Completion {
+    fn of(result: &Result<TypedPayload, CallError>) -> Self {
+        match result {
+            Ok(p) => Self {
+                status: TerminalStatus::Ok,
+                detail: String::new(),
+                reply: Some(p.clone()),
+            },
+            Err(e) => Self {
+                status: e.status(),
+                detail: e.detail().to_owned(),
+                reply: None,
+            },
+        }
+    }
+
+    fn into_result(self) -> Result<TypedPayload, CallError> {
+        match CallError::from_status(self.status, self.detail) {
+            None => Ok(self.reply.unwrap_or_default()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
 /// The durable inbox's first record (the envelope itself is the root).
 #[derive(Debug, Serialize, Deserialize)]
 struct InboxRecord {
@@ -152,12 +176,6 @@ fn done_ref(root: &str) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     zlink_protocol::codec::hex::encode(bytes)
-}
-
-fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// One cold activation this node lifecycle started, until its first operation is done.
@@ -714,10 +732,7 @@ impl<S: ObjectStore> Inner<S> {
             }
         };
         let result = match recorded {
-            Some(c) => match CallError::from_status(c.status, c.detail) {
-                None => Ok(c.reply.unwrap_or_default()),
-                Some(e) => Err(e),
-            },
+            Some(c) => c.into_result(),
             None => {
                 let obj = self
                     .live()
@@ -775,18 +790,7 @@ impl<S: ObjectStore> Inner<S> {
                 let result = rx.await.unwrap_or_else(|_| {
                     Err(CallError::new(ErrorKind::Unavailable, "object closed"))
                 });
-                let completion = match &result {
-                    Ok(p) => Completion {
-                        status: TerminalStatus::Ok,
-                        detail: String::new(),
-                        reply: Some(p.clone()),
-                    },
-                    Err(e) => Completion {
-                        status: e.status(),
-                        detail: e.detail().to_owned(),
-                        reply: None,
-                    },
-                };
+                let completion = Completion::of(&result);
                 if let Err(e) = self
                     .store
                     .put(
@@ -1005,16 +1009,8 @@ impl<S: ObjectStore> Inner<S> {
             (AuthorityState::Creating, true) => {
                 // Ended before Ready: give the reservation back under its fence and fail once.
                 if let Some(p) = &a.pending_creation {
-                    let reservation = zlink_store::types::Reservation {
-                        key: a.key.clone(),
-                        reservation_id: p.reservation_id.clone(),
-                        store_version: a.store_version,
-                        object_generation: a.object_generation,
-                        authority_owner_generation: a.authority_owner_generation,
-                        reservation_version: p.reservation_version,
-                        target: p.target.clone(),
-                    };
-                    self.give_back_or_delete(&reservation).await;
+                    self.give_back_or_delete(&super::pending_reservation(a, p))
+                        .await;
                 }
                 let _ = self.objects.remove(&act.key, act.generation());
                 self.fail(
@@ -1043,18 +1039,7 @@ impl<S: ObjectStore> Inner<S> {
         barrier: tokio::sync::OwnedMutexGuard<()>,
         result: Result<TypedPayload, CallError>,
     ) {
-        let completion = match &result {
-            Ok(p) => Completion {
-                status: TerminalStatus::Ok,
-                detail: String::new(),
-                reply: Some(p.clone()),
-            },
-            Err(e) => Completion {
-                status: e.status(),
-                detail: e.detail().to_owned(),
-                reply: None,
-            },
-        };
+        let completion = Completion::of(&result);
         if self
             .store
             .put(
