@@ -543,9 +543,10 @@ impl<S: Send + 'static> Ctx<S> {
     /// wrap it in [`Ctx::yield_on`] to `Yield`. The reply comes back on this request's own reply
     /// route and resumes this handler, never as a message to the object.
     ///
-    /// An `Async` request to this same object, or a cycle (A → B → A) of `Async` requests,
-    /// waits for a turn its own caller holds: it ends only at its deadline. Use `Yield` or a
-    /// one-way send for such patterns.
+    /// An `Async` request to an object of this turn's own SpotWide group (its Spot or a fellow
+    /// member) is refused at once with `InvalidOperation`. One to this same object, or a cycle
+    /// (A → B → A) of `Async` requests, waits for a turn its own caller holds and ends only at
+    /// its deadline. Use `Yield` or a one-way send for such patterns.
     ///
     /// # Errors
     /// As `ObjectRuntime::request_to_actor`.
