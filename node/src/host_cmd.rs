@@ -13,9 +13,6 @@ use zlink_node::host::proto::{
 };
 use zlink_node::host::{self, HostConfig, HostState};
 
-/// Exit status of `run` when the drain deadline cut work in flight.
-pub const EXIT_DRAIN_CUT: i32 = 3;
-
 /// Flags of `zlink-node run`.
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -29,53 +26,20 @@ fn env(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }
 
-fn init_logs(level: &str) {
-    let level = match level {
-        "error" => tracing::Level::ERROR,
-        "warn" => tracing::Level::WARN,
-        "debug" => tracing::Level::DEBUG,
-        "trace" => tracing::Level::TRACE,
-        _ => tracing::Level::INFO,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
-}
-
-/// The handlers are installed when this is called (not when the future is first polled), so a
-/// SIGTERM during startup is never lost — also as PID 1 in a container.
-fn termination() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let handlers = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    );
-    async move {
-        let (Ok(mut term), Ok(mut int)) = handlers else {
-            tracing::error!("cannot install SIGTERM/SIGINT handlers; stop with the admin Shutdown");
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: draining"),
-            _ = int.recv() => tracing::info!("SIGINT: draining"),
-        }
-    }
-}
-
-/// `zlink-node run`: returns the process exit status.
+/// `zlink-node run`: the host of the reference application; returns the process exit status.
 pub async fn run(args: RunArgs) -> Result<i32> {
-    let config = HostConfig::load(args.config.as_deref(), env)?;
-    init_logs(&config.log_level);
-    let token = config.admin_token(env)?;
-    let outcome = host::run(config, token, termination(), |a| {
-        if let Ok(line) = serde_json::to_string(a) {
-            crate::say_line(&line);
-        }
-    })
+    let code = host::run_from_config(
+        args.config.as_deref(),
+        |config| {
+            zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig {
+                room_tick: Duration::from_millis(config.objects.room_tick_ms),
+                ..zlink_node::refapp::RefAppConfig::default()
+            })
+        },
+        crate::say_line,
+    )
     .await?;
-    Ok(if outcome.cut == 0 { 0 } else { EXIT_DRAIN_CUT })
+    Ok(code)
 }
 
 /// Flags of `zlink-node ctl`.
@@ -309,7 +273,7 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
     hc.apply_env(env)?;
     // The admin listeners are not used by `load`; only the mesh, Redis and timings matter.
     hc.validate()?;
-    init_logs(&hc.log_level);
+    host::init_logs(&hc.log_level);
     let secret = hc.mesh_secret()?;
     let mut random = [0u8; 4];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)

@@ -1,83 +1,23 @@
 //! # zlink-node
 //!
-//! The zlink mesh runtime: the library that hosts an application's **Spots** (addressable,
-//! stateful logical instances such as a room or a zone) and **Actors** (an entity with its own
-//! state and mailbox, such as a player), routes messages to them by global ID, keeps per-object
-//! message order, and moves live objects — state, queued work and timers — between nodes
-//! without losing a message. The `zlink-node` binary runs the node host (`zlink-node run`, see
-//! [`host`]), its admin client (`zlink-node ctl`), the demo (`zlink-node demo`) and one bare
-//! MeshNode (`zlink-node peer`).
-//!
-//! ## Layout
-//!
-//! Implemented:
-//!
-//! - [`config`] — the spec's default settings ([`config::defaults`]) and the pure rules that
-//!   relate settings, such as
-//!   [`validate_route_cache_vs_follow`](config::validate_route_cache_vs_follow).
-//! - [`transport`] — the ZeroMQ socket pump (one thread per ROUTER socket, bounded queues,
-//!   batching) and the transport header (leg, connection epoch, sequence, flow charge).
-//! - [`mesh`] — [`MeshNode`](mesh::MeshNode): discovery, admission, liveness, node direct,
-//!   credit-based backpressure, typed handlers (see `docs/architecture.md`, "Mesh transport"),
-//!   and RouteMesh Channels with select-one (`channel_send` / `channel_request`).
-//! - [`clientserver`] — the ClientServer Channel: [`ClientServerServer`](clientserver::ClientServerServer)
-//!   and [`ClientServerClient`](clientserver::ClientServerClient) over DEALER/ROUTER, the
-//!   `0xF2` channel envelope, select-one, drain and discovery (`docs/architecture.md`,
-//!   "ClientServer Channel").
-//! - [`call`] — request/reply correlation, deadlines, exactly-one terminal completion (pure).
-//! - [`jobs`] — the application job queue with pause/resume pressure.
-//! - [`select`] — smooth weighted round-robin selection (pure).
-//! - [`object`] — Spots and Actors: execution queues with lanes, yield debt and capture; timers
-//!   as data; the dispatch table with the relocation hooks; handler turns with `Async` /
-//!   `Yield`; factory registration; the object runtime (creation and placement through the
-//!   Location Store, calls by ID, target admission, Entry Spots, fencing). See
-//!   `examples/chat_room.rs`.
-//! - [`refapp`] — the reference application: the `room` User Spot and the `player` Actor with
-//!   per-source sequence tracking (gaps and duplicates per ID), state preserved as versioned
-//!   JSON.
-//! - [`demo`] — `zlink-node demo` as a library: the reference application on an in-process
-//!   mesh, numbered traffic through every node, the per-ID exactly-once check and its report.
-//! - [`routing`] — the resolver (`ReadyRoute` / `Missing` / `Unavailable` / `StoreFailure`)
-//!   and the positive route cache with its fences and invalidation triggers.
-//! - [`fanout`] — classic fanout: PUB/SUB publisher with the liveness beacon, subscriber with
-//!   one SUB socket and one readiness state per publisher, publisher descriptors for discovery
-//!   (see `docs/architecture.md`, "Classic fanout").
+//! The product around the [`zlink`] runtime: the node host that runs an application's Spots
+//! and Actors in a pod, plus the tools and the reference application that ship in the
+//! `zlink-node` binary.
 //!
 //! - [`host`] — the node host behind `zlink-node run`: YAML configuration with `ZLINK_*`
-//!   overrides, lifecycle and drain, the gRPC `HostAdmin` service with bearer auth and health,
-//!   HTTP `/healthz` `/readyz` `/metrics` (see `docs/operations.md`).
-//! - [`metrics`] — lock-free latency histograms for the Prometheus exposition.
+//!   overrides, lifecycle and drain, the gRPC `HostAdmin` service (from `zlink-admin-api`) with
+//!   bearer auth and health, HTTP `/healthz` `/readyz` `/metrics` (see `docs/operations.md`).
+//!   [`host::run`] takes the application's registry, so a user's own binary hosts its own
+//!   object types with the same configuration, admin API and probes (see
+//!   `examples/own_objects.rs`).
+//! - [`refapp`] — the reference application: the `room` User Spot, the `player` Actor and the
+//!   `counter` Instance Spot with per-source sequence tracking (gaps and duplicates per ID),
+//!   state preserved as versioned JSON.
+//! - [`demo`] — `zlink-node demo` as a library: the reference application on an in-process
+//!   mesh, numbered traffic through every node, the per-ID exactly-once check and its report.
 //!
-//! The Location Store and Relocation Store live in the `zlink-store` crate.
-//!
-//! Planned, each as a pure core with a thin I/O shell (see `docs/architecture.md`):
-//!
-//! - Instance Spot cold activation, Logical Multicast, Actor join / leave between Spots.
-//! - Message Follow (relay of messages that reach a previous owner) on top of [`routing`].
-//! - `relocation` — host `Relocate`, capture/restore, chunked state transfer, target-only
-//!   cutover CAS and `SafeToShutdown`.
-//! - `session` — client STREAM sessions, Actor binding and session relocation (wire 42/43/44).
-//! - `presence` — user connection routing over 256 hash slots with a presence authority.
-//!
-//! Wire formats (records, STREAM packets, metadata, durable blobs) are not defined here: they
-//! come from [`zlink_protocol`], which is bytes only.
-//!
-//! ## Time
-//!
-//! Every timeout of the spec is a setting whose default lives in [`config::defaults`]; tests
-//! shorten them to milliseconds and drive the real code paths instead of sleeping.
+//! The crate graph and why it is cut this way are in `docs/architecture.md`, "Crates".
 
-pub mod call;
-pub mod clientserver;
-pub mod config;
 pub mod demo;
-pub mod fanout;
 pub mod host;
-pub mod jobs;
-pub mod mesh;
-pub mod metrics;
-pub mod object;
 pub mod refapp;
-pub mod routing;
-pub mod select;
-pub mod transport;

@@ -34,11 +34,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
-use zlink_node::call::error::CallError;
-use zlink_node::mesh::auth::MeshSecret;
-use zlink_node::mesh::config::{ManualPeer, RidConfig};
-use zlink_node::mesh::discovery::DiscoveryBackend;
-use zlink_node::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
+use zlink::call::error::CallError;
+use zlink::mesh::auth::MeshSecret;
+use zlink::mesh::config::{ManualPeer, RidConfig};
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
 use zlink_protocol::generated::ObjectRole;
 
 mod demo_cmd;
@@ -202,7 +202,7 @@ async fn peer(args: PeerArgs) -> Result<()> {
     // The fencing margin scales with short test leases (renewals every third of the TTL must
     // land inside TTL − margin); the spec default otherwise.
     cfg.timings.fencing_margin = Duration::from_millis((args.lease_ttl_ms / 5).max(1))
-        .min(zlink_node::config::defaults::FENCING_MARGIN);
+        .min(zlink::config::defaults::FENCING_MARGIN);
     for p in &args.peers {
         let (endpoint, rid) = match p.rsplit_once('@') {
             Some((ep, rid)) => (ep.to_owned(), Some(rid.to_owned())),
@@ -259,13 +259,13 @@ async fn peer(args: PeerArgs) -> Result<()> {
     let node = Arc::new(MeshNode::start(cfg, handlers, store).await?);
     let objects = match (&redis, args.objects) {
         (Some(r), true) => Some(
-            zlink_node::object::runtime::ObjectRuntime::start(
+            zlink::object::runtime::ObjectRuntime::start(
                 Arc::clone(&node),
                 Arc::clone(r),
                 zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig::default()),
-                zlink_node::routing::CacheConfig {
+                zlink::routing::CacheConfig {
                     fencing_margin,
-                    ..zlink_node::routing::CacheConfig::default()
+                    ..zlink::routing::CacheConfig::default()
                 },
             )
             .await?,

@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use zlink::mesh::config::MeshTimings;
 use zlink_node::demo::{self, DemoConfig, Phase};
-use zlink_node::mesh::config::MeshTimings;
 use zlink_node::refapp::RefAppConfig;
 
 fn small() -> DemoConfig {

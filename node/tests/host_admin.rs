@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use common_host::{
     SECRET, TOKEN, TempDir, TestHost, WAIT, client_node, test_config, wait_serving_peer,
 };
+use zlink::mesh::MeshNode;
 use zlink_node::host::proto::{
     GetStatusRequest, HostState as ProtoState, SetChannelWeightRequest, ShutdownRequest,
     WatchStatusRequest,
 };
 use zlink_node::host::{Whoami, WhoamiReply};
-use zlink_node::mesh::MeshNode;
 
 fn ns(tag: &str) -> String {
     format!("host-{tag}-{}", std::process::id())

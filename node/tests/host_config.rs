@@ -62,7 +62,7 @@ fn a_valid_file_parses_and_validates() {
     assert_eq!(c.mesh.channels[1].weight, 100);
     assert_eq!(c.timings.lease_ttl_ms, 10_000);
     assert_eq!(c.application_version, 3);
-    let secret = zlink_node::mesh::auth::MeshSecret::from_bytes(b"0123456789abcdef0123").unwrap();
+    let secret = zlink::mesh::auth::MeshSecret::from_bytes(b"0123456789abcdef0123").unwrap();
     let m = c.mesh_node_config(secret);
     m.validate().unwrap();
     assert_eq!(m.channels.len(), 2);

@@ -6,6 +6,7 @@
 //! objects go through a real `redis-server`.
 #![allow(clippy::unwrap_used)]
 
+#[path = "../../runtime/tests/common/mod.rs"]
 mod common;
 #[path = "../../store/tests/support/redis_server.rs"]
 mod redis_server;
@@ -15,13 +16,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zlink_node::call::error::ErrorKind;
-use zlink_node::mesh::discovery::DiscoveryBackend;
-use zlink_node::mesh::{Handlers, MeshNode, RidConfig};
-use zlink_node::object::registry::Registry;
-use zlink_node::object::runtime::ObjectRuntime;
+use zlink::call::error::ErrorKind;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::{Handlers, MeshNode, RidConfig};
+use zlink::object::registry::Registry;
+use zlink::object::runtime::ObjectRuntime;
+use zlink::routing::CacheConfig;
 use zlink_node::refapp::counter::{Add, Total};
-use zlink_node::routing::CacheConfig;
 use zlink_store::LocationStore;
 use zlink_store::redis::{RedisStore, RedisStoreConfig};
 use zlink_store::types::{AuthorityKey, AuthorityRead, AuthorityState, LeaseRead, ObjectKind};

@@ -14,6 +14,7 @@ pub mod fanout;
 #[rustfmt::skip]
 pub mod generated;
 pub mod ids;
+pub mod json;
 pub mod keys;
 pub mod metadata;
 pub mod multipart;

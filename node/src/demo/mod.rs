@@ -35,24 +35,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::object::runtime::ObjectStore;
 use futures::StreamExt;
 use thiserror::Error;
+use zlink::object::runtime::ObjectStore;
 use zlink_store::clock::SystemClock;
 
-use crate::call::error::CallError;
-use crate::mesh::auth::MeshSecret;
-use crate::mesh::config::{MeshTimings, RidConfig};
-use crate::mesh::discovery::DiscoveryBackend;
-use crate::mesh::{Handlers, MeshNode, MeshNodeConfig, PeerState};
-use crate::object::runtime::ObjectRuntime;
 use crate::refapp::messages::{
     Ack, Deliver, DeliverRequest, Heard, Join, Joined, PlayerReport, ReportRequest, RoomReport, Say,
 };
 use crate::refapp::seq::SourceReport;
 use crate::refapp::{self, PLAYER, ROOM, RefAppConfig};
-use crate::routing::CacheConfig;
 use plan::{Op, OpKind, Shape, quantile, source_name};
+use zlink::call::error::CallError;
+use zlink::mesh::auth::MeshSecret;
+use zlink::mesh::config::{MeshTimings, RidConfig};
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::{Handlers, MeshNode, MeshNodeConfig, PeerState};
+use zlink::object::runtime::ObjectRuntime;
+use zlink::routing::CacheConfig;
 
 /// Problem IDs (and error texts) listed in a report at most.
 pub const PROBLEM_LIMIT: usize = 16;
@@ -151,7 +151,7 @@ pub enum DemoError {
         /// Which node.
         index: usize,
         /// Why.
-        source: crate::mesh::MeshError,
+        source: zlink::mesh::MeshError,
     },
     /// An object runtime did not start.
     #[error("object runtime {index}: {source}")]
@@ -159,7 +159,7 @@ pub enum DemoError {
         /// Which node.
         index: usize,
         /// Why.
-        source: crate::object::runtime::RuntimeError,
+        source: zlink::object::runtime::RuntimeError,
     },
     /// The mesh did not form, or a setup call (creation, join, report) failed.
     #[error("{stage}: {source}")]
@@ -516,7 +516,7 @@ async fn form<S: ObjectStore>(
     progress: &ProgressFn,
 ) -> Result<(), DemoError> {
     // A fresh secret per run: the demo mesh admits only its own nodes.
-    let random = crate::mesh::auth::random_bytes::<32>().map_err(|_| DemoError::Config {
+    let random = zlink::mesh::auth::random_bytes::<32>().map_err(|_| DemoError::Config {
         field: "mesh secret",
         reason: "no randomness available".into(),
     })?;
@@ -804,7 +804,7 @@ async fn drive<S: ObjectStore>(
 
 /// A random tag that keeps the IDs of one run apart from any other run's.
 fn run_tag() -> Result<String, DemoError> {
-    let b = crate::mesh::auth::random_bytes::<4>().map_err(|_| DemoError::Config {
+    let b = zlink::mesh::auth::random_bytes::<4>().map_err(|_| DemoError::Config {
         field: "run tag",
         reason: "no randomness available".into(),
     })?;
@@ -891,7 +891,7 @@ fn duplicate_is_an_error(duplicate: bool, target: &str, op: Op) -> Result<(), Ca
     if duplicate {
         // The receiver's report counts it too; this makes the call itself visible.
         return Err(CallError::new(
-            crate::call::error::ErrorKind::Conflict,
+            zlink::call::error::ErrorKind::Conflict,
             format!("{target} had already seen #{} of this source", op.seq),
         ));
     }

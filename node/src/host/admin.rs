@@ -1,5 +1,5 @@
 //! The gRPC `HostAdmin` service (issue 8 item 3; proto
-//! `protocol/proto/zlink/admin/v1/host_admin.proto`) and the standard `grpc.health.v1.Health`
+//! `protocol/admin/proto/zlink/admin/v1/host_admin.proto`) and the standard `grpc.health.v1.Health`
 //! service, both behind bearer-token authentication.
 //!
 //! Authentication: every call must carry `authorization: Bearer <token>`; the token comes from
@@ -23,7 +23,7 @@ use super::proto::{
     ShutdownRequest, ShutdownResponse, WatchStatusRequest,
 };
 use super::{Host, HostState};
-use crate::call::error::ErrorKind;
+use zlink::call::error::ErrorKind;
 
 /// The HostAdmin implementation over a running [`Host`].
 #[derive(Debug, Clone)]
@@ -161,7 +161,7 @@ impl HostAdmin for AdminService {
         let req = req.into_inner();
         let weight = u16::try_from(req.weight)
             .ok()
-            .filter(|w| *w <= crate::config::defaults::MAX_WEIGHT)
+            .filter(|w| *w <= zlink::config::defaults::MAX_WEIGHT)
             .ok_or_else(|| {
                 Status::invalid_argument(format!("weight {} must be 0..=10000", req.weight))
             })?;

@@ -1,6 +1,6 @@
 //! The host configuration of `zlink-node run`: a YAML file, every field overridable by a
 //! `ZLINK_*` environment variable, validated at startup with errors that name the field and
-//! its allowed range (issue 8, item 1; defaults from [`crate::config::defaults`] and
+//! its allowed range (issue 8, item 1; defaults from [`zlink::config::defaults`] and
 //! `/work/shared/DESIGN.md`).
 //!
 //! The environment variable of a field is `ZLINK_` followed by its dotted path in upper case
@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use zlink_protocol::generated::{ChannelMembership, ChannelRole, ObjectRole};
 
-use crate::config::defaults;
-use crate::mesh::MeshNodeConfig;
-use crate::mesh::auth::MeshSecret;
-use crate::mesh::config::{MeshTimings, RidConfig};
+use zlink::config::defaults;
+use zlink::mesh::MeshNodeConfig;
+use zlink::mesh::auth::MeshSecret;
+use zlink::mesh::config::{MeshTimings, RidConfig};
 
 /// Longest accepted interval or deadline (one hour), in milliseconds.
 pub const MAX_INTERVAL_MS: u64 = 3_600_000;
@@ -613,14 +613,14 @@ impl HostConfig {
             return bad("mesh.bind_host", &"\"\"", "a non-empty host or address");
         }
         match &m.advertise_host {
-            Some(a) if a.is_empty() || crate::mesh::config::is_wildcard(a) => {
+            Some(a) if a.is_empty() || zlink::mesh::config::is_wildcard(a) => {
                 return bad(
                     "mesh.advertise_host",
                     &format!("{a:?}"),
                     "a concrete, dialable host (not a wildcard)",
                 );
             }
-            None if crate::mesh::config::is_wildcard(&m.bind_host) => {
+            None if zlink::mesh::config::is_wildcard(&m.bind_host) => {
                 return bad(
                     "mesh.advertise_host",
                     &"(unset)",

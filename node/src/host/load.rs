@@ -19,16 +19,16 @@ use zlink_protocol::generated::{ObjectRole, RuntimeState};
 use zlink_store::redis::RedisStore;
 
 use super::HostConfig;
-use crate::call::error::CallError;
 use crate::demo::plan::{OpKind, Shape, quantile};
-use crate::mesh::auth::MeshSecret;
-use crate::mesh::discovery::DiscoveryBackend;
-use crate::mesh::peer::PeerState;
-use crate::mesh::{Handlers, MeshNode};
-use crate::object::runtime::ObjectRuntime;
 use crate::refapp::counter::{Add, Read, Total};
 use crate::refapp::{COUNTER, RefAppConfig};
-use crate::routing::CacheConfig;
+use zlink::call::error::CallError;
+use zlink::mesh::auth::MeshSecret;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::peer::PeerState;
+use zlink::mesh::{Handlers, MeshNode};
+use zlink::object::runtime::ObjectRuntime;
+use zlink::routing::CacheConfig;
 
 /// Settings of one load run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +77,10 @@ pub enum LoadError {
     Store(#[from] zlink_store::StoreError),
     /// The MeshNode did not start.
     #[error("mesh node: {0}")]
-    Mesh(#[from] crate::mesh::MeshError),
+    Mesh(#[from] zlink::mesh::MeshError),
     /// The object runtime did not start.
     #[error("object runtime: {0}")]
-    Runtime(#[from] crate::object::runtime::RuntimeError),
+    Runtime(#[from] zlink::object::runtime::RuntimeError),
     /// No Object Server became ready and serving in time.
     #[error("no ready, serving Object Server in mesh {mesh} within {waited:?}")]
     NoServers {

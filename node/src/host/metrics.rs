@@ -2,8 +2,8 @@
 //! and the instrumented Location Store wrapper that counts store operations, their latency
 //! and lease renewal failures (issue 8 item 4; metric names in `docs/operations.md`).
 //!
-//! Everything is read from the live counters at scrape time ([`crate::mesh::MeshMetrics`],
-//! the socket pump, the job queue, [`crate::object::runtime::RuntimeStats`], the resolver and
+//! Everything is read from the live counters at scrape time ([`zlink::mesh::MeshMetrics`],
+//! the socket pump, the job queue, [`zlink::object::runtime::RuntimeStats`], the resolver and
 //! its route cache); nothing is sampled in between.
 
 use std::fmt::Write as _;
@@ -19,10 +19,10 @@ use zlink_store::types::{
 };
 
 use super::{Host, HostState};
-use crate::call::error::ErrorKind;
-use crate::mesh::discovery::DiscoveryBackend;
-use crate::mesh::peer::PeerState;
-use crate::metrics::{Histogram, HistogramSnapshot};
+use zlink::call::error::ErrorKind;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::peer::PeerState;
+use zlink::metrics::{Histogram, HistogramSnapshot};
 
 /// The store operations the host counts: the MeshNode's discovery and lease calls (the first
 /// eight) and the object runtime's authority and Relocation Store calls.

@@ -1,5 +1,7 @@
 //! The node host behind `zlink-node run` (issue 8): one MeshNode plus an object runtime hosting
-//! the reference application ([`crate::refapp::registry`]) on Redis, the gRPC `HostAdmin`
+//! an application's object types (a [`Registry`]: the reference application
+//! [`crate::refapp::registry`] in `zlink-node run`, a user's own in their own binary, see
+//! [`main`]) on Redis, the gRPC `HostAdmin`
 //! service with the standard health service ([`admin`]), the HTTP `/healthz`, `/readyz` and
 //! `/metrics` endpoints ([`http`], [`metrics`]), and graceful shutdown (glossary §5 "Drain과
 //! draining", "Drain deadline").
@@ -27,20 +29,16 @@ pub mod config;
 pub mod http;
 pub mod load;
 pub mod metrics;
-pub mod state;
+mod process;
 
-/// The generated HostAdmin protobuf types, server and client
-/// (`protocol/proto/zlink/admin/v1/host_admin.proto`).
-#[allow(
-    missing_docs,
-    clippy::all,
-    clippy::pedantic,
-    clippy::unwrap_used,
-    unreachable_pub
-)]
-pub mod proto {
-    tonic::include_proto!("zlink.admin.v1");
-}
+pub use process::{
+    EXIT_DRAIN_CUT, EXIT_START_FAILED, init_logs, main, run_from_config, termination,
+};
+
+/// The generated HostAdmin protobuf types, server and client (crate `zlink-admin-api`).
+pub use zlink_admin_api::proto;
+/// The host's lifecycle state (crate `zlink-admin-api`).
+pub use zlink_admin_api::state;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -53,13 +51,13 @@ use thiserror::Error;
 use tokio::sync::watch;
 use zlink_store::redis::{RedisStore, RedisStoreConfig};
 
-use crate::call::error::CallError;
-use crate::mesh::discovery::DiscoveryBackend;
-use crate::mesh::peer::PeerState;
-use crate::mesh::{Handlers, JsonMessage, MeshNode};
-use crate::object::runtime::ObjectRuntime;
-use crate::refapp::RefAppConfig;
-use crate::routing::CacheConfig;
+use zlink::call::error::CallError;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::peer::PeerState;
+use zlink::mesh::{Handlers, JsonMessage, MeshNode};
+use zlink::object::registry::Registry;
+use zlink::object::runtime::ObjectRuntime;
+use zlink::routing::CacheConfig;
 
 pub use self::config::{HostConfig, HostConfigError};
 pub use self::state::HostState;
@@ -107,10 +105,10 @@ pub enum HostError {
     },
     /// The MeshNode did not start.
     #[error("mesh node: {0}")]
-    Mesh(#[from] crate::mesh::MeshError),
+    Mesh(#[from] zlink::mesh::MeshError),
     /// The object runtime did not start.
     #[error("object runtime: {0}")]
-    Runtime(#[from] crate::object::runtime::RuntimeError),
+    Runtime(#[from] zlink::object::runtime::RuntimeError),
     /// A signal arrived while the host was starting (not an error for `run`).
     #[error("interrupted while starting")]
     Interrupted,
@@ -359,18 +357,74 @@ fn redis_config(c: &HostConfig) -> RedisStoreConfig {
     }
 }
 
-/// Run a host until `signal` completes (SIGTERM/SIGINT in `zlink-node run`) or an admin
-/// `Shutdown` arrives, then drain and stop. `announce` is called once the host is `Serving`.
+/// Connect to the Location Store the configuration names (`redis.*`), for [`run`].
+///
+/// # Errors
+/// [`HostError::Config`] for an invalid configuration, [`HostError::Store`] when Redis cannot
+/// be reached within `redis.connection_timeout_ms`.
+pub async fn connect_store(config: &HostConfig) -> Result<Arc<RedisStore>, HostError> {
+    config.validate()?;
+    RedisStore::connect(&config.redis.url, redis_config(config))
+        .await
+        .map(Arc::new)
+        .map_err(|source| HostError::Store {
+            url: config.redis.url.clone(),
+            source,
+        })
+}
+
+/// How [`run`] reports to its caller besides its result.
+pub struct RunOptions {
+    /// The bearer token every admin call must carry ([`HostConfig::admin_token`] loads it).
+    pub admin_token: String,
+    /// Called once, when the host is `Serving` (`zlink-node run` prints it as a JSON line).
+    pub announce: Box<dyn FnOnce(&Announce) + Send>,
+}
+
+impl RunOptions {
+    /// Options with `admin_token` and an announce hook that does nothing.
+    pub fn new(admin_token: impl Into<String>) -> Self {
+        Self {
+            admin_token: admin_token.into(),
+            announce: Box::new(|_| {}),
+        }
+    }
+
+    /// Call `f` with the addresses once the host is `Serving`.
+    #[must_use]
+    pub fn on_serving(mut self, f: impl FnOnce(&Announce) + Send + 'static) -> Self {
+        self.announce = Box::new(f);
+        self
+    }
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunOptions(..)")
+    }
+}
+
+/// Run a host of `application` — the registry of the object types this node hosts (the
+/// reference application in `zlink-node run`, a user's own types in their own binary) — on
+/// `store`, until `shutdown` completes (SIGTERM/SIGINT in `zlink-node run`) or an admin
+/// `Shutdown` arrives, then drain and stop. The configuration, admin API, probes, metrics and
+/// drain are the same whichever application is hosted.
 ///
 /// # Errors
 /// [`HostError`] when the host cannot start; once `Serving`, the drain always completes
 /// (cut work is reported in [`RunOutcome`]).
 pub async fn run(
     config: HostConfig,
-    admin_token: String,
-    signal: impl Future<Output = ()> + Send,
-    announce: impl FnOnce(&Announce),
+    application: Registry,
+    store: Arc<RedisStore>,
+    shutdown: impl Future<Output = ()> + Send,
+    options: RunOptions,
 ) -> Result<RunOutcome, HostError> {
+    let RunOptions {
+        admin_token,
+        announce,
+    } = options;
+    let signal = shutdown;
     config.validate()?;
     // Fail fast on a missing mesh secret, before any listener is bound.
     config.mesh_secret()?;
@@ -432,10 +486,9 @@ pub async fn run(
 
     // A signal during startup ends the start (handlers are installed before this point, so a
     // SIGTERM is never lost, also as PID 1 in a container).
-    let signal = signal;
     tokio::pin!(signal);
     let started = tokio::select! {
-        r = start_node(&host) => r,
+        r = start_node(&host, application, store) => r,
         () = &mut signal => Err(HostError::Interrupted),
     };
     if let Err(e) = started {
@@ -495,25 +548,19 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
-async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
+async fn start_node(
+    host: &Arc<Host>,
+    registry: Registry,
+    store: Arc<RedisStore>,
+) -> Result<(), HostError> {
     let c = &host.config;
     let secret = c.mesh_secret()?;
-    let store = RedisStore::connect(&c.redis.url, redis_config(c))
-        .await
-        .map_err(|source| HostError::Store {
-            url: c.redis.url.clone(),
-            source,
-        })?;
-    let store = Arc::new(store);
-    let registry = crate::refapp::registry(&RefAppConfig {
-        room_tick: Duration::from_millis(c.objects.room_tick_ms),
-        ..RefAppConfig::default()
-    });
     let mut cfg = c.mesh_node_config(secret);
     let hosts_objects = c.object_role() == zlink_protocol::generated::ObjectRole::Server;
     if hosts_objects {
         cfg.object_capabilities = registry.capabilities();
-        cfg.entry_spot_prefix = Some(c.mesh.rid_prefix.clone());
+        // The lifecycle's Entry Spot, when the application has an Entry Spot type.
+        cfg.entry_spot_prefix = registry.has_entry_spot().then(|| c.mesh.rid_prefix.clone());
     }
     let fencing_margin = cfg.timings.fencing_margin;
     let mut handlers = Handlers::new();

@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::seq::SeqTracker;
-use crate::call::error::CallError;
-use crate::mesh::JsonMessage;
-use crate::object::exec::ObjectHandlers;
+use zlink::call::error::CallError;
+use zlink::mesh::JsonMessage;
+use zlink::object::exec::ObjectHandlers;
 
 /// Add `by` to the counter; numbered in its source's stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

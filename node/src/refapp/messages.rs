@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::seq::SourceReport;
-use crate::mesh::JsonMessage;
+use zlink::mesh::JsonMessage;
 
 /// One-way application message to a player, numbered in its source's stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

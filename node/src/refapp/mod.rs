@@ -31,10 +31,10 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::call::error::{CallError, ErrorKind};
-use crate::object::registry::{FactoryInput, Registry, StateAdapter};
 use player::{PlayerState, player_handlers};
 use room::{RoomState, room_handlers};
+use zlink::call::error::{CallError, ErrorKind};
+use zlink::object::registry::{FactoryInput, Registry, StateAdapter};
 
 /// The stable type of the room User Spot.
 pub const ROOM: &str = "room";
@@ -169,9 +169,9 @@ mod tests {
         Say,
     };
     use super::*;
-    use crate::mesh::handler::{decode_json, encode_json};
-    use crate::object::exec::Binding;
-    use crate::object::registry::{LiveObject, ObjectTypeKind};
+    use zlink::mesh::handler::{decode_json, encode_json};
+    use zlink::object::exec::Binding;
+    use zlink::object::registry::{LiveObject, ObjectTypeKind};
     use zlink_protocol::generated::RelocationPolicy;
 
     const V1: VersionedJson = VersionedJson { version: 1 };
@@ -244,7 +244,7 @@ mod tests {
         }
     }
 
-    async fn ask<M: crate::mesh::JsonMessage, R: crate::mesh::JsonMessage>(
+    async fn ask<M: zlink::mesh::JsonMessage, R: zlink::mesh::JsonMessage>(
         obj: &dyn LiveObject,
         m: &M,
     ) -> R {

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::messages::{Ack, Deliver, DeliverRequest, PlayerReport, ReportRequest};
 use super::seq::{Receipt, SeqTracker};
-use crate::call::error::CallError;
-use crate::object::exec::ObjectHandlers;
+use zlink::call::error::CallError;
+use zlink::object::exec::ObjectHandlers;
 
 /// The state of one player. Captured and restored as versioned JSON
 /// ([`VersionedJson`](super::VersionedJson)) when the player relocates.

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::messages::{Deliver, Heard, Join, Joined, ReportRequest, RoomReport, Say, Tick};
 use super::seq::{Receipt, SeqTracker};
-use crate::call::error::CallError;
-use crate::object::exec::ObjectHandlers;
+use zlink::call::error::CallError;
+use zlink::object::exec::ObjectHandlers;
 
 /// The ID of the room's housekeeping timer.
 pub const ROOM_TICK_TIMER: u64 = 1;

@@ -11,13 +11,13 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
+use zlink::mesh::MeshNode;
+use zlink::mesh::auth::MeshSecret;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::{Handlers, PeerState};
 use zlink_node::host::config::ChannelConfig;
 use zlink_node::host::proto::host_admin_client::HostAdminClient;
 use zlink_node::host::{Announce, HostConfig, HostError, RunOutcome};
-use zlink_node::mesh::MeshNode;
-use zlink_node::mesh::auth::MeshSecret;
-use zlink_node::mesh::discovery::DiscoveryBackend;
-use zlink_node::mesh::{Handlers, PeerState};
 
 pub const SECRET: &str = "host-test-mesh-secret-0123456789";
 pub const TOKEN: &str = "host-test-admin-token-0123456789";
@@ -95,15 +95,24 @@ impl TestHost {
     pub async fn start(config: HostConfig) -> Self {
         let (stop, stop_rx) = oneshot::channel::<()>();
         let (ann_tx, ann_rx) = oneshot::channel();
+        let store = zlink_node::host::connect_store(&config)
+            .await
+            .expect("the test host reaches its Redis");
+        let registry = zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig {
+            room_tick: std::time::Duration::from_millis(config.objects.room_tick_ms),
+            ..zlink_node::refapp::RefAppConfig::default()
+        });
+        let options = zlink_node::host::RunOptions::new(TOKEN).on_serving(move |a| {
+            let _ = ann_tx.send(a.clone());
+        });
         let task = tokio::spawn(zlink_node::host::run(
             config,
-            TOKEN.to_owned(),
+            registry,
+            store,
             async move {
                 let _ = stop_rx.await;
             },
-            move |a| {
-                let _ = ann_tx.send(a.clone());
-            },
+            options,
         ));
         let announce = tokio::time::timeout(WAIT, ann_rx)
             .await

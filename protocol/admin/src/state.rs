@@ -1,0 +1,102 @@
+//! Host lifecycle state (glossary §5 "Drain과 draining", runtime state; issue 8 item 2).
+//!
+//! `Starting → Serving → Draining → Stopped`. `Relocating` and `Relocated` are named because
+//! the admin API and the metrics expose the closed set, but nothing in this host enters them:
+//! the relocation issue adds the `Relocate` operation that does.
+
+use zlink_protocol::generated::RuntimeState;
+
+use crate::proto;
+
+/// The host's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HostState {
+    /// Configuration loaded; the mesh node and the object runtime are starting.
+    Starting,
+    /// Accepting new work.
+    Serving,
+    /// Drain in progress: no new work is selected for this host; accepted work finishes until
+    /// the drain deadline.
+    Draining,
+    /// A relocation is moving objects away (entered only by the relocation issue's `Relocate`).
+    Relocating,
+    /// Objects were relocated (entered only by the relocation issue's `Relocate`).
+    Relocated,
+    /// Descriptors and the owner lease are released; the process exits.
+    Stopped,
+}
+
+impl HostState {
+    /// Every state, in order (metrics render one gauge per state).
+    pub const ALL: [Self; 6] = [
+        Self::Starting,
+        Self::Serving,
+        Self::Draining,
+        Self::Relocating,
+        Self::Relocated,
+        Self::Stopped,
+    ];
+
+    /// Stable lower-case name (metrics label, logs, `ctl` output).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Serving => "serving",
+            Self::Draining => "draining",
+            Self::Relocating => "relocating",
+            Self::Relocated => "relocated",
+            Self::Stopped => "stopped",
+        }
+    }
+
+    /// The proto enum value.
+    pub fn to_proto(self) -> proto::HostState {
+        match self {
+            Self::Starting => proto::HostState::Starting,
+            Self::Serving => proto::HostState::Serving,
+            Self::Draining => proto::HostState::Draining,
+            Self::Relocating => proto::HostState::Relocating,
+            Self::Relocated => proto::HostState::Relocated,
+            Self::Stopped => proto::HostState::Stopped,
+        }
+    }
+
+    /// The state from a proto value (`None` for `UNSPECIFIED` or an unknown number).
+    pub fn from_proto(v: i32) -> Option<Self> {
+        Some(match proto::HostState::try_from(v).ok()? {
+            proto::HostState::Unspecified => return None,
+            proto::HostState::Starting => Self::Starting,
+            proto::HostState::Serving => Self::Serving,
+            proto::HostState::Draining => Self::Draining,
+            proto::HostState::Relocating => Self::Relocating,
+            proto::HostState::Relocated => Self::Relocated,
+            proto::HostState::Stopped => Self::Stopped,
+        })
+    }
+
+    /// The runtime state announced in the MeshNode descriptor for this host state.
+    pub fn runtime_state(self) -> RuntimeState {
+        match self {
+            Self::Starting => RuntimeState::Starting,
+            Self::Serving => RuntimeState::Serving,
+            Self::Draining => RuntimeState::Draining,
+            Self::Relocating => RuntimeState::Relocating,
+            Self::Relocated => RuntimeState::Relocated,
+            Self::Stopped => RuntimeState::Stopped,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_round_trips_through_the_proto_enum() {
+        for s in HostState::ALL {
+            assert_eq!(HostState::from_proto(s.to_proto() as i32), Some(s));
+        }
+        assert_eq!(HostState::from_proto(0), None);
+        assert_eq!(HostState::from_proto(99), None);
+    }
+}

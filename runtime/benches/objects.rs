@@ -1,0 +1,287 @@
+//! Actor request/reply benchmark: a remote Actor on the route-cache hit path and a local Actor,
+//! next to node-direct request/reply between the same two MeshNodes in the same run.
+//!
+//! ```text
+//! scripts/bench-objects                     # = cargo bench -p zlink --bench objects
+//! ```
+//!
+//! Two MeshNodes on 127.0.0.1 share an in-process memory Location Store. An echo Actor lives
+//! on node `b`. Workloads, one request outstanding at a time (latency) and 32 in flight
+//! (throughput), with a 64 B payload:
+//!
+//! * **node direct** — `a.request_payload("b", …)` to a node-direct echo handler on `b`;
+//! * **remote actor** — `a` calls the Actor by ID (`request_to_actor`): resolver cache hit,
+//!   `actorRequest` over the mesh, target admission, the Actor's turn, reply;
+//! * **local actor** — `b` calls its own Actor by ID (no mesh).
+//!
+//! Rounds interleave the three; per round the remote actor's p50 latency is divided by node
+//! direct's, and the median over rounds is reported. Target (issue "Spots and Actors"): remote
+//! actor hit path ≤ 1.3× node-direct latency; a miss exits with status 2. Every loop is bounded
+//! by its request count and `ZLINK_BENCH_LIMIT_SECS` (60).
+//!
+//! Environment: `ZLINK_BENCH_ROUNDS` (5), `ZLINK_BENCH_SCALE` (1.0), `ZLINK_BENCH_WORKERS` (2),
+//! `ZLINK_BENCH_LIMIT_SECS` (60).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // benchmark binary
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use zlink::call::error::CallError;
+use zlink::mesh::auth::MeshSecret;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::handler::{JSON_CONTENT_TYPE, RAW_CONTENT_TYPE};
+use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig, RidConfig};
+use zlink::object::exec::ObjectHandlers;
+use zlink::object::registry::{FactoryInput, Registry};
+use zlink::object::runtime::ObjectRuntime;
+use zlink::routing::CacheConfig;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_store::MemoryStore;
+use zlink_store::clock::SystemClock;
+
+const SECRET: &[u8] = b"bench-objects-secret-0123456789";
+const ECHO: &str = "bench.Echo";
+const TARGET: f64 = 1.3;
+const SIZE: usize = 64;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Echo {
+    b: String,
+}
+impl JsonMessage for Echo {
+    const PACKET_NAME: &'static str = ECHO;
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct World {
+    a: Arc<MeshNode>,
+    b: Arc<MeshNode>,
+    rt_a: ObjectRuntime<MemoryStore>,
+    rt_b: ObjectRuntime<MemoryStore>,
+}
+
+async fn node(rid: &str, store: &Arc<MemoryStore>) -> Arc<MeshNode> {
+    let mut c = MeshNodeConfig::new("bench", MeshSecret::from_bytes(SECRET).unwrap());
+    c.rid = RidConfig::Fixed(rid.into());
+    c.object_capabilities = registry().capabilities();
+    c.entry_spot_prefix = Some(rid.into());
+    // Actors are placed on `bench-b` only (weight 0 on `bench-a`), so `a`'s calls are remote.
+    if rid == "bench-a" {
+        c.placement_weight = 0;
+    }
+    let mut h = Handlers::new();
+    h.on_request_raw(ECHO, 64, |_, b| async move { Ok::<_, CallError>(b) });
+    Arc::new(
+        MeshNode::start(c, h, Some(Arc::clone(store) as Arc<dyn DiscoveryBackend>))
+            .await
+            .unwrap(),
+    )
+}
+
+fn registry() -> Registry {
+    let mut r = Registry::new();
+    r.actor(
+        "echo",
+        |_: FactoryInput| async { Ok(()) },
+        || {
+            let mut h: ObjectHandlers<()> = ObjectHandlers::new();
+            h.on_request(|_, e: Echo| async move { Ok::<_, CallError>(e) });
+            h
+        },
+    )
+    .register();
+    r.entry_spot(
+        "entry",
+        |_: FactoryInput| async { Ok(()) },
+        ObjectHandlers::new,
+    )
+    .register();
+    r
+}
+
+#[derive(Clone, Copy)]
+enum Path {
+    Direct,
+    RemoteActor,
+    LocalActor,
+}
+
+impl World {
+    async fn start() -> Self {
+        let store = Arc::new(MemoryStore::new(SystemClock));
+        let a = node("bench-a", &store).await;
+        let b = node("bench-b", &store).await;
+        a.wait_ready("bench-b", Duration::from_secs(10))
+            .await
+            .unwrap();
+        let rt_a = ObjectRuntime::start(
+            Arc::clone(&a),
+            Arc::clone(&store),
+            registry(),
+            CacheConfig::default(),
+        )
+        .await
+        .unwrap();
+        let rt_b = ObjectRuntime::start(
+            Arc::clone(&b),
+            Arc::clone(&store),
+            registry(),
+            CacheConfig::default(),
+        )
+        .await
+        .unwrap();
+        rt_b.create_actor("echo", "echo-1", None).await.unwrap();
+        Self { a, b, rt_a, rt_b }
+    }
+
+    /// `flight` tasks issue requests until `n` are done; returns (req/s, p50 µs, p99 µs).
+    async fn run(
+        self: &Arc<Self>,
+        path: Path,
+        n: usize,
+        flight: usize,
+    ) -> Result<(f64, f64, f64), String> {
+        let body = "x".repeat(SIZE);
+        let next = Arc::new(AtomicUsize::new(0));
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..flight {
+            let (w, next, body) = (Arc::clone(self), Arc::clone(&next), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while next.fetch_add(1, Ordering::Relaxed) < n {
+                    let t = Instant::now();
+                    let timeout = Duration::from_secs(10);
+                    match path {
+                        Path::Direct => {
+                            let p = TypedPayload::new(
+                                ECHO,
+                                RAW_CONTENT_TYPE,
+                                Bytes::from(body.clone()),
+                            );
+                            w.a.request_payload("bench-b", p, None, timeout)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                        Path::RemoteActor => {
+                            let _: Echo = w
+                                .rt_a
+                                .request_to_actor("echo-1", &Echo { b: body.clone() }, timeout)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                        Path::LocalActor => {
+                            let _: Echo = w
+                                .rt_b
+                                .request_to_actor("echo-1", &Echo { b: body.clone() }, timeout)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
+                    lat.push(t.elapsed().as_nanos() as u64);
+                }
+                Ok::<_, String>(lat)
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.map_err(|e| e.to_string())??);
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        all.sort_unstable();
+        let pct = |q: f64| all[((all.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+        Ok((n as f64 / secs, pct(0.5), pct(0.99)))
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let _ = JSON_CONTENT_TYPE;
+    let rounds = env_or("ZLINK_BENCH_ROUNDS", 5usize).max(1);
+    let scale = env_or("ZLINK_BENCH_SCALE", 1.0f64).max(0.001);
+    let workers = env_or("ZLINK_BENCH_WORKERS", 2usize).max(1);
+    let limit = Duration::from_secs(env_or("ZLINK_BENCH_LIMIT_SECS", 60u64));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap();
+    let w = Arc::new(rt.block_on(World::start()));
+    println!("Actor request/reply vs node direct, {SIZE} B payload, {rounds} rounds (medians)");
+    println!("| workload | path | req/s | p50 µs | p99 µs |");
+    println!("| --- | --- | --- | --- | --- |");
+    let mut ratio_serial = Vec::new();
+    for (name, flight, base) in [("serial", 1usize, 4_000usize), ("in-flight 32", 32, 40_000)] {
+        let n = ((base as f64) * scale).max(10.0) as usize;
+        for p in [Path::Direct, Path::RemoteActor, Path::LocalActor] {
+            rt.block_on(w.run(p, n / 10 + 1, flight)).expect("warm-up");
+        }
+        let mut rows: [Vec<(f64, f64, f64)>; 3] = Default::default();
+        for _ in 0..rounds {
+            for (i, p) in [Path::Direct, Path::RemoteActor, Path::LocalActor]
+                .into_iter()
+                .enumerate()
+            {
+                let out =
+                    rt.block_on(async { tokio::time::timeout(limit, w.run(p, n, flight)).await });
+                match out {
+                    Ok(Ok(v)) => rows[i].push(v),
+                    Ok(Err(e)) => {
+                        eprintln!("{name}: {e}");
+                        std::process::exit(1);
+                    }
+                    Err(_) => {
+                        eprintln!("{name}: over the {limit:?} limit");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            if flight == 1 {
+                let (d, r) = (rows[0].last().unwrap().1, rows[1].last().unwrap().1);
+                ratio_serial.push(r / d);
+            }
+        }
+        for (i, label) in ["node direct", "remote actor (cache hit)", "local actor"]
+            .iter()
+            .enumerate()
+        {
+            let m = |f: fn(&(f64, f64, f64)) -> f64| median(rows[i].iter().map(f).collect());
+            println!(
+                "| {name} | {label} | {:.0} | {:.0} | {:.0} |",
+                m(|v| v.0),
+                m(|v| v.1),
+                m(|v| v.2)
+            );
+        }
+    }
+    let r = median(ratio_serial);
+    println!("\nremote actor p50 ÷ node direct p50 (serial): {r:.2} (target ≤ {TARGET})");
+    let reads = w
+        .rt_a
+        .resolver()
+        .stats()
+        .store_reads
+        .load(Ordering::Relaxed);
+    println!("store reads by the caller during the run: {reads}");
+    rt.block_on(async {
+        w.a.shutdown().await;
+        w.b.shutdown().await;
+    });
+    if r > TARGET {
+        eprintln!("target missed: remote actor p50 {r:.2}× node direct > {TARGET}×");
+        std::process::exit(2);
+    }
+}

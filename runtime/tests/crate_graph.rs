@@ -1,0 +1,74 @@
+//! The crate graph holds its boundaries (issue 16 acceptance; docs/architecture.md, "Crates"):
+//! the admin API links no libzmq, and the runtime library pulls no CLI, progress-bar, YAML or
+//! logging-subscriber crate. Read from the real `cargo tree` of this workspace (offline, from
+//! the lock file), so a dependency added to the wrong crate fails here.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+/// The crate names in the normal (non-dev) dependency tree of `package`, build scripts
+/// included.
+fn tree(package: &str) -> BTreeSet<String> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-p",
+            package,
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: BTreeSet<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(names.contains(package), "the tree names {package} itself");
+    names
+}
+
+#[test]
+fn the_admin_api_crate_links_no_zeromq() {
+    let names = tree("zlink-admin-api");
+    assert!(names.contains("tonic"), "the admin API is a tonic API");
+    for banned in ["zmq", "zmq-sys", "zlink", "zlink-store"] {
+        assert!(
+            !names.contains(banned),
+            "zlink-admin-api depends on {banned}"
+        );
+    }
+}
+
+#[test]
+fn the_runtime_library_has_no_cli_progress_yaml_or_log_subscriber_dependencies() {
+    let names = tree("zlink");
+    assert!(
+        names.contains("zmq"),
+        "the runtime is the crate with the mesh"
+    );
+    for banned in [
+        "clap",
+        "indicatif",
+        "serde_norway",
+        "tracing-subscriber",
+        "tonic",
+        "axum",
+        "anyhow",
+    ] {
+        assert!(!names.contains(banned), "the runtime depends on {banned}");
+    }
+}

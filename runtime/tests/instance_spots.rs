@@ -1,0 +1,474 @@
+//! Instance Spot cold activation across real MeshNodes on the memory Location Store (issue
+//! "Instance Spot cold activation"; wire §8; glossary §2 "Instance intent", "Cold activation",
+//! "Activation barrier", "Durable activation inbox", "Replay cursor", "Activation recovery
+//! pointer"):
+//!
+//! - without Instance intent a Missing Spot is `NotFound` and nothing is stored;
+//! - with it, a target chosen from descriptors activates the Spot and runs the first message
+//!   first; the recovery pointer is gone once the first operation is done;
+//! - concurrent first calls from several nodes make one activation and get one reply each;
+//! - a kind-2 route that disagrees with the target or the call is refused before any
+//!   reservation;
+//! - an activation whose task ends after the inbox commit is finished by the background scan,
+//!   with the first message handled once and one reply.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{WAIT, config};
+use serde::{Deserialize, Serialize};
+use zlink::call::error::{CallError, ErrorKind};
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::{Handlers, JsonMessage, MeshNode};
+use zlink::object::exec::ObjectHandlers;
+use zlink::object::registry::{FactoryInput, Registry};
+use zlink::object::runtime::{ActivationFault, ObjectRuntime};
+use zlink::routing::CacheConfig;
+use zlink_store::clock::SystemClock;
+use zlink_store::types::{AuthorityKey, AuthorityRead, AuthorityState, ObjectKind};
+use zlink_store::{LocationStore, MemoryStore};
+
+const T: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Inc {
+    by: u64,
+}
+impl JsonMessage for Inc {
+    const PACKET_NAME: &'static str = "counter.Inc";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Count {
+    n: u64,
+}
+impl JsonMessage for Count {
+    const PACKET_NAME: &'static str = "counter.Count";
+}
+
+#[derive(Debug, Default)]
+struct Counter {
+    n: u64,
+}
+
+fn counter_handlers(handled: &Arc<AtomicU64>) -> ObjectHandlers<Counter> {
+    let mut h: ObjectHandlers<Counter> = ObjectHandlers::new();
+    let seen = Arc::clone(handled);
+    h.on_request(move |ctx, i: Inc| {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let mut c = ctx.state();
+            c.n += i.by;
+            Ok::<_, CallError>(Count { n: c.n })
+        }
+    });
+    let seen = Arc::clone(handled);
+    h.on_send(move |ctx, i: Inc| {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            ctx.state().n += i.by;
+            Ok(())
+        }
+    });
+    h
+}
+
+struct Cluster {
+    store: Arc<MemoryStore>,
+    nodes: Vec<Arc<MeshNode>>,
+    rts: Vec<ObjectRuntime<MemoryStore>>,
+    /// Factory runs of the counter type, across nodes.
+    factory_runs: Arc<AtomicU64>,
+    /// Counter handler runs, across nodes.
+    handled: Arc<AtomicU64>,
+    /// Factory runs of the `flaky` type that are still to fail.
+    fail_flaky: Arc<AtomicU64>,
+}
+
+impl Cluster {
+    /// `hosts` nodes that host the `counter` Instance Spot type, then `clients` that host
+    /// nothing and only call.
+    async fn start(hosts: usize, clients: usize) -> Self {
+        let store = Arc::new(MemoryStore::new(SystemClock));
+        let factory_runs = Arc::new(AtomicU64::new(0));
+        let handled = Arc::new(AtomicU64::new(0));
+        let fail_flaky = Arc::new(AtomicU64::new(0));
+        let mut nodes = Vec::new();
+        let mut rts = Vec::new();
+        for i in 0..hosts + clients {
+            let mut reg = Registry::new();
+            if i < hosts {
+                let runs = Arc::clone(&factory_runs);
+                let h = Arc::clone(&handled);
+                reg.instance_spot(
+                    "counter",
+                    move |_: FactoryInput| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        async {
+                            // A slow factory widens the race between first calls.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            Ok(Counter::default())
+                        }
+                    },
+                    move || counter_handlers(&h),
+                )
+                .register();
+                let fail = Arc::clone(&fail_flaky);
+                let h = Arc::clone(&handled);
+                reg.instance_spot(
+                    "flaky",
+                    move |_: FactoryInput| {
+                        let failing = fail
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                        async move {
+                            if failing {
+                                Err(CallError::new(ErrorKind::HandlerFailed, "flaky factory"))
+                            } else {
+                                Ok(Counter::default())
+                            }
+                        }
+                    },
+                    move || counter_handlers(&h),
+                )
+                .register();
+            }
+            let mut cfg = config("m", &format!("node-{i}"));
+            cfg.object_capabilities = reg.capabilities();
+            cfg.entry_spot_prefix = None;
+            let node = Arc::new(
+                MeshNode::start(
+                    cfg,
+                    Handlers::new(),
+                    Some(Arc::clone(&store) as Arc<dyn DiscoveryBackend>),
+                )
+                .await
+                .unwrap(),
+            );
+            let rt = ObjectRuntime::start(
+                Arc::clone(&node),
+                Arc::clone(&store),
+                reg,
+                CacheConfig {
+                    fencing_margin: Duration::from_millis(200),
+                    ..CacheConfig::default()
+                },
+            )
+            .await
+            .unwrap();
+            rt.set_activation_scan_interval(Duration::from_millis(50));
+            rts.push(rt);
+            nodes.push(node);
+        }
+        for a in &nodes {
+            for b in &nodes {
+                if a.rid() != b.rid() {
+                    a.wait_ready(b.rid(), WAIT).await.unwrap();
+                }
+            }
+        }
+        Self {
+            store,
+            nodes,
+            rts,
+            factory_runs,
+            handled,
+            fail_flaky,
+        }
+    }
+
+    async fn read(&self, id: &str) -> AuthorityRead {
+        let key = AuthorityKey::new(ObjectKind::Spot, id).unwrap();
+        self.store.read_authority(&key).await.unwrap()
+    }
+
+    /// Once every runtime's first operations are done (the caller is answered as soon as the
+    /// completion is durable; the cursor and pointer follow), the authority is Ready and its
+    /// framework payload carries no recovery pointer.
+    async fn assert_ready_without_pointer(&self, id: &str) {
+        let t0 = tokio::time::Instant::now();
+        while self.rts.iter().any(|r| r.unfinished_activations() > 0) {
+            assert!(t0.elapsed() < T, "an activation never finished");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let AuthorityRead::Found(a) = self.read(id).await else {
+            panic!("{id} is Missing");
+        };
+        assert_eq!(a.state, AuthorityState::Ready);
+        let fw: serde_json::Value = serde_json::from_slice(&a.payload).unwrap();
+        assert!(
+            fw.get("recovery").is_none(),
+            "the recovery pointer of {id} is still there: {fw}"
+        );
+    }
+
+    fn activations(&self) -> u64 {
+        self.rts
+            .iter()
+            .map(|r| r.stats().activations.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    async fn shutdown(self) {
+        for n in &self.nodes {
+            n.shutdown().await;
+        }
+    }
+}
+
+/// Issue §1 / acceptance: without Instance intent a Missing Spot is `NotFound` and no record is
+/// written; with it, the Spot is activated, its first message runs first, and once the first
+/// operation is done the authority is Ready without a recovery pointer. Later calls with or
+/// without intent reach the same Spot; a one-way call with intent works too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_intent_activates_a_missing_spot_and_nothing_else_does() {
+    let c = Cluster::start(1, 1).await;
+    let (host, client) = (&c.rts[0], &c.rts[1]);
+    let err = client
+        .request_to_spot::<Inc, Count>("ctr-1", &Inc { by: 1 }, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(matches!(
+        c.read("ctr-1").await,
+        AuthorityRead::Missing { .. }
+    ));
+
+    let n: Count = client
+        .request_to_instance_spot("counter", "ctr-1", &Inc { by: 5 }, T)
+        .await
+        .unwrap();
+    assert_eq!(n, Count { n: 5 }, "the first message ran first, once");
+    c.assert_ready_without_pointer("ctr-1").await;
+    assert_eq!(c.factory_runs.load(Ordering::SeqCst), 1);
+
+    // Ready now: intent or not, the same Spot answers; no second activation.
+    let n: Count = client
+        .request_to_instance_spot("counter", "ctr-1", &Inc { by: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(n.n, 6);
+    let n: Count = host
+        .request_to_spot("ctr-1", &Inc { by: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(n.n, 7);
+    assert_eq!(c.factory_runs.load(Ordering::SeqCst), 1);
+
+    // One-way with intent activates another Spot; the message is its first.
+    client
+        .send_to_instance_spot("counter", "ctr-2", &Inc { by: 3 })
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        if let Ok(n) = client
+            .request_to_spot::<Inc, Count>("ctr-2", &Inc { by: 0 }, T)
+            .await
+        {
+            assert_eq!(n.n, 3);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ctr-2 never became Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c.assert_ready_without_pointer("ctr-2").await;
+    assert_eq!(c.activations(), 2);
+    c.shutdown().await;
+}
+
+/// Acceptance: 32 concurrent Instance-intent requests to one Missing ID from 3 nodes → one
+/// activation (one factory run), 32 replies; every increment was applied exactly once (the
+/// replies are exactly 1..=32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_concurrent_first_calls_from_three_nodes_make_one_activation() {
+    let c = Cluster::start(3, 0).await;
+    let mut calls = Vec::new();
+    for i in 0..32 {
+        let rt = &c.rts[i % 3];
+        calls.push(rt.request_to_instance_spot::<Inc, Count>("counter", "hot", &Inc { by: 1 }, T));
+    }
+    let mut seen: Vec<u64> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().n)
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=32).collect::<Vec<_>>());
+    assert_eq!(c.factory_runs.load(Ordering::SeqCst), 1, "one activation");
+    assert_eq!(c.activations(), 1);
+    assert_eq!(c.handled.load(Ordering::SeqCst), 32);
+    c.assert_ready_without_pointer("hot").await;
+
+    c.shutdown().await;
+}
+
+/// Acceptance / wire §8 "Command 39 route kind": a kind-2 route that names another node
+/// lifecycle or a descriptor version the target never published (`ProtocolError`), or a type the
+/// target cannot activate (`Rejected`), is refused before any reservation: the ID stays
+/// Missing. (The route's deadline must equal the operation's; `MeshNode::instance_spot` always
+/// writes them equal, so that branch is checked by the receiver but not reachable from here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind2_route_that_disagrees_is_refused_before_any_reservation() {
+    use zlink_protocol::generated::{InstanceRoute, InstanceRouteMissing};
+    let c = Cluster::start(1, 1).await;
+    let host = c.nodes[0].descriptor();
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 5_000;
+    let route = |lifecycle: u64, descriptor_version: u64, stable_type: &str| {
+        InstanceRoute::Missing(InstanceRouteMissing {
+            target_mesh: host.mesh_name.clone(),
+            target_node: zlink_protocol::generated::NodeFence {
+                rid: host.node.rid.clone(),
+                lifecycle_generation: lifecycle,
+            },
+            spot_id: "k2".into(),
+            stable_type: stable_type.into(),
+            descriptor_version,
+            deadline_unix_ms: deadline,
+        })
+    };
+    let payload = || zlink::mesh::handler::encode_json(&Inc { by: 1 }).unwrap();
+    let client = &c.nodes[1];
+    let (lc, rev) = (host.node.lifecycle_generation, host.descriptor_revision);
+    // Another lifecycle of the target.
+    let err = client
+        .instance_spot(
+            &host.node,
+            route(lc + 1, rev, "counter"),
+            payload(),
+            None,
+            Some(T),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ProtocolError, "{err}");
+    // A descriptor version the target never published.
+    let err = client
+        .instance_spot(
+            &host.node,
+            route(lc, rev + 100, "counter"),
+            payload(),
+            None,
+            Some(T),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ProtocolError, "{err}");
+    // A type the target does not activate.
+    let err = client
+        .instance_spot(&host.node, route(lc, rev, "nope"), payload(), None, Some(T))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rejected, "{err}");
+    assert!(matches!(c.read("k2").await, AuthorityRead::Missing { .. }));
+    assert_eq!(
+        c.rts[0]
+            .stats()
+            .activation_route_mismatches
+            .load(Ordering::Relaxed),
+        2
+    );
+    assert_eq!(c.activations(), 0);
+    assert_eq!(c.factory_runs.load(Ordering::SeqCst), 0);
+    c.shutdown().await;
+}
+
+/// Acceptance (recovery inside one node lifecycle, wire §8 "Target host의 scan과 recovery"):
+/// the activation task ends right after the Ready commit — the inbox first record is durable,
+/// the first handler has not run. The background scan takes the free local barrier and
+/// finishes it: the first message is handled exactly once, the caller gets exactly one reply,
+/// and the recovery pointer is gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_scan_finishes_an_activation_whose_task_died_after_the_inbox_commit() {
+    let c = Cluster::start(1, 1).await;
+    let (host, client) = (&c.rts[0], &c.rts[1]);
+    host.set_activation_fault(Some(ActivationFault::AbortTask));
+    let n: Count = client
+        .request_to_instance_spot("counter", "rec-1", &Inc { by: 7 }, T)
+        .await
+        .unwrap();
+    assert_eq!(n, Count { n: 7 });
+    assert!(
+        host.stats().activation_recoveries.load(Ordering::Relaxed) >= 1,
+        "the scan finished it"
+    );
+    assert_eq!(c.handled.load(Ordering::SeqCst), 1, "handled exactly once");
+    c.assert_ready_without_pointer("rec-1").await;
+    // The scan never runs it again, and the Spot goes on normally.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(c.handled.load(Ordering::SeqCst), 1);
+    host.set_activation_fault(None);
+    let n: Count = client
+        .request_to_spot("rec-1", &Inc { by: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(n.n, 8);
+
+    // The same from a caller on the target node itself (its reply is in-process).
+    host.set_activation_fault(Some(ActivationFault::AbortTask));
+    let n: Count = host
+        .request_to_instance_spot("counter", "rec-2", &Inc { by: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(n.n, 2);
+    c.assert_ready_without_pointer("rec-2").await;
+    assert_eq!(c.handled.load(Ordering::SeqCst), 3);
+    c.shutdown().await;
+}
+
+/// Wire §8 "Cold activation recovery 실패 처리": a factory that fails ends the first request
+/// once (`HandlerFailed`), records nothing (the reservation is given back under its fence, the
+/// root is deleted), and the ID is Missing, so the next call activates it. A one-way first
+/// message whose activation fails is a counted drop event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_activation_ends_the_call_once_and_leaves_the_id_missing() {
+    let c = Cluster::start(1, 1).await;
+    let (host, client) = (&c.rts[0], &c.rts[1]);
+    c.fail_flaky.store(1, Ordering::SeqCst);
+    let err = client
+        .request_to_instance_spot::<Inc, Count>("flaky", "f-1", &Inc { by: 1 }, T)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::HandlerFailed, "{err}");
+    assert!(matches!(c.read("f-1").await, AuthorityRead::Missing { .. }));
+    assert_eq!(host.unfinished_activations(), 0);
+    assert_eq!(c.handled.load(Ordering::SeqCst), 0, "nothing ran");
+    let n: Count = client
+        .request_to_instance_spot("flaky", "f-1", &Inc { by: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        n.n, 2,
+        "activated afresh; the failed first message never ran"
+    );
+    c.assert_ready_without_pointer("f-1").await;
+
+    c.fail_flaky.store(1, Ordering::SeqCst);
+    client
+        .send_to_instance_spot("flaky", "f-2", &Inc { by: 1 })
+        .await
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    while host.stats().activation_drops.load(Ordering::Relaxed) == 0 {
+        assert!(
+            t0.elapsed() < T,
+            "the failed one-way activation was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(matches!(c.read("f-2").await, AuthorityRead::Missing { .. }));
+    c.shutdown().await;
+}

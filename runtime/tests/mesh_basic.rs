@@ -1,0 +1,200 @@
+//! In-process two-node tests on 127.0.0.1 with real ZeroMQ sockets: admission, node direct
+//! send/request, typed errors.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::*;
+use zlink::call::error::{CallError, ErrorKind};
+use zlink::mesh::{Handlers, PeerState};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_admit_each_other_and_answer_a_request() {
+    let (a, b) = pair(Handlers::new(), echo_handlers()).await;
+    let reply: Echo = a
+        .request(
+            "node-b",
+            &Echo {
+                text: "hi".into(),
+                n: 1,
+            },
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        reply,
+        Echo {
+            text: "hi".into(),
+            n: 2
+        }
+    );
+    let pa = a.peer("node-b").unwrap();
+    let pb = b.peer("node-a").unwrap();
+    assert_eq!(pa.state, PeerState::Ready);
+    assert_eq!(pa.connection_generation, pb.connection_generation);
+    assert_eq!(pa.epochs, 1);
+    assert_eq!(a.pending_requests(), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_sends_arrive_in_order() {
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut hb = Handlers::new();
+    let g = Arc::clone(&got);
+    hb.on_send(move |_, n: Note| {
+        let g = Arc::clone(&g);
+        async move {
+            g.lock().unwrap().push(n.seq);
+            Ok(())
+        }
+    });
+    let (a, b) = pair(Handlers::new(), hb).await;
+    for seq in 0..500 {
+        a.send(
+            "node-b",
+            &Note {
+                seq,
+                body: "x".into(),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while got.lock().unwrap().len() < 500 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*got.lock().unwrap(), (0..500).collect::<Vec<_>>());
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_errors_and_missing_handlers_come_back_typed() {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Boom;
+    impl zlink::mesh::JsonMessage for Boom {
+        const PACKET_NAME: &'static str = "test.Boom";
+    }
+    let mut hb = Handlers::new();
+    hb.on_request(|_, _: Boom| async {
+        Err::<Echo, _>(CallError::new(ErrorKind::Conflict, "busy"))
+    });
+    let (a, b) = pair(Handlers::new(), hb).await;
+    let err = a
+        .request::<Boom, Echo>("node-b", &Boom, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert_eq!(err.detail(), "busy");
+    let err = a
+        .request::<Echo, Echo>(
+            "node-b",
+            &Echo {
+                text: String::new(),
+                n: 0,
+            },
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = a
+        .send(
+            "node-zzz",
+            &Note {
+                seq: 0,
+                body: String::new(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_handler_times_out_once_and_the_late_reply_is_dropped_and_counted() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let mut hb = Handlers::new();
+    hb.on_request(move |_, e: Echo| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(e)
+        }
+    });
+    let (a, b) = pair(Handlers::new(), hb).await;
+    let err = a
+        .request::<Echo, Echo>(
+            "node-b",
+            &Echo {
+                text: String::new(),
+                n: 0,
+            },
+            Duration::from_millis(100),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while a.late_replies() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(a.late_replies(), 1);
+    assert_eq!(a.pending_requests(), 0);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_completes_pending_requests_with_shutting_down() {
+    let mut hb = Handlers::new();
+    hb.on_request(|_, e: Echo| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(e)
+    });
+    let (a, b) = pair(Handlers::new(), hb).await;
+    let a = Arc::new(a);
+    let a2 = Arc::clone(&a);
+    let req = tokio::spawn(async move {
+        a2.request::<Echo, Echo>(
+            "node-b",
+            &Echo {
+                text: String::new(),
+                n: 0,
+            },
+            Duration::from_secs(20),
+        )
+        .await
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while a.pending_requests() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    a.shutdown().await;
+    let err = req.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShuttingDown);
+    let err = a
+        .send(
+            "node-b",
+            &Note {
+                seq: 0,
+                body: String::new(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShuttingDown);
+    b.shutdown().await;
+}
