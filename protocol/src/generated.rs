@@ -130,6 +130,21 @@ pub struct CommandSpec {
     pub in_reply_to: &'static [CommandId],
     /// Field-paired answer (liveness probe/ack), matched by the named body field.
     pub paired_by: Option<(&'static str, CommandId)>,
+    /// Charged to the connection's flow-control credit (schema `flowCharged`): the record must carry exactly the charge its size implies.
+    pub flow_charged: bool,
+    /// Where the record's sending node identity comes from (schema `source`).
+    pub source: SourceRule,
+}
+
+/// Where a record's sending node identity comes from (schema `source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceRule {
+    /// The body's `source` field (a NodeFence); the receiver checks it names the connection's admitted peer.
+    Body,
+    /// The body names no sender: it is the connection's admitted peer.
+    Connection,
+    /// No sender identity is carried or checked.
+    None,
 }
 
 /// Wire enum `ObjectKind`.
@@ -3481,6 +3496,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Admit, CommandId::Reject],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 2,
@@ -3494,6 +3511,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[CommandId::Hello],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 3,
@@ -3507,6 +3526,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[CommandId::Hello],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 4,
@@ -3520,6 +3541,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 5,
@@ -3533,6 +3556,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: Some(("probeId", CommandId::LivenessAck)),
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 6,
@@ -3546,6 +3571,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: Some(("probeId", CommandId::LivenessProbe)),
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 16,
@@ -3559,6 +3586,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 17,
@@ -3572,6 +3601,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 18,
@@ -3585,6 +3616,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 19,
@@ -3598,6 +3631,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 20,
@@ -3611,6 +3646,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[CommandId::NodeRequest, CommandId::ChannelRequest, CommandId::SpotRequest, CommandId::ActorRequest, CommandId::ActorLookup, CommandId::ActorDestroy, CommandId::ActorJoin, CommandId::ActorLeft, CommandId::ActorJoined, CommandId::BoundSessionBind, CommandId::InstanceSpot, CommandId::UserSpotCreate, CommandId::UserSpotClose, CommandId::ActorCreate],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 21,
@@ -3624,6 +3661,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 22,
@@ -3637,6 +3676,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 23,
@@ -3650,6 +3691,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 24,
@@ -3663,6 +3706,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 25,
@@ -3676,6 +3721,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 26,
@@ -3689,6 +3736,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 27,
@@ -3702,6 +3751,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 28,
@@ -3715,6 +3766,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Connection,
     },
     CommandSpec {
         id: 29,
@@ -3728,6 +3781,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 30,
@@ -3741,6 +3796,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[CommandId::RelocationPrepare],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 31,
@@ -3754,6 +3811,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 33,
@@ -3767,6 +3826,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::ReplyRelayAck],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 34,
@@ -3780,6 +3841,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 36,
@@ -3793,6 +3856,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 37,
@@ -3806,6 +3871,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 38,
@@ -3819,6 +3886,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 39,
@@ -3832,6 +3901,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 40,
@@ -3845,6 +3916,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::RelocationReady, CommandId::RelocationFailed],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 42,
@@ -3858,6 +3931,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::SessionRelocationSealed],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 43,
@@ -3871,6 +3946,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[CommandId::SessionRelocationSeal],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 44,
@@ -3884,6 +3961,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 46,
@@ -3897,6 +3976,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[CommandId::ReplyRelay],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 47,
@@ -3910,6 +3991,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 48,
@@ -3923,6 +4006,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 49,
@@ -3936,6 +4021,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[CommandId::Reply],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: true,
+        source: SourceRule::Body,
     },
     CommandSpec {
         id: 50,
@@ -3949,6 +4036,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 51,
@@ -3962,6 +4051,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 52,
@@ -3975,6 +4066,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
     CommandSpec {
         id: 53,
@@ -3988,6 +4081,8 @@ pub static COMMAND_SPECS: [CommandSpec; 40] = [
         replies: &[],
         in_reply_to: &[CommandId::RelocationPrepare],
         paired_by: None,
+        flow_charged: false,
+        source: SourceRule::None,
     },
 ];
 
@@ -4136,6 +4231,57 @@ impl CommandBody {
             Self::BoundSessionReplaced(_) => CommandId::BoundSessionReplaced,
             Self::RelocationState(_) => CommandId::RelocationState,
             Self::RelocationFailed(_) => CommandId::RelocationFailed,
+        }
+    }
+
+    /// The schema declaration of this body's command (layer, flow charge, source rule, legs).
+    pub const fn spec(&self) -> &'static CommandSpec {
+        self.command().spec()
+    }
+
+    /// The sending node the body names (commands whose source rule is [`SourceRule::Body`]); `None` for the others.
+    pub const fn source(&self) -> Option<&NodeFence> {
+        match self {
+            Self::Hello(_) => None,
+            Self::Admit(_) => None,
+            Self::Reject(_) => None,
+            Self::Update(_) => None,
+            Self::LivenessProbe(_) => None,
+            Self::LivenessAck(_) => None,
+            Self::NodeSend(b) => Some(&b.source),
+            Self::NodeRequest(b) => Some(&b.source),
+            Self::ChannelSend(b) => Some(&b.source),
+            Self::ChannelRequest(b) => Some(&b.source),
+            Self::Reply(_) => None,
+            Self::SpotSend(b) => Some(&b.source),
+            Self::SpotRequest(b) => Some(&b.source),
+            Self::LogicalMulticast(b) => Some(&b.source),
+            Self::ActorSend(b) => Some(&b.source),
+            Self::ActorRequest(b) => Some(&b.source),
+            Self::ActorLookup(b) => Some(&b.source),
+            Self::ActorDestroy(b) => Some(&b.source),
+            Self::ActorJoin(_) => None,
+            Self::ActorLeft(_) => None,
+            Self::RelocationReady(_) => None,
+            Self::RelocationData(_) => None,
+            Self::ReplyRelay(_) => None,
+            Self::RelocationCutover(_) => None,
+            Self::BoundSessionSend(_) => None,
+            Self::ActorJoined(_) => None,
+            Self::BoundSessionBind(_) => None,
+            Self::InstanceSpot(b) => Some(&b.source),
+            Self::RelocationPrepare(b) => Some(&b.source),
+            Self::SessionRelocationSeal(_) => None,
+            Self::SessionRelocationSealed(_) => None,
+            Self::SessionRelocationRoute(_) => None,
+            Self::ReplyRelayAck(_) => None,
+            Self::UserSpotCreate(b) => Some(&b.source),
+            Self::UserSpotClose(b) => Some(&b.source),
+            Self::ActorCreate(b) => Some(&b.source),
+            Self::MessageFollow(_) => None,
+            Self::BoundSessionReplaced(_) => None,
+            Self::RelocationState(_) => None,
+            Self::RelocationFailed(_) => None,
         }
     }
 

@@ -1061,6 +1061,8 @@ fn emit_commands(m: &Model, o: &mut Out) {
         o.line(2, &format!("replies: &[{}],", replies.join(", ")));
         o.line(2, &format!("in_reply_to: &[{}],", irt.join(", ")));
         o.line(2, &format!("paired_by: {paired},"));
+        o.line(2, &format!("flow_charged: {},", c.flow_charged));
+        o.line(2, &format!("source: SourceRule::{},", pascal(&c.source)));
         o.line(1, "},");
     }
     o.line(0, "];");
@@ -1126,6 +1128,30 @@ fn emit_commands(m: &Model, o: &mut Out) {
                 pascal(&c.name)
             ),
         );
+    }
+    o.line(2, "}");
+    o.line(1, "}");
+    o.line(0, "");
+    o.doc(
+        1,
+        "The schema declaration of this body's command (layer, flow charge, source rule, legs).",
+    );
+    o.line(1, "pub const fn spec(&self) -> &'static CommandSpec {");
+    o.line(2, "self.command().spec()");
+    o.line(1, "}");
+    o.line(0, "");
+    o.doc(1, "The sending node the body names (commands whose source rule is [`SourceRule::Body`]); `None` for the others.");
+    o.line(1, "pub const fn source(&self) -> Option<&NodeFence> {");
+    o.line(2, "match self {");
+    for c in cmds {
+        if c.source == "body" {
+            o.line(
+                3,
+                &format!("Self::{}(b) => Some(&b.source),", pascal(&c.name)),
+            );
+        } else {
+            o.line(3, &format!("Self::{}(_) => None,", pascal(&c.name)));
+        }
     }
     o.line(2, "}");
     o.line(1, "}");
@@ -1361,6 +1387,33 @@ pub fn generate(m: &Model) -> String {
         "Field-paired answer (liveness probe/ack), matched by the named body field.",
     );
     o.line(1, "pub paired_by: Option<(&'static str, CommandId)>,");
+    o.doc(
+        1,
+        "Charged to the connection's flow-control credit (schema `flowCharged`): the record must carry exactly the charge its size implies.",
+    );
+    o.line(1, "pub flow_charged: bool,");
+    o.doc(
+        1,
+        "Where the record's sending node identity comes from (schema `source`).",
+    );
+    o.line(1, "pub source: SourceRule,");
+    o.line(0, "}");
+    o.line(0, "");
+    o.doc(
+        0,
+        "Where a record's sending node identity comes from (schema `source`).",
+    );
+    o.line(0, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]");
+    o.line(0, "pub enum SourceRule {");
+    o.doc(1, "The body's `source` field (a NodeFence); the receiver checks it names the connection's admitted peer.");
+    o.line(1, "Body,");
+    o.doc(
+        1,
+        "The body names no sender: it is the connection's admitted peer.",
+    );
+    o.line(1, "Connection,");
+    o.doc(1, "No sender identity is carried or checked.");
+    o.line(1, "None,");
     o.line(0, "}");
     o.line(0, "");
     for e in &m.enums {

@@ -318,6 +318,13 @@ pub struct CommandDef {
     pub in_reply_to: Vec<String>,
     /// Field-paired answer (liveness).
     pub paired_by: Option<(String, String)>,
+    /// Charged to the connection's flow-control credit (schema `flowCharged`, default false):
+    /// the receiver checks the record carries exactly the charge its size implies.
+    pub flow_charged: bool,
+    /// Where the record's sending node identity comes from (schema `source`): `body` (the
+    /// body's `source` NodeFence field), `connection` (the connection's admitted peer) or
+    /// `none`. Default: `body` when the body has a `source` NodeFence field, else `none`.
+    pub source: String,
     /// Body.
     pub body: StructDef,
 }
@@ -1312,6 +1319,8 @@ impl Model {
                     "replies",
                     "inReplyTo",
                     "pairedBy",
+                    "flowCharged",
+                    "source",
                     "description",
                     "body",
                     "constraints",
@@ -1414,6 +1423,44 @@ impl Model {
             {
                 cx.err(&cp, format!("pairedBy field `{f}` is not a body field"));
             }
+            let has_source_field = fields.iter().any(|x| {
+                x.name == "source"
+                    && matches!(&x.ty, Ty::Struct { name, .. } if name == "NodeFence")
+            });
+            let flow_charged = match co.get("flowCharged") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    cx.err(&cp, "flowCharged must be a boolean");
+                    false
+                }
+            };
+            let source = match co.get("source") {
+                None if has_source_field => "body".to_owned(),
+                None => "none".to_owned(),
+                Some(v) => v.as_str().unwrap_or("").to_owned(),
+            };
+            if !["body", "connection", "none"].contains(&source.as_str()) {
+                cx.err(&cp, "source must be body, connection or none");
+            }
+            if source == "body" && !has_source_field {
+                cx.err(
+                    &cp,
+                    "source `body` needs a `source` field of type NodeFence",
+                );
+            }
+            if source != "body" && has_source_field {
+                cx.err(
+                    &cp,
+                    "a body with a `source` NodeFence field names its sender by it (source `body`)",
+                );
+            }
+            if flow_charged && source == "none" {
+                cx.err(
+                    &cp,
+                    "a flow-charged command needs a sender identity (source `body` or `connection`)",
+                );
+            }
             let multi_leg = legs.len() > 1;
             let has_leg_constraint = constraints
                 .iter()
@@ -1433,6 +1480,8 @@ impl Model {
                 replies,
                 in_reply_to,
                 paired_by,
+                flow_charged,
+                source,
                 body: StructDef {
                     name: pascal(&name),
                     fields,

@@ -183,3 +183,27 @@ fn a_dropped_command_leaves_its_id_uncovered() {
         "command id 53 must be exactly one of defined or reserved",
     );
 }
+
+#[test]
+fn a_flow_charged_command_without_a_sender_identity_is_refused() {
+    let mut v = schema();
+    // livenessProbe names no sender: charging it would leave the reactor nothing to check.
+    command_mut(&mut v, "livenessProbe")["flowCharged"] = json!(true);
+    assert_refused(&v, "a flow-charged command needs a sender identity");
+}
+
+#[test]
+fn a_source_rule_must_agree_with_the_body() {
+    let mut v = schema();
+    command_mut(&mut v, "spotSend")["source"] = json!("connection");
+    assert_refused(&v, "names its sender by it");
+    let mut v = schema();
+    command_mut(&mut v, "actorJoin")["source"] = json!("body");
+    assert_refused(&v, "needs a `source` field of type NodeFence");
+    let mut v = schema();
+    command_mut(&mut v, "actorJoin")["source"] = json!("peer");
+    assert_refused(&v, "source must be body, connection or none");
+    let mut v = schema();
+    command_mut(&mut v, "actorJoin")["flowCharged"] = json!("yes");
+    assert_refused(&v, "flowCharged must be a boolean");
+}

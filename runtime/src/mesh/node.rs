@@ -164,158 +164,11 @@ pub(crate) struct Inner {
     /// Select-one state of every Channel this node is registered on (Client or Server).
     pub selectors: Mutex<foldhash::HashMap<String, ChannelSelector>>,
     /// The object runtime, once attached.
-    pub object_sink: std::sync::OnceLock<Arc<dyn ObjectSink>>,
+    pub object_sink: std::sync::OnceLock<Arc<dyn super::ObjectSink>>,
     /// Fencing deadline on the node's clock ([`Inner::now_ms`]): the last confirmed lease
     /// deadline minus the fencing margin, measured from when that claim or renewal was sent.
     /// `u64::MAX` without a store.
     pub fencing_deadline_ms: AtomicU64,
-}
-
-/// An object command (Spot / Actor send or request, wire 21/22/24/25) the reactor admitted:
-/// the record came from the admitted peer `source` on the current epoch, named this node's
-/// lifecycle as target, and its flow charge is settled. Target admission (does this node own
-/// the object under the route's fences?) is the receiver's.
-#[derive(Debug)]
-pub struct ObjectDelivery {
-    /// The sending node.
-    pub source: Arc<NodeFence>,
-    /// The route the sender resolved.
-    pub route: RouteFence,
-    /// The request header (`None` for a one-way send).
-    pub request: Option<RequestHeader>,
-    /// Metadata snapshot.
-    pub metadata: Option<Metadata>,
-    /// The application payload.
-    pub payload: TypedPayload,
-}
-
-/// An admitted remote create — User Spot (command 47, wire §8.1) or Actor (command 49): the
-/// source reserved the slot for this node; this node runs the factory and commits, then
-/// answers once.
-#[derive(Debug)]
-pub struct CreateDelivery {
-    /// The sending node.
-    pub source: Arc<NodeFence>,
-    /// Terminal identity of the create request.
-    pub request: RequestHeader,
-    /// Spot (47) or Actor (49).
-    pub kind: zlink_protocol::generated::ObjectKind,
-    /// The object ID.
-    pub id: String,
-    /// Its stable type.
-    pub stable_type: String,
-    /// Actors: the Entry or User Spot it is a member of.
-    pub membership: Option<String>,
-    /// The provider-issued reservation fence the source holds.
-    pub reservation: ReservationFence,
-}
-
-/// An admitted remote User Spot close (command 48, wire §8.1): it names the exact incarnation
-/// (SpotRef), this node's lifecycle, the AuthorityOwnerGeneration and StoreVersion it read.
-#[derive(Debug)]
-pub struct CloseDelivery {
-    /// The sending node.
-    pub source: Arc<NodeFence>,
-    /// Terminal identity of the close request.
-    pub request: RequestHeader,
-    /// The Spot incarnation.
-    pub spot: zlink_protocol::generated::SpotRef,
-    /// The node lifecycle the close is addressed to.
-    pub target_node: NodeFence,
-    /// Owner generation read by the source.
-    pub authority_owner_generation: u64,
-    /// StoreVersion read by the source.
-    pub store_version: u64,
-}
-
-/// An admitted remote Actor destroy (command 27): the route names the exact incarnation
-/// (ObjectGeneration), owner generation and lease the caller read.
-#[derive(Debug)]
-pub struct DestroyDelivery {
-    /// The sending node.
-    pub source: Arc<NodeFence>,
-    /// Terminal identity of the destroy request.
-    pub request: RequestHeader,
-    /// The Actor incarnation and its owner fences.
-    pub route: RouteFence,
-}
-
-/// An admitted Actor join proposal (command 28, wire §9 "Actor join 요청 envelope"): the
-/// Actor's route fence, whether the target is an Entry Spot, and the target Spot's route fence.
-/// The receiver reads the Actor's authority row and accepts only if it matches the fence.
-#[derive(Debug)]
-pub struct JoinDelivery {
-    /// The sending node (the connection's admitted peer; command 28 has no source field).
-    pub source: Arc<NodeFence>,
-    /// Terminal identity of the join request.
-    pub request: RequestHeader,
-    /// The Actor incarnation and its owner fences.
-    pub actor_route: RouteFence,
-    /// The target is an Entry Spot (a leave back to the node's Entry Spot).
-    pub entry: bool,
-    /// The target Spot incarnation and its owner fences.
-    pub spot_route: RouteFence,
-}
-
-/// An admitted Instance Spot operation (command 39, wire §8): a send or request with its own
-/// operation identity and a route of kind 1 (an existing Ready authority) or kind 2 (Missing
-/// cold activation, no authority fences).
-#[derive(Debug)]
-pub struct InstanceDelivery {
-    /// The sending node (the body's `source`, checked against the connection's peer).
-    pub source: Arc<NodeFence>,
-    /// Terminal identity of a request (`None` for a send).
-    pub request: Option<RequestHeader>,
-    /// The operation ID (sends have one too).
-    pub operation_id: zlink_protocol::generated::OperationId,
-    /// End-to-end deadline of the operation.
-    pub deadline_unix_ms: u64,
-    /// The Spot the call was made from, if any (empty: none).
-    pub source_spot_id: String,
-    /// Kind 1 or kind 2.
-    pub route: zlink_protocol::generated::InstanceRoute,
-    /// Metadata snapshot.
-    pub metadata: Option<Metadata>,
-    /// The application payload.
-    pub payload: TypedPayload,
-}
-
-/// An admitted Logical Multicast publish (command 23): this node delivers it to its own local
-/// Spot subscriptions matching (channel, topic, packet name).
-#[derive(Debug)]
-pub struct MulticastDelivery {
-    /// The publishing node.
-    pub source: Arc<NodeFence>,
-    /// ChannelName.
-    pub channel: String,
-    /// Topic.
-    pub topic: String,
-    /// The publisher's sequence of this publish.
-    pub publish_sequence: u64,
-    /// Metadata snapshot.
-    pub metadata: Option<Metadata>,
-    /// The application payload.
-    pub payload: TypedPayload,
-}
-
-/// The receiver of admitted object commands: the object runtime of this node.
-pub trait ObjectSink: Send + Sync + 'static {
-    /// Take one Logical Multicast publish (command 23). Must not block.
-    fn multicast(&self, delivery: MulticastDelivery);
-    /// Take one Instance Spot operation (command 39). Must not block; a request is answered
-    /// with [`MeshNode::reply_to`].
-    fn instance(&self, delivery: InstanceDelivery);
-    /// Take one Actor join proposal. Must not block; answers with [`MeshNode::reply_create`].
-    fn join(&self, delivery: JoinDelivery);
-    /// Take one remote Actor destroy. Must not block; answers with
-    /// [`MeshNode::reply_create`].
-    fn destroy(&self, delivery: DestroyDelivery);
-    /// Take one remote close. Must not block; answers with [`MeshNode::reply_create`].
-    fn close(&self, delivery: CloseDelivery);
-    /// Take one delivery. Must not block: the reactor calls it.
-    fn deliver(&self, delivery: ObjectDelivery);
-    /// Take one remote create. Must not block; answers with [`MeshNode::reply_create`].
-    fn create(&self, delivery: CreateDelivery);
 }
 
 /// Smooth weighted round-robin state of one Channel, with the peer-table version its
@@ -1200,7 +1053,7 @@ impl MeshNode {
     ///
     /// # Errors
     /// `InvalidOperation` when a sink is attached already.
-    pub fn set_object_sink(&self, sink: Arc<dyn ObjectSink>) -> Result<(), CallError> {
+    pub fn set_object_sink(&self, sink: Arc<dyn super::ObjectSink>) -> Result<(), CallError> {
         self.inner.object_sink.set(sink).map_err(|_| {
             CallError::new(
                 ErrorKind::InvalidOperation,
@@ -1568,7 +1421,7 @@ impl MeshNode {
         .map(|_| ())
     }
 
-    /// Answer a [`CreateDelivery`] or [`CloseDelivery`] once: `Ok(tail)` carries the operation's success tail
+    /// Answer an object control request (create, close, destroy, join) once: `Ok(tail)` carries the operation's success tail
     /// (e.g. `ReplyResult::UserSpotCreate { outcome: Created, spot }`).
     pub fn reply_create(
         &self,

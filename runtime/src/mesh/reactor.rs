@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     Admit, ChannelRole, CommandBody, Hello, LivenessAck, LivenessProbe, NodeDescriptor, NodeFence,
-    Reject, RejectReason, Topology, Update,
+    Reject, RejectReason, SourceRule, Topology, Update,
 };
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
 use zlink_store::types::LeaseRead;
@@ -24,6 +24,7 @@ use super::discovery::{DesiredPeer, Disposition, connection_not_required, desire
 use super::dispatch::DispatchItem;
 use super::liveness::{Liveness, LivenessAction};
 use super::node::{Inner, new_connection_generation};
+use super::object_command::{ObjectCommand, ObjectPayload, ObjectSink};
 use super::peer::{HelloState, Intent, IntentKind, PeerEntry, PeerState};
 use crate::call::error::CallError;
 use crate::call::pending::{Delivered, PeerRef, ReplyFields};
@@ -768,6 +769,36 @@ impl Reactor {
         true
     }
 
+    /// A record stamped with generation 0: only the handshake (hello, admit, reject on their
+    /// legs) travels before admission; anything else is counted `unadmitted` and dropped.
+    fn on_unadmitted_record(
+        &mut self,
+        from: &Bytes,
+        wire_leg: WireLeg,
+        leg: Leg,
+        frames: &[Bytes],
+    ) {
+        let record = match Record::decode_shared(frames, WireContext::route_mesh(wire_leg)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.inner.metrics.protocol_error(e.kind());
+                return;
+            }
+        };
+        match record.body {
+            CommandBody::Hello(h) if leg == Leg::Request => self.on_hello(from, h),
+            CommandBody::Admit(a) if leg == Leg::Reply => self.on_admit(from, a),
+            CommandBody::Reject(r) if leg == Leg::Reply => self.on_reject(from, r),
+            _ => {
+                inc(&self.inner.metrics.unadmitted);
+            }
+        }
+    }
+
+    /// Every command has its own arm below (no wildcard: `clippy::wildcard_enum_match_arm` is
+    /// denied), so a command added to the schema — a new `CommandBody` variant — does not
+    /// compile until the reactor handles it.
+    #[deny(clippy::wildcard_enum_match_arm)]
     fn on_record(
         &mut self,
         from: &Bytes,
@@ -777,21 +808,7 @@ impl Reactor {
         frames: &[Bytes],
     ) {
         if stamp.generation == 0 {
-            let record = match Record::decode_shared(frames, WireContext::route_mesh(wire_leg)) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.inner.metrics.protocol_error(e.kind());
-                    return;
-                }
-            };
-            match record.body {
-                CommandBody::Hello(h) if leg == Leg::Request => self.on_hello(from, h),
-                CommandBody::Admit(a) if leg == Leg::Reply => self.on_admit(from, a),
-                CommandBody::Reject(r) if leg == Leg::Reply => self.on_reject(from, r),
-                _ => {
-                    inc(&self.inner.metrics.unadmitted);
-                }
-            }
+            self.on_unadmitted_record(from, wire_leg, leg, frames);
             return;
         }
         // Fences: generation, then sequence, then credit.
@@ -821,46 +838,16 @@ impl Reactor {
                 return;
             }
         };
-        let is_app = matches!(
-            record.body,
-            CommandBody::NodeSend(_)
-                | CommandBody::NodeRequest(_)
-                | CommandBody::ChannelSend(_)
-                | CommandBody::ChannelRequest(_)
-                | CommandBody::SpotSend(_)
-                | CommandBody::SpotRequest(_)
-                | CommandBody::ActorSend(_)
-                | CommandBody::ActorRequest(_)
-                | CommandBody::UserSpotCreate(_)
-                | CommandBody::ActorCreate(_)
-                | CommandBody::UserSpotClose(_)
-                | CommandBody::ActorDestroy(_)
-                | CommandBody::ActorJoin(_)
-                | CommandBody::InstanceSpot(_)
-                | CommandBody::LogicalMulticast(_)
-        );
-        if is_app {
-            // Flow control cannot be skipped: an application record carries exactly the charge
-            // its size implies, and claims to come from the admitted peer itself.
+        // Flow control and sender identity come from the schema (generated `CommandSpec`):
+        // a charged record carries exactly the charge its size implies, and claims to come
+        // from the admitted peer itself.
+        let spec = record.body.spec();
+        if spec.flow_charged {
             let bytes: usize = frames.iter().map(Bytes::len).sum();
-            let source = match &record.body {
-                CommandBody::NodeSend(s) => Some(&s.source),
-                CommandBody::NodeRequest(r) => Some(&r.source),
-                CommandBody::ChannelSend(s) => Some(&s.source),
-                CommandBody::ChannelRequest(r) => Some(&r.source),
-                CommandBody::SpotSend(s) => Some(&s.source),
-                CommandBody::SpotRequest(r) => Some(&r.source),
-                CommandBody::ActorSend(s) => Some(&s.source),
-                CommandBody::ActorRequest(r) => Some(&r.source),
-                CommandBody::UserSpotCreate(c) => Some(&c.source),
-                CommandBody::ActorCreate(c) => Some(&c.source),
-                CommandBody::UserSpotClose(c) => Some(&c.source),
-                CommandBody::ActorDestroy(c) => Some(&c.source),
-                // Command 28 carries no source field: it comes from the admitted peer.
-                CommandBody::ActorJoin(_) => Some(conn.peer()),
-                CommandBody::InstanceSpot(i) => Some(&i.source),
-                CommandBody::LogicalMulticast(m) => Some(&m.source),
-                _ => None,
+            let source = match spec.source {
+                SourceRule::Body => record.body.source(),
+                SourceRule::Connection => Some(conn.peer()),
+                SourceRule::None => None,
             };
             if stamp.charge != conn.expected_charge(bytes) {
                 self.inner.metrics.protocol_error("charge_mismatch");
@@ -872,8 +859,7 @@ impl Reactor {
                 self.consumed(&conn, stamp.charge);
                 return;
             }
-        }
-        if stamp.charge > 0 && !is_app {
+        } else if stamp.charge > 0 {
             self.consumed(&conn, stamp.charge);
         }
         match record.body {
@@ -1029,152 +1015,62 @@ impl Reactor {
                     },
                 );
             }
-            CommandBody::SpotSend(s) => {
-                self.deliver_object(
+            CommandBody::SpotSend(b) => {
+                self.take_object(
                     conn,
                     stamp.charge,
-                    s.route,
-                    None,
-                    record.metadata,
-                    record.payload,
+                    ObjectCommand::SpotSend(b, app(record.metadata, record.payload)),
                 );
             }
-            CommandBody::ActorSend(s) => {
-                self.deliver_object(
+            CommandBody::SpotRequest(b) => {
+                self.take_object(
                     conn,
                     stamp.charge,
-                    s.route,
-                    None,
-                    record.metadata,
-                    record.payload,
+                    ObjectCommand::SpotRequest(b, app(record.metadata, record.payload)),
                 );
             }
-            CommandBody::SpotRequest(r) => {
-                self.deliver_object(
+            CommandBody::ActorSend(b) => {
+                self.take_object(
                     conn,
                     stamp.charge,
-                    r.route,
-                    Some(r.request),
-                    record.metadata,
-                    record.payload,
+                    ObjectCommand::ActorSend(b, app(record.metadata, record.payload)),
                 );
             }
-            CommandBody::ActorRequest(r) => {
-                self.deliver_object(
+            CommandBody::ActorRequest(b) => {
+                self.take_object(
                     conn,
                     stamp.charge,
-                    r.route,
-                    Some(r.request),
-                    record.metadata,
-                    record.payload,
+                    ObjectCommand::ActorRequest(b, app(record.metadata, record.payload)),
                 );
             }
-            CommandBody::UserSpotCreate(c) => {
-                let source = Arc::clone(conn.peer_shared());
-                self.consumed(&conn, stamp.charge);
-                self.deliver_create(super::node::CreateDelivery {
-                    source,
-                    request: c.request,
-                    kind: zlink_protocol::generated::ObjectKind::Spot,
-                    id: c.spot_id,
-                    stable_type: c.stable_type,
-                    membership: None,
-                    reservation: c.reservation,
-                });
+            CommandBody::LogicalMulticast(b) => {
+                self.take_object(
+                    conn,
+                    stamp.charge,
+                    ObjectCommand::LogicalMulticast(b, app(record.metadata, record.payload)),
+                );
             }
-            CommandBody::ActorDestroy(c) => {
-                let source = Arc::clone(conn.peer_shared());
-                self.consumed(&conn, stamp.charge);
-                if let Some(sink) = self.object_sink_or_refuse(&source, Some(&c.request)) {
-                    sink.destroy(super::node::DestroyDelivery {
-                        source,
-                        request: c.request,
-                        route: c.route,
-                    });
-                }
+            CommandBody::InstanceSpot(b) => {
+                self.take_object(
+                    conn,
+                    stamp.charge,
+                    ObjectCommand::InstanceSpot(b, app(record.metadata, record.payload)),
+                );
             }
-            CommandBody::UserSpotClose(c) => {
-                let source = Arc::clone(conn.peer_shared());
-                self.consumed(&conn, stamp.charge);
-                if let Some(sink) = self.object_sink_or_refuse(&source, Some(&c.request)) {
-                    sink.close(super::node::CloseDelivery {
-                        source,
-                        request: c.request,
-                        spot: c.spot,
-                        target_node: c.target_node,
-                        authority_owner_generation: c.authority_owner_generation,
-                        store_version: c.store_version,
-                    });
-                }
+            CommandBody::UserSpotCreate(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::UserSpotCreate(b));
             }
-            CommandBody::LogicalMulticast(m) => {
-                let source = Arc::clone(conn.peer_shared());
-                self.consumed(&conn, stamp.charge);
-                // No objects here: nothing subscribes (a one-way record; counted).
-                if let Some(sink) = self.object_sink_or_refuse(&source, None) {
-                    sink.multicast(super::node::MulticastDelivery {
-                        source,
-                        channel: m.channel_name,
-                        topic: m.topic,
-                        publish_sequence: m.publish_sequence,
-                        metadata: record.metadata,
-                        payload: record.payload.unwrap_or_default(),
-                    });
-                }
+            CommandBody::UserSpotClose(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::UserSpotClose(b));
             }
-            CommandBody::InstanceSpot(i) => {
-                let source = Arc::clone(conn.peer_shared());
-                self.consumed(&conn, stamp.charge);
-                let request = match (i.reply_route_id, i.correlation_id) {
-                    (Some(reply_route_id), Some(correlation_id)) => {
-                        Some(zlink_protocol::generated::RequestHeader {
-                            operation_id: i.operation_id.clone(),
-                            reply_route_id,
-                            correlation_id,
-                            deadline_unix_ms: i.deadline_unix_ms,
-                        })
-                    }
-                    _ => None,
-                };
-                let Some(sink) = self.object_sink_or_refuse(&source, request.as_ref()) else {
-                    return;
-                };
-                sink.instance(super::node::InstanceDelivery {
-                    source,
-                    request,
-                    operation_id: i.operation_id,
-                    deadline_unix_ms: i.deadline_unix_ms,
-                    source_spot_id: i.source_spot_id,
-                    route: i.route,
-                    metadata: record.metadata,
-                    payload: record.payload.unwrap_or_default(),
-                });
+            CommandBody::ActorCreate(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::ActorCreate(b));
             }
-            CommandBody::ActorJoin(j) => {
-                let source = Arc::clone(conn.peer_shared());
-                self.consumed(&conn, stamp.charge);
-                if let Some(sink) = self.object_sink_or_refuse(&source, Some(&j.request)) {
-                    sink.join(super::node::JoinDelivery {
-                        source,
-                        request: j.request,
-                        actor_route: j.actor_route,
-                        entry: j.entry,
-                        spot_route: j.target_spot_route,
-                    });
-                }
+            CommandBody::ActorDestroy(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::ActorDestroy(b));
             }
-            CommandBody::ActorCreate(c) => {
-                let source = Arc::clone(conn.peer_shared());
-                self.consumed(&conn, stamp.charge);
-                self.deliver_create(super::node::CreateDelivery {
-                    source,
-                    request: c.request,
-                    kind: zlink_protocol::generated::ObjectKind::Actor,
-                    id: c.actor_id,
-                    stable_type: c.stable_type,
-                    membership: Some(c.membership_spot_id),
-                    reservation: c.reservation,
-                });
+            CommandBody::ActorJoin(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::ActorJoin(b));
             }
             CommandBody::Reply(reply) => {
                 let outcome = match CallError::from_status(reply.status, reply.detail.clone()) {
@@ -1197,74 +1093,78 @@ impl Reactor {
                     Delivered::Dropped { .. } => {}
                 }
             }
-            _ => {
-                // Commands of later capabilities (channels, objects, relocation) are not
-                // served by this node version: counted, never dispatched.
+            // A handshake record on an admitted connection, on a leg it does not travel on.
+            CommandBody::Hello(_) | CommandBody::Admit(_) | CommandBody::Reject(_) => {
+                inc(&self.inner.metrics.unserved_commands);
+            }
+            // Commands of later capabilities (relocation, sessions, lookups) are not served by
+            // this node version: counted, never dispatched. Each is named, so a command added to
+            // the schema does not compile until it is handled here.
+            CommandBody::ActorLookup(_)
+            | CommandBody::ActorLeft(_)
+            | CommandBody::RelocationReady(_)
+            | CommandBody::RelocationData(_)
+            | CommandBody::ReplyRelay(_)
+            | CommandBody::RelocationCutover(_)
+            | CommandBody::BoundSessionSend(_)
+            | CommandBody::ActorJoined(_)
+            | CommandBody::BoundSessionBind(_)
+            | CommandBody::RelocationPrepare(_)
+            | CommandBody::SessionRelocationSeal(_)
+            | CommandBody::SessionRelocationSealed(_)
+            | CommandBody::SessionRelocationRoute(_)
+            | CommandBody::ReplyRelayAck(_)
+            | CommandBody::MessageFollow(_)
+            | CommandBody::BoundSessionReplaced(_)
+            | CommandBody::RelocationState(_)
+            | CommandBody::RelocationFailed(_) => {
                 inc(&self.inner.metrics.unserved_commands);
             }
         }
     }
 
-    /// Hand an admitted Spot / Actor command to the object runtime. The route must name this
-    /// node's lifecycle (else the sender's route is stale: a send is a counted `stale_target`,
-    /// a request gets a `StaleRoute` terminal that invalidates the sender's cache entry). The
-    /// flow charge is settled here: object queues do their own admission.
-    fn deliver_object(
-        &mut self,
-        conn: Arc<Connection>,
-        charge: u32,
-        route: zlink_protocol::generated::RouteFence,
-        request: Option<zlink_protocol::generated::RequestHeader>,
-        metadata: Option<zlink_protocol::metadata::Metadata>,
-        payload: Option<TypedPayload>,
-    ) {
+    /// Hand an admitted object command to the object runtime (the one typed path,
+    /// [`ObjectSink::take`]). The flow charge is settled here: object queues do their own
+    /// admission. A Spot / Actor message's route must name this node's lifecycle (else the
+    /// sender's route is stale: a send is a counted `stale_target`, a request gets a
+    /// `StaleRoute` terminal that invalidates the sender's cache entry). Without an object
+    /// runtime the command is counted as unserved and a request is answered `NotFound`.
+    fn take_object(&mut self, conn: Arc<Connection>, charge: u32, command: ObjectCommand) {
         self.consumed(&conn, charge);
         let source = Arc::clone(conn.peer_shared());
-        let refuse = |inner: &super::node::Inner, kind, detail: String| {
-            if let Some(req) = &request {
-                super::dispatch::send_reply(inner, &source, req, Err(CallError::new(kind, detail)));
-            }
-        };
-        if route.target_node.rid != self.inner.rid
-            || route.target_node.lifecycle_generation != self.inner.lifecycle
+        if let Some(route) = command.message_route()
+            && (route.target_node.rid != self.inner.rid
+                || route.target_node.lifecycle_generation != self.inner.lifecycle)
         {
             // A route cached before this node restarted: legitimate traffic, not a wire break.
             inc(&self.inner.metrics.stale_object_routes);
-            refuse(
-                &self.inner,
-                crate::call::error::ErrorKind::StaleRoute,
-                format!("route of {} names another node lifecycle", route.object_id),
-            );
+            if let Some(req) = command.request() {
+                let detail = format!("route of {} names another node lifecycle", route.object_id);
+                super::dispatch::send_reply(
+                    &self.inner,
+                    &source,
+                    &req,
+                    Err(CallError::new(
+                        crate::call::error::ErrorKind::StaleRoute,
+                        detail,
+                    )),
+                );
+            }
             return;
         }
-        let Some(sink) = self.object_sink_or_refuse(&source, request.as_ref()) else {
-            return;
-        };
-        sink.deliver(super::node::ObjectDelivery {
-            source,
-            route,
-            request,
-            metadata,
-            payload: payload.unwrap_or_default(),
-        });
-    }
-
-    /// Hand a remote create to the object runtime, or answer `NotFound` without one.
-    fn deliver_create(&self, d: super::node::CreateDelivery) {
-        if let Some(sink) = self.object_sink_or_refuse(&d.source, Some(&d.request)) {
-            sink.create(d);
+        let request = command.request();
+        if let Some(sink) = self.object_sink_or_refuse(&source, request.as_ref()) {
+            sink.take(source, command);
         }
     }
 
-    /// The object runtime for an object control request (create, close, destroy), or — on a
-    /// node without one — the request answered `NotFound` here.
     /// The object runtime of this node; without one the command is counted as unserved and a
     /// request is answered `NotFound` (a one-way record has no one to answer).
     fn object_sink_or_refuse(
         &self,
         source: &NodeFence,
         request: Option<&zlink_protocol::generated::RequestHeader>,
-    ) -> Option<&Arc<dyn super::node::ObjectSink>> {
+    ) -> Option<&Arc<dyn ObjectSink>> {
         let sink = self.inner.object_sink.get();
         if sink.is_none() {
             inc(&self.inner.metrics.unserved_commands);
@@ -2001,5 +1901,16 @@ pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
                 tracing::warn!(error = %e, "descriptor poll failed; keeping the last peer set")
             }
         }
+    }
+}
+
+/// The application part of a decoded object record.
+fn app(
+    metadata: Option<zlink_protocol::metadata::Metadata>,
+    payload: Option<TypedPayload>,
+) -> ObjectPayload {
+    ObjectPayload {
+        metadata,
+        payload: payload.unwrap_or_default(),
     }
 }

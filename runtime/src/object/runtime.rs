@@ -31,7 +31,7 @@ use bytes::Bytes;
 use thiserror::Error;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
-    ObjectKind as WireKind, ReplyResult, ReservationFence, RouteFence,
+    NodeFence, ObjectKind as WireKind, ReplyResult, ReservationFence, RouteFence,
 };
 use zlink_protocol::metadata::Metadata;
 use zlink_store::types::{
@@ -46,12 +46,13 @@ use super::registry::{
 };
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
-use crate::mesh::{
-    CloseDelivery, CreateDelivery, DestroyDelivery, InstanceDelivery, JoinDelivery, MeshNode,
-    MulticastDelivery, ObjectDelivery, ObjectSink,
-};
+use crate::mesh::{MeshNode, ObjectCommand, ObjectPayload, ObjectSink};
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
+};
+use remote::{
+    InstanceCall, JoinProposal, MulticastIn, RemoteClose, RemoteCreate, RemoteDestroy,
+    RemoteMessage,
 };
 
 /// What an object runtime needs of its store: the Location Store (authority, leases,
@@ -63,6 +64,7 @@ impl<T: LocationStore + RelocationStore> ObjectStore for T {}
 pub const MAX_CREATION_CONTENT: usize = 1024 * 1024;
 
 mod activation;
+mod remote;
 
 pub use activation::{ACTIVATION_RETENTION, ActivationFault};
 
@@ -434,7 +436,7 @@ impl<S: ObjectStore> Inner<S> {
     }
 
     /// Deliver a publish from another node to the local subscriptions.
-    fn multicast_delivery(&self, d: MulticastDelivery) {
+    fn multicast_delivery(&self, d: MulticastIn) {
         let member = self
             .mesh
             .descriptor()
@@ -1418,7 +1420,7 @@ impl<S: ObjectStore> Inner<S> {
     }
 
     /// Serve an Actor join proposal (command 28) from another node.
-    async fn join_for(&self, d: &JoinDelivery) -> Result<ReplyResult, CallError> {
+    async fn join_for(&self, d: &JoinProposal) -> Result<ReplyResult, CallError> {
         let now_ms = now_unix_ms();
         if d.request.deadline_unix_ms <= now_ms {
             return Err(CallError::new(
@@ -1438,7 +1440,7 @@ impl<S: ObjectStore> Inner<S> {
     /// Serve a remote Actor destroy (command 27): the route's incarnation, owner generation and
     /// lease must all still be the current record on this node (§2.6: destroy names its
     /// incarnation).
-    async fn destroy_for(&self, d: &DestroyDelivery) -> Result<ReplyResult, CallError> {
+    async fn destroy_for(&self, d: &RemoteDestroy) -> Result<ReplyResult, CallError> {
         let me = self.mesh.fence();
         let r = &d.route;
         if r.target_node != me || r.object_kind != WireKind::Actor {
@@ -1472,7 +1474,7 @@ impl<S: ObjectStore> Inner<S> {
 
     /// Serve a remote close (command 48): the Spot, incarnation, owner generation and
     /// StoreVersion must all still be the current record on this node.
-    async fn close_for(&self, d: &CloseDelivery) -> Result<ReplyResult, CallError> {
+    async fn close_for(&self, d: &RemoteClose) -> Result<ReplyResult, CallError> {
         let me = self.mesh.fence();
         if d.target_node != me {
             return Err(CallError::new(
@@ -1545,7 +1547,7 @@ impl<S: ObjectStore> Inner<S> {
     }
 
     /// Serve a remote create (47 for a User Spot, 49 for an Actor) that names this node.
-    async fn create_for(&self, d: &CreateDelivery) -> Result<ReplyResult, CallError> {
+    async fn create_for(&self, d: &RemoteCreate) -> Result<ReplyResult, CallError> {
         let me = self.mesh.fence();
         let owner = self.owner()?;
         let f = &d.reservation;
@@ -1722,42 +1724,110 @@ impl<S: ObjectStore> SinkRef<S> {
 }
 
 impl<S: ObjectStore> ObjectSink for SinkRef<S> {
-    fn multicast(&self, d: MulticastDelivery) {
-        if let Some(inner) = self.runtime.upgrade() {
-            inner.multicast_delivery(d);
+    fn take(&self, source: Arc<NodeFence>, command: ObjectCommand) {
+        let message = |source, route, request, p: ObjectPayload| RemoteMessage {
+            source,
+            route,
+            request,
+            metadata: p.metadata,
+            payload: p.payload,
+        };
+        match command {
+            ObjectCommand::SpotSend(b, p) => self.message(message(source, b.route, None, p)),
+            ObjectCommand::ActorSend(b, p) => self.message(message(source, b.route, None, p)),
+            ObjectCommand::SpotRequest(b, p) => {
+                self.message(message(source, b.route, Some(b.request), p));
+            }
+            ObjectCommand::ActorRequest(b, p) => {
+                self.message(message(source, b.route, Some(b.request), p));
+            }
+            ObjectCommand::LogicalMulticast(m, p) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.multicast_delivery(MulticastIn {
+                        channel: m.channel_name,
+                        topic: m.topic,
+                        metadata: p.metadata,
+                        payload: p.payload,
+                    });
+                }
+            }
+            ObjectCommand::InstanceSpot(i, p) => {
+                let request =
+                    ObjectCommand::InstanceSpot(i.clone(), ObjectPayload::default()).request();
+                let call = InstanceCall {
+                    source,
+                    request,
+                    operation_id: i.operation_id,
+                    deadline_unix_ms: i.deadline_unix_ms,
+                    source_spot_id: i.source_spot_id,
+                    route: i.route,
+                    metadata: p.metadata,
+                    payload: p.payload,
+                };
+                match self.runtime.upgrade() {
+                    Some(inner) => inner.instance_delivery(call),
+                    None => self.gone(&call.source, call.request.as_ref()),
+                }
+            }
+            ObjectCommand::ActorJoin(j) => {
+                let d = JoinProposal {
+                    request: j.request.clone(),
+                    actor_route: j.actor_route,
+                    entry: j.entry,
+                    spot_route: j.target_spot_route,
+                };
+                self.serve(source, j.request, move |inner| async move {
+                    inner.join_for(&d).await
+                });
+            }
+            ObjectCommand::ActorDestroy(c) => {
+                let d = RemoteDestroy { route: c.route };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.destroy_for(&d).await
+                });
+            }
+            ObjectCommand::UserSpotClose(c) => {
+                let d = RemoteClose {
+                    spot: c.spot,
+                    target_node: c.target_node,
+                    authority_owner_generation: c.authority_owner_generation,
+                    store_version: c.store_version,
+                };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.close_for(&d).await
+                });
+            }
+            ObjectCommand::UserSpotCreate(c) => {
+                let d = RemoteCreate {
+                    kind: WireKind::Spot,
+                    id: c.spot_id,
+                    stable_type: c.stable_type,
+                    membership: None,
+                    reservation: c.reservation,
+                };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.create_for(&d).await
+                });
+            }
+            ObjectCommand::ActorCreate(c) => {
+                let d = RemoteCreate {
+                    kind: WireKind::Actor,
+                    id: c.actor_id,
+                    stable_type: c.stable_type,
+                    membership: Some(c.membership_spot_id),
+                    reservation: c.reservation,
+                };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.create_for(&d).await
+                });
+            }
         }
     }
-    fn instance(&self, d: InstanceDelivery) {
-        match self.runtime.upgrade() {
-            Some(inner) => inner.instance_delivery(d),
-            None => self.gone(&d.source, d.request.as_ref()),
-        }
-    }
-    fn join(&self, d: JoinDelivery) {
-        let (source, request) = (Arc::clone(&d.source), d.request.clone());
-        self.serve(source, request, move |inner| async move {
-            inner.join_for(&d).await
-        });
-    }
-    fn destroy(&self, d: DestroyDelivery) {
-        let (source, request) = (Arc::clone(&d.source), d.request.clone());
-        self.serve(source, request, move |inner| async move {
-            inner.destroy_for(&d).await
-        });
-    }
-    fn close(&self, d: CloseDelivery) {
-        let (source, request) = (Arc::clone(&d.source), d.request.clone());
-        self.serve(source, request, move |inner| async move {
-            inner.close_for(&d).await
-        });
-    }
-    fn create(&self, d: CreateDelivery) {
-        let (source, request) = (Arc::clone(&d.source), d.request.clone());
-        self.serve(source, request, move |inner| async move {
-            inner.create_for(&d).await
-        });
-    }
-    fn deliver(&self, d: ObjectDelivery) {
+}
+
+impl<S: ObjectStore> SinkRef<S> {
+    /// A Spot / Actor message, or — when the runtime is gone — its refusal.
+    fn message(&self, d: RemoteMessage) {
         match self.runtime.upgrade() {
             Some(inner) => inner.deliver(d),
             None => self.gone(&d.source, d.request.as_ref()),
@@ -1767,7 +1837,7 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
 
 impl<S: ObjectStore> Inner<S> {
     /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
-    fn deliver(&self, d: ObjectDelivery) {
+    fn deliver(&self, d: RemoteMessage) {
         let admitted = self.admit(&d.route);
         match (d.request, admitted) {
             (None, Ok(obj)) => {

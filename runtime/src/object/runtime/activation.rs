@@ -50,12 +50,12 @@ use zlink_store::types::{
     ObjectKind as StoreKind,
 };
 
+use super::remote::{InstanceCall, RemoteMessage};
 use super::{
     CREATE_TIMEOUT, GiveBack, Inner, LiveEntry, ObjectStore, Resolution, UnavailableReason,
     now_unix_ms, store_error,
 };
 use crate::call::error::{CallError, ErrorKind};
-use crate::mesh::InstanceDelivery;
 use crate::object::exec::Binding;
 use crate::object::registry::{FactoryInput, LiveObject, ObjectTypeKind};
 
@@ -243,7 +243,7 @@ impl<S: ObjectStore> Inner<S> {
     }
 
     /// Serve command 39 from another node.
-    pub(super) fn instance_delivery(self: &Arc<Self>, d: InstanceDelivery) {
+    pub(super) fn instance_delivery(self: &Arc<Self>, d: InstanceCall) {
         let sink = match &d.request {
             Some(header) => ReplySink::Remote {
                 source: (*d.source).clone(),
@@ -268,7 +268,7 @@ impl<S: ObjectStore> Inner<S> {
             }
             InstanceRoute::Ready(r) => {
                 // Kind 1: an ordinary Spot delivery on an existing Ready authority.
-                self.deliver(crate::mesh::ObjectDelivery {
+                self.deliver(RemoteMessage {
                     source: d.source,
                     route: r.route,
                     request: d.request,
