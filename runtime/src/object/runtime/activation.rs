@@ -52,10 +52,11 @@ use zlink_store::types::{
 
 use super::remote::{InstanceCall, RemoteMessage};
 use super::{
-    CREATE_TIMEOUT, GiveBack, Inner, LiveEntry, ObjectStore, Resolution, UnavailableReason,
-    now_unix_ms, store_error,
+    ACTIVATION_SCAN_BATCH, CREATE_TIMEOUT, GiveBack, Inner, LiveEntry, ObjectRuntime, ObjectStore,
+    Resolution, UnavailableReason, now_unix_ms, store_error,
 };
 use crate::call::error::{CallError, ErrorKind};
+use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
 use crate::object::exec::Binding;
 use crate::object::registry::{FactoryInput, LiveObject, ObjectTypeKind};
 
@@ -1242,5 +1243,73 @@ impl Activation {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
+    }
+}
+
+impl<S: ObjectStore> ObjectRuntime<S> {
+    /// Request Spot `id` **with Instance intent** for stable type `stable_type` (valid for this
+    /// call only): a Missing Spot is cold-activated on a node chosen from descriptors and this
+    /// message is its first; a Ready one is called as usual. Concurrent first calls to one ID
+    /// produce one activation, and every caller gets one reply.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::request_to_spot`]; `Rejected` when no node can host the type;
+    /// `Unavailable` when the activation failed (its records were removed under their fence).
+    pub async fn request_to_instance_spot<M: JsonMessage, R: JsonMessage>(
+        &self,
+        stable_type: &str,
+        id: &str,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        let reply = self
+            .inner
+            .call_instance(stable_type, id, encode_json(msg)?, None, Some(timeout))
+            .await?;
+        decode_json(&reply.unwrap_or_default())
+    }
+    /// One-way message to Spot `id` with Instance intent (see
+    /// [`ObjectRuntime::request_to_instance_spot`]); completes at source-local admission.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::send_to_spot`].
+    pub async fn send_to_instance_spot<M: JsonMessage>(
+        &self,
+        stable_type: &str,
+        id: &str,
+        msg: &M,
+    ) -> Result<(), CallError> {
+        self.inner
+            .call_instance(stable_type, id, encode_json(msg)?, None, None)
+            .await
+            .map(|_| ())
+    }
+    /// Inject (or clear) a fault in the activation path (tests and chaos drills).
+    pub fn set_activation_fault(&self, fault: Option<ActivationFault>) {
+        *self
+            .inner
+            .fault
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fault;
+    }
+    /// Period of the background activation recovery scan (default 1 s).
+    pub fn set_activation_scan_interval(&self, every: Duration) {
+        self.inner.scan_interval_ms.store(
+            u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1),
+            Ordering::Relaxed,
+        );
+    }
+    /// Run one pass of the activation recovery scan now; returns how many unfinished
+    /// activations it resumed or ended.
+    pub async fn recover_activations(&self) -> usize {
+        self.inner.recover_activations(ACTIVATION_SCAN_BATCH).await
+    }
+    /// Cold activations of this lifecycle whose first operation is not done yet.
+    pub fn unfinished_activations(&self) -> usize {
+        self.inner
+            .activations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }

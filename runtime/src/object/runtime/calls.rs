@@ -1,0 +1,289 @@
+//! The call path shared by every ID-addressed surface: resolve (route cache first), submit to the owner (local queue or the mesh), and target admission of records that arrive (routing `000_…` §2.1–§2.6). `ObjectRuntime` and a handler's `Ctx` share it.
+
+use super::*;
+
+impl<S: ObjectStore> Inner<S> {
+    /// The call path shared by every ID-addressed surface: `timeout` `None` is a one-way send.
+    ///
+    /// # Errors
+    /// See the module docs.
+    pub(super) async fn call(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        let inner = self;
+        let key = AuthorityKey::new(kind, id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let route = match inner.resolver.resolve(&key).await {
+            Resolution::ReadyRoute(r) => r,
+            Resolution::Missing => {
+                return Err(CallError::new(
+                    ErrorKind::NotFound,
+                    format!("{id} does not exist"),
+                ));
+            }
+            Resolution::Unavailable { reason, .. } => {
+                return Err(CallError::new(
+                    ErrorKind::Unavailable,
+                    format!("{id} cannot be used now ({reason:?})"),
+                ));
+            }
+            Resolution::StoreFailure(e) => return Err(store_error(e)),
+        };
+        let fence = route_fence(&route, kind, id);
+        let me = inner.mesh.fence();
+        let local = route.owner_node.rid == me.rid
+            && route.owner_node.lifecycle_generation == me.lifecycle_generation;
+        let out = if local {
+            inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
+            match inner.admit(&fence) {
+                Ok(obj) => match timeout {
+                    None => obj.send(payload, metadata).map(|()| None),
+                    Some(t) => {
+                        let rx = obj.request_start(payload, metadata)?;
+                        match tokio::time::timeout(t, rx).await {
+                            Ok(Ok(r)) => r.map(Some),
+                            Ok(Err(_)) => {
+                                Err(CallError::new(ErrorKind::Unavailable, "object closed"))
+                            }
+                            Err(_) => Err(CallError::new(
+                                ErrorKind::DeadlineExceeded,
+                                format!("no reply from {id} within {t:?}"),
+                            )),
+                        }
+                    }
+                },
+                Err(e) => Err(e),
+            }
+        } else {
+            inner.stats.remote_calls.fetch_add(1, Ordering::Relaxed);
+            match timeout {
+                None => inner
+                    .mesh
+                    .object_send(&fence, payload, metadata)
+                    .await
+                    .map(|()| None),
+                Some(t) => inner
+                    .mesh
+                    .object_request(&fence, payload, metadata, t)
+                    .await
+                    .map(Some),
+            }
+        };
+        if let Err(e) = &out
+            && matches!(e.kind(), ErrorKind::StaleRoute | ErrorKind::Unavailable)
+        {
+            // StaleRoute: the owner refused the route. Unavailable: no connection to that
+            // owner lifecycle (it restarted or left). Either way the next call resolves again.
+            inner.resolver.cache().stale_route(&route.fence());
+        }
+        out
+    }
+    /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
+    pub(super) fn deliver(&self, d: RemoteMessage) {
+        let admitted = self.admit(&d.route);
+        match (d.request, admitted) {
+            (None, Ok(obj)) => {
+                if let Err(e) = obj.send(d.payload, d.metadata) {
+                    tracing::debug!(error = %e, "object send refused after admission");
+                }
+            }
+            (None, Err(e)) => {
+                // A one-way message on a stale route has no one to answer: counted as a drop
+                // event (wire §7); the sender's cache entry lapses with its lifetime.
+                self.stats.dropped_sends.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "object send on a stale route dropped");
+            }
+            (Some(req), Ok(obj)) => {
+                let now_ms = now_unix_ms();
+                if req.deadline_unix_ms <= now_ms {
+                    self.mesh.reply_to(
+                        &d.source,
+                        &req,
+                        Err(CallError::new(
+                            ErrorKind::DeadlineExceeded,
+                            "the request's deadline passed before it was admitted",
+                        )),
+                    );
+                    return;
+                }
+                // Queued now, in arrival order with later records of the same sender; only the
+                // wait for the reply runs on its own task.
+                match obj.request_start(d.payload, d.metadata) {
+                    Ok(rx) => {
+                        let mesh = Arc::clone(&self.mesh);
+                        let source = d.source;
+                        tokio::spawn(async move {
+                            let result = rx.await.unwrap_or_else(|_| {
+                                Err(CallError::new(ErrorKind::Unavailable, "object closed"))
+                            });
+                            mesh.reply_to(&source, &req, result);
+                        });
+                    }
+                    Err(e) => self.mesh.reply_to(&d.source, &req, Err(e)),
+                }
+            }
+            (Some(req), Err(e)) => self.mesh.reply_to(&d.source, &req, Err(e)),
+        }
+    }
+    /// Target admission: the live object for `route`, if this node holds it under the route's
+    /// owner generation and lease (ObjectGeneration is not compared).
+    pub(super) fn admit(&self, route: &RouteFence) -> Result<Arc<dyn LiveObject>, CallError> {
+        let stale = |why: &str| {
+            self.stats.stale_routes.fetch_add(1, Ordering::Relaxed);
+            CallError::new(
+                ErrorKind::StaleRoute,
+                format!("{} on {}: {why}", route.object_id, self.mesh.rid()),
+            )
+        };
+        let key = AuthorityKey::new(store_kind(route.object_kind), &route.object_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        if !self.mesh.admission_open() {
+            // Fenced (glossary §8): renewals failed past the fencing deadline; no new work.
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "{} on {}: the owner lease could not be renewed before the fencing deadline",
+                    route.object_id,
+                    self.mesh.rid()
+                ),
+            ));
+        }
+        let lease_ok = self
+            .mesh
+            .owner_token()
+            .is_some_and(|t| t.lease_generation == route.owner_lease_generation);
+        if !lease_ok {
+            return Err(stale(
+                "the route's owner lease is not this host's current lease",
+            ));
+        }
+        let live = self.live();
+        match live.get(&key) {
+            // Same incarnation: the owner generation must still be the route's (a transfer
+            // away and back would change it).
+            Some(e)
+                if e.generation == route.object_generation
+                    && e.authority_owner_generation == route.authority_owner_generation =>
+            {
+                Ok(Arc::clone(&e.obj))
+            }
+            Some(e) if e.generation == route.object_generation => {
+                Err(stale("the authority owner generation changed"))
+            }
+            // A newer incarnation of the ID under this same owner and lease: ObjectGeneration
+            // is not a target-match condition for messages (routing §2.6), so it receives it.
+            Some(e) => Ok(Arc::clone(&e.obj)),
+            None => Err(stale("the object is not live here")),
+        }
+    }
+}
+
+impl<S: ObjectStore> ObjectCaller for Inner<S> {
+    fn call_object(
+        &self,
+        kind: StoreKind,
+        id: String,
+        payload: TypedPayload,
+        timeout: Option<Duration>,
+        held: Option<crate::object::exec::SpotGate>,
+    ) -> crate::mesh::handler::BoxFuture<Result<Option<TypedPayload>, CallError>> {
+        let this = self.this.get().and_then(std::sync::Weak::upgrade);
+        Box::pin(async move {
+            let Some(this) = this else {
+                return Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "object runtime stopped",
+                ));
+            };
+            if let (Some(held), Some(_)) = (&held, timeout)
+                && let Ok(key) = AuthorityKey::new(kind, &id)
+            {
+                let same_gate = this
+                    .live()
+                    .get(&key)
+                    .and_then(|e| e.obj.gate())
+                    .is_some_and(|g| Arc::ptr_eq(&g, held));
+                if same_gate {
+                    return Err(CallError::new(
+                        ErrorKind::InvalidOperation,
+                        format!(
+                            "{id} shares this turn's SpotWide gate: an Async request would wait \
+                             for the gate its caller holds; wrap it in Yield or send one-way"
+                        ),
+                    ));
+                }
+            }
+            this.call(kind, &id, payload, None, timeout).await
+        })
+    }
+}
+
+impl<S: ObjectStore> ObjectRuntime<S> {
+    /// One-way message to Actor `id` (completes at source-local admission).
+    ///
+    /// # Errors
+    /// `NotFound` (Missing), `Unavailable`, `StaleRoute`, `StoreFailure`, `InvalidOperation`.
+    pub async fn send_to_actor<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
+        self.call(StoreKind::Actor, id, encode_json(msg)?, None, None)
+            .await
+            .map(|_| ())
+    }
+    /// Request to Actor `id` with one end-to-end `timeout`.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::send_to_actor`]; `DeadlineExceeded`; the handler's error.
+    pub async fn request_to_actor<M: JsonMessage, R: JsonMessage>(
+        &self,
+        id: &str,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        let reply = self
+            .call(StoreKind::Actor, id, encode_json(msg)?, None, Some(timeout))
+            .await?;
+        decode_json(&reply.unwrap_or_default())
+    }
+    /// One-way message to Spot `id`.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::send_to_actor`].
+    pub async fn send_to_spot<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
+        self.call(StoreKind::Spot, id, encode_json(msg)?, None, None)
+            .await
+            .map(|_| ())
+    }
+    /// Request to Spot `id`.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::request_to_actor`].
+    pub async fn request_to_spot<M: JsonMessage, R: JsonMessage>(
+        &self,
+        id: &str,
+        msg: &M,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        let reply = self
+            .call(StoreKind::Spot, id, encode_json(msg)?, None, Some(timeout))
+            .await?;
+        decode_json(&reply.unwrap_or_default())
+    }
+    /// The call path shared by every ID-addressed surface: `timeout` `None` is a one-way send.
+    ///
+    /// # Errors
+    /// See the module docs.
+    pub async fn call(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        self.inner.call(kind, id, payload, metadata, timeout).await
+    }
+}

@@ -1,0 +1,822 @@
+//! The object runtime of one MeshNode: creation through the Location Store, ID-addressed
+//! Spot / Actor calls over the resolver and its positive route cache, and target admission
+//! (issue "Spots and Actors" §4–§7; routing `000_…` §2; wire §7).
+//!
+//! What a call does:
+//!
+//! 1. The caller names only the global ID (never an owner, generation or reference).
+//! 2. The resolver answers from the cache or with one store read: `ReadyRoute`, `Missing`
+//!    (→ `NotFound`; nothing is created), `Unavailable`, `StoreFailure`.
+//! 3. A route to this node is served locally; any other goes over the mesh (commands 21/22/24/25)
+//!    on the owner's current connection. Either way the owner runs **target admission**: the
+//!    object must be live here under the route's AuthorityOwnerGeneration and owner-lease
+//!    generation. ObjectGeneration is not compared (routing §2.6): a re-created incarnation
+//!    under the same owner receives the message.
+//! 4. A route that fails admission is answered `StaleRoute`; the caller's cache entry for that
+//!    route is invalidated and the call ends with that error. It is never resubmitted.
+//!
+//! Creation in this version places the object on the calling node (the target is this node;
+//! placement across nodes by descriptors arrives with remote create, commands 47/49):
+//! Reserve → open the queue (work may queue before the instance exists) → factory → Ready CAS
+//! with the reservation fence → queue Ready. A factory failure aborts the reservation under its
+//! fence, so the ID is Missing again. `get_or_create_user_spot` runs the factory at most once
+//! per ID on a node and returns `Existing` for an object that is already Ready anywhere.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    NodeFence, ObjectKind as WireKind, ReplyResult, ReservationFence, RouteFence,
+};
+use zlink_protocol::metadata::Metadata;
+use zlink_store::types::{
+    AuthorityKey, NodeRef, ObjectKind as StoreKind, OwnerToken, ReserveRequest, TargetFence,
+};
+use zlink_store::{LocationStore, RelocationStore, StoreError};
+
+use super::objects::Objects;
+use crate::call::error::{CallError, ErrorKind};
+use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
+use crate::mesh::{MeshNode, ObjectCommand, ObjectPayload, ObjectSink};
+use crate::object::exec::{Binding, ObjectCaller};
+use crate::object::registry::{
+    FactoryInput, LiveObject, ObjectType, ObjectTypeKind, Registry, RegistryError,
+};
+use crate::routing::{
+    CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
+};
+use remote::{
+    InstanceCall, JoinProposal, MulticastIn, RemoteClose, RemoteCreate, RemoteDestroy,
+    RemoteMessage,
+};
+
+/// What an object runtime needs of its store: the Location Store (authority, leases,
+/// descriptors) and the Relocation Store (creation content). Both providers implement both.
+pub trait ObjectStore: LocationStore + RelocationStore {}
+impl<T: LocationStore + RelocationStore> ObjectStore for T {}
+
+/// Largest creation content (the encoded initial payload envelope; wire §7: 1 MiB).
+pub const MAX_CREATION_CONTENT: usize = 1024 * 1024;
+
+mod activation;
+mod calls;
+mod creation;
+mod membership;
+mod multicast;
+mod placement;
+mod remote;
+mod removal;
+
+pub use activation::{ACTIVATION_RETENTION, ActivationFault};
+
+/// `ZLINK_ACTIVATION_FAULT=abort|exit` (debug builds only) injects an [`ActivationFault`] at start (process-level
+/// fault tests); anything else, or unset, injects nothing.
+/// Read only in debug builds: a release host never exits on an environment variable.
+fn fault_from_env() -> Option<ActivationFault> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    match std::env::var("ZLINK_ACTIVATION_FAULT").ok().as_deref() {
+        Some("abort") => Some(ActivationFault::AbortTask),
+        Some("exit") => Some(ActivationFault::ExitProcess),
+        _ => None,
+    }
+}
+
+/// What giving a failed creation's reservation back found.
+enum GiveBack {
+    /// The reservation is gone (aborted, or replaced).
+    Aborted,
+    /// Unknown or still Creating: the ID stays failed on this node (barrier).
+    Barrier,
+    /// The creation was committed after all.
+    Committed(Box<zlink_store::types::AuthoritySnapshot>),
+}
+
+/// How long a remote create may take before the source reconciles with the store.
+pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An object runtime could not start.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// A registration was refused.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The MeshNode runs without a Location Store (no owner lease to own objects with).
+    #[error("the MeshNode has no owner lease: start it with a Location Store")]
+    NoOwnerLease,
+    /// Another runtime is attached to the node.
+    #[error("{0}")]
+    Attach(CallError),
+    /// The route-cache settings break a rule of the spec (routing §2.5).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A registered placeable type is missing from the node's descriptor capabilities, so no
+    /// peer would ever place it here (set `MeshNodeConfig::object_capabilities` to
+    /// `Registry::capabilities()`).
+    #[error("stable type {0:?} is registered but not in the node's object_capabilities")]
+    CapabilityMissing(String),
+    /// A Logical Multicast subscription cannot be served by this node.
+    #[error("{0}")]
+    Subscription(String),
+    /// The node has an Entry Spot ID but no Entry Spot type is registered.
+    #[error("the node has an Entry Spot (entry_spot_prefix) but no Entry Spot type is registered")]
+    NoEntrySpotType,
+    /// Creating the Entry Spot failed.
+    #[error("the Entry Spot could not be created: {0}")]
+    EntrySpot(CallError),
+}
+
+/// A reference to one created incarnation (returned by create; never needed to address it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// Actor or Spot.
+    pub kind: StoreKind,
+    /// Global ID.
+    pub id: String,
+    /// Incarnation.
+    pub object_generation: u64,
+}
+
+/// How a get-or-create ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Creation {
+    /// This call created the object (its factory ran).
+    Created,
+    /// The object was Ready already; no factory ran.
+    Existing,
+}
+
+/// Counters of a runtime.
+#[derive(Debug, Default)]
+pub struct RuntimeStats {
+    /// Factory runs started.
+    pub factory_runs: AtomicU64,
+    /// Objects created here.
+    pub created: AtomicU64,
+    /// Objects this node placed on another node (remote create, command 47).
+    pub created_remotely: AtomicU64,
+    /// Deliveries refused by target admission (stale routes).
+    pub stale_routes: AtomicU64,
+    /// Calls served on this node without the mesh.
+    pub local_calls: AtomicU64,
+    /// Calls sent to another owner over the mesh.
+    pub remote_calls: AtomicU64,
+    /// One-way messages dropped by target admission (stale route).
+    pub dropped_sends: AtomicU64,
+    /// Cold activations started here (reservations won).
+    pub activations: AtomicU64,
+    /// First calls that lost the activation race here and were delivered to the winner.
+    pub activation_forwards: AtomicU64,
+    /// Activations the recovery scan resumed or ended.
+    pub activation_recoveries: AtomicU64,
+    /// One-way first messages that could not be delivered (drop events).
+    pub activation_drops: AtomicU64,
+    /// Kind-2 routes refused as protocol errors (they disagreed with this node or the call).
+    pub activation_route_mismatches: AtomicU64,
+    /// Logical Multicast publishes started here.
+    pub multicast_published: AtomicU64,
+    /// Publish records submitted to remote member nodes.
+    pub multicast_sent: AtomicU64,
+    /// Remote member nodes of a publish snapshot that could not be reached.
+    pub multicast_submit_failures: AtomicU64,
+    /// Deliveries of publishes to local Spot subscriptions (from here or from other nodes).
+    pub multicast_local_deliveries: AtomicU64,
+    /// Publishes received for a Channel this node is not a member of (dropped).
+    pub multicast_not_member: AtomicU64,
+    /// Actor membership changes (join / leave) committed here.
+    pub membership_changes: AtomicU64,
+    /// Authorities (or pending creations) of an owner whose lease is gone, removed under
+    /// their fence so the ID could be created again.
+    pub fenced_cleanups: AtomicU64,
+}
+
+/// Spot membership on this node: the member Actors of each live Spot (Entry and User) and the
+/// Spot of each live Actor. Every member of a Spot lives on the Spot's node (cross-node
+/// membership moves the Actor: relocation), so this table is authoritative for the node.
+#[derive(Default)]
+struct Members {
+    /// Spot ID → member Actor IDs. A Spot is here from its Ready commit until its close starts.
+    spots: HashMap<String, std::collections::BTreeSet<String>>,
+    /// Actor ID → Spot ID (also for creations in progress, so a close sees them).
+    of: HashMap<String, String>,
+}
+
+impl Members {
+    /// Enrol `actor` in `spot`; `false` when the Spot is not live here (or is closing).
+    fn enrol(&mut self, actor: &str, spot: &str) -> bool {
+        let Some(set) = self.spots.get_mut(spot) else {
+            return false;
+        };
+        set.insert(actor.to_owned());
+        if let Some(old) = self.of.insert(actor.to_owned(), spot.to_owned())
+            && old != spot
+            && let Some(s) = self.spots.get_mut(&old)
+        {
+            s.remove(actor);
+        }
+        true
+    }
+
+    /// Forget `actor`; returns the Spot it was a member of.
+    fn forget(&mut self, actor: &str) -> Option<String> {
+        let spot = self.of.remove(actor)?;
+        if let Some(s) = self.spots.get_mut(&spot) {
+            s.remove(actor);
+        }
+        Some(spot)
+    }
+}
+
+/// Undoes an Actor's enrolment in its Spot when its creation does not complete.
+struct EnrolGuard<'a, S: ObjectStore> {
+    inner: &'a Inner<S>,
+    actor: Option<String>,
+}
+
+impl<S: ObjectStore> EnrolGuard<'_, S> {
+    fn keep(mut self) {
+        self.actor = None;
+    }
+}
+
+impl<S: ObjectStore> Drop for EnrolGuard<'_, S> {
+    fn drop(&mut self) {
+        if let Some(a) = self.actor.take() {
+            self.inner.members().forget(&a);
+        }
+    }
+}
+
+/// Most unfinished activations one recovery scan pass looks at.
+const ACTIVATION_SCAN_BATCH: usize = 256;
+
+/// The receive chunk limit a join reply announces (wire §9: 32 KiB without negotiation).
+const JOIN_RECEIVE_CHUNK_LIMIT: u32 = 32 * 1024;
+
+struct LiveEntry {
+    generation: u64,
+    authority_owner_generation: u64,
+    obj: Arc<dyn LiveObject>,
+    /// Its registered type (Logical Multicast subscriptions).
+    ty: Arc<dyn ObjectType>,
+}
+
+struct Inner<S> {
+    mesh: Arc<MeshNode>,
+    store: Arc<S>,
+    resolver: Resolver,
+    types: BTreeMap<String, Arc<dyn ObjectType>>,
+    objects: Arc<Objects>,
+    live: Mutex<HashMap<AuthorityKey, LiveEntry>>,
+    /// One creation at a time per ID on this node.
+    creating: tokio::sync::Mutex<HashMap<AuthorityKey, Arc<tokio::sync::Mutex<()>>>>,
+    stats: RuntimeStats,
+    /// Itself, weakly (so handler calls can run on an owned handle).
+    this: std::sync::OnceLock<std::sync::Weak<Inner<S>>>,
+    /// Placement state per stable type.
+    placement: Mutex<HashMap<String, crate::select::SmoothWeighted<String>>>,
+    /// IDs whose creation failed here with an unknown outcome, with the reservation still to
+    /// abort (see `give_back`).
+    failed: Mutex<HashMap<AuthorityKey, zlink_store::types::Reservation>>,
+    /// Spot membership of the objects live here.
+    members: Mutex<Members>,
+    /// Cold activations of this lifecycle whose first operation is not done yet.
+    activations: Mutex<HashMap<AuthorityKey, Arc<activation::Activation>>>,
+    /// Fault injection in the activation path.
+    fault: Mutex<Option<ActivationFault>>,
+    /// Period of the background activation recovery scan, in milliseconds.
+    scan_interval_ms: AtomicU64,
+    /// Sequence of this node's Logical Multicast publishes.
+    publish_seq: AtomicU64,
+    /// Membership changes (join, leave) on this node run one at a time.
+    membership_changes: tokio::sync::Mutex<()>,
+}
+
+/// The object runtime attached to one MeshNode.
+pub struct ObjectRuntime<S: ObjectStore> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: ObjectStore> std::fmt::Debug for ObjectRuntime<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectRuntime")
+            .field("node", &self.inner.mesh.rid())
+            .field("live", &self.inner.live().len())
+            .finish()
+    }
+}
+
+fn store_kind(k: WireKind) -> StoreKind {
+    match k {
+        WireKind::Actor => StoreKind::Actor,
+        WireKind::Spot => StoreKind::Spot,
+    }
+}
+
+fn wire_kind(k: StoreKind) -> WireKind {
+    match k {
+        StoreKind::Actor => WireKind::Actor,
+        StoreKind::Spot => WireKind::Spot,
+    }
+}
+
+fn route_fence(r: &ReadyRoute, kind: StoreKind, id: &str) -> RouteFence {
+    RouteFence {
+        object_kind: wire_kind(kind),
+        object_id: id.to_owned(),
+        object_generation: r.object_generation,
+        target_node: zlink_protocol::generated::NodeFence {
+            rid: r.owner_node.rid.clone(),
+            lifecycle_generation: r.owner_node.lifecycle_generation,
+        },
+        authority_owner_generation: r.authority_owner_generation,
+        owner_lease_generation: r.owner.lease_generation,
+    }
+}
+
+/// The route fence of an authority record (for cache invalidation).
+fn fence_of(
+    key: &AuthorityKey,
+    a: &zlink_store::types::AuthoritySnapshot,
+) -> crate::routing::RouteFence {
+    crate::routing::RouteFence {
+        key: key.clone(),
+        object_generation: a.object_generation,
+        authority_owner_generation: a.authority_owner_generation,
+        owner_rid: a.owner_node.rid.clone(),
+        owner_lifecycle_generation: a.owner_node.lifecycle_generation,
+        owner_lease_generation: a.owner.lease_generation,
+    }
+}
+
+/// Wall-clock Unix milliseconds (request deadlines are in this clock).
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The reservation of the pending creation `p` recorded on the Creating record `a` (to commit
+/// or abort it under its fence).
+fn pending_reservation(
+    a: &zlink_store::types::AuthoritySnapshot,
+    p: &zlink_store::types::PendingCreation,
+) -> zlink_store::types::Reservation {
+    zlink_store::types::Reservation {
+        key: a.key.clone(),
+        reservation_id: p.reservation_id.clone(),
+        store_version: a.store_version,
+        object_generation: a.object_generation,
+        authority_owner_generation: a.authority_owner_generation,
+        reservation_version: p.reservation_version,
+        target: p.target.clone(),
+    }
+}
+
+/// The framework payload of an Actor's authority: its Spot membership (versioned JSON).
+fn membership_payload(spot: &str) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&serde_json::json!({ "v": 1, "membership": spot })).unwrap_or_default(),
+    )
+}
+
+/// The Spot membership recorded in an Actor's authority payload.
+pub fn membership_of(payload: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    v.get("membership")?.as_str().map(str::to_owned)
+}
+
+fn store_error(e: StoreError) -> CallError {
+    let kind = match &e {
+        StoreError::AlreadyExists(_) | StoreError::SpotIdConflict(_) => ErrorKind::AlreadyExists,
+        StoreError::Stale { .. } | StoreError::Conflict(_) => ErrorKind::Conflict,
+        StoreError::Missing(_) => ErrorKind::NotFound,
+        StoreError::InvalidArgument(_) => ErrorKind::InvalidOperation,
+        StoreError::CapacityExhausted(_) => ErrorKind::Rejected,
+        StoreError::GenerationExhausted(_) => ErrorKind::GenerationExhausted,
+        _ => ErrorKind::StoreFailure,
+    };
+    CallError::new(kind, e.to_string())
+}
+
+impl<S: ObjectStore> Inner<S> {
+    /// The execution gate of Spot `id` if it is live here and shares one with its members.
+    fn spot_gate(&self, id: &str) -> Option<crate::object::exec::SpotGate> {
+        let key = AuthorityKey::new(StoreKind::Spot, id).ok()?;
+        self.live().get(&key).and_then(|e| e.obj.gate())
+    }
+
+    /// Drop the live entry of `key` if it is still incarnation `generation`.
+    fn forget_live(&self, key: &AuthorityKey, generation: u64) {
+        let mut live = self.live();
+        if live.get(key).is_some_and(|e| e.generation == generation) {
+            live.remove(key);
+        }
+    }
+
+    fn members(&self) -> MutexGuard<'_, Members> {
+        self.members
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn live(&self) -> MutexGuard<'_, HashMap<AuthorityKey, LiveEntry>> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn owner(&self) -> Result<OwnerToken, CallError> {
+        self.mesh
+            .owner_token()
+            .ok_or_else(|| CallError::new(ErrorKind::Unavailable, "this node holds no owner lease"))
+    }
+}
+
+/// The sink the MeshNode holds: weak handles on the runtime and on the node itself, so there
+/// is no reference cycle; a runtime that is gone answers requests `ShuttingDown`.
+struct SinkRef<S: ObjectStore> {
+    runtime: std::sync::Weak<Inner<S>>,
+    mesh: std::sync::Weak<MeshNode>,
+}
+
+impl<S: ObjectStore> SinkRef<S> {
+    fn gone(
+        &self,
+        source: &zlink_protocol::generated::NodeFence,
+        request: Option<&zlink_protocol::generated::RequestHeader>,
+    ) {
+        if let (Some(mesh), Some(req)) = (self.mesh.upgrade(), request) {
+            mesh.reply_to(
+                source,
+                req,
+                Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "the object runtime stopped",
+                )),
+            );
+        }
+    }
+}
+
+impl<S: ObjectStore> SinkRef<S> {
+    /// Run an object control request (create, close, destroy) on its own task and answer it
+    /// once with its result, or `ShuttingDown` when the runtime is gone.
+    fn serve<F, Fut>(
+        &self,
+        source: Arc<zlink_protocol::generated::NodeFence>,
+        request: zlink_protocol::generated::RequestHeader,
+        op: F,
+    ) where
+        F: FnOnce(Arc<Inner<S>>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<ReplyResult, CallError>> + Send + 'static,
+    {
+        match self.runtime.upgrade() {
+            Some(inner) => {
+                tokio::spawn(async move {
+                    let result = op(Arc::clone(&inner)).await;
+                    inner.mesh.reply_create(&source, &request, result);
+                });
+            }
+            None => self.gone(&source, Some(&request)),
+        }
+    }
+}
+
+impl<S: ObjectStore> ObjectSink for SinkRef<S> {
+    fn take(&self, source: Arc<NodeFence>, command: ObjectCommand) {
+        let message = |source, route, request, p: ObjectPayload| RemoteMessage {
+            source,
+            route,
+            request,
+            metadata: p.metadata,
+            payload: p.payload,
+        };
+        match command {
+            ObjectCommand::SpotSend(b, p) => self.message(message(source, b.route, None, p)),
+            ObjectCommand::ActorSend(b, p) => self.message(message(source, b.route, None, p)),
+            ObjectCommand::SpotRequest(b, p) => {
+                self.message(message(source, b.route, Some(b.request), p));
+            }
+            ObjectCommand::ActorRequest(b, p) => {
+                self.message(message(source, b.route, Some(b.request), p));
+            }
+            ObjectCommand::LogicalMulticast(m, p) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.multicast_delivery(MulticastIn {
+                        channel: m.channel_name,
+                        topic: m.topic,
+                        metadata: p.metadata,
+                        payload: p.payload,
+                    });
+                }
+            }
+            ObjectCommand::InstanceSpot(i, p) => {
+                let request =
+                    ObjectCommand::InstanceSpot(i.clone(), ObjectPayload::default()).request();
+                let call = InstanceCall {
+                    source,
+                    request,
+                    operation_id: i.operation_id,
+                    deadline_unix_ms: i.deadline_unix_ms,
+                    source_spot_id: i.source_spot_id,
+                    route: i.route,
+                    metadata: p.metadata,
+                    payload: p.payload,
+                };
+                match self.runtime.upgrade() {
+                    Some(inner) => inner.instance_delivery(call),
+                    None => self.gone(&call.source, call.request.as_ref()),
+                }
+            }
+            ObjectCommand::ActorJoin(j) => {
+                let d = JoinProposal {
+                    request: j.request.clone(),
+                    actor_route: j.actor_route,
+                    entry: j.entry,
+                    spot_route: j.target_spot_route,
+                };
+                self.serve(source, j.request, move |inner| async move {
+                    inner.join_for(&d).await
+                });
+            }
+            ObjectCommand::ActorDestroy(c) => {
+                let d = RemoteDestroy { route: c.route };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.destroy_for(&d).await
+                });
+            }
+            ObjectCommand::UserSpotClose(c) => {
+                let d = RemoteClose {
+                    spot: c.spot,
+                    target_node: c.target_node,
+                    authority_owner_generation: c.authority_owner_generation,
+                    store_version: c.store_version,
+                };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.close_for(&d).await
+                });
+            }
+            ObjectCommand::UserSpotCreate(c) => {
+                let d = RemoteCreate {
+                    kind: WireKind::Spot,
+                    id: c.spot_id,
+                    stable_type: c.stable_type,
+                    membership: None,
+                    reservation: c.reservation,
+                };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.create_for(&d).await
+                });
+            }
+            ObjectCommand::ActorCreate(c) => {
+                let d = RemoteCreate {
+                    kind: WireKind::Actor,
+                    id: c.actor_id,
+                    stable_type: c.stable_type,
+                    membership: Some(c.membership_spot_id),
+                    reservation: c.reservation,
+                };
+                self.serve(source, c.request, move |inner| async move {
+                    inner.create_for(&d).await
+                });
+            }
+        }
+    }
+}
+
+impl<S: ObjectStore> SinkRef<S> {
+    /// A Spot / Actor message, or — when the runtime is gone — its refusal.
+    fn message(&self, d: RemoteMessage) {
+        match self.runtime.upgrade() {
+            Some(inner) => inner.deliver(d),
+            None => self.gone(&d.source, d.request.as_ref()),
+        }
+    }
+}
+
+impl<S: ObjectStore> ObjectRuntime<S> {
+    /// Attach an object runtime to `mesh` (which must hold an owner lease, i.e. run with a
+    /// Location Store), with the registered types and route-cache settings.
+    ///
+    /// # Errors
+    /// [`RuntimeError`].
+    pub async fn start(
+        mesh: Arc<MeshNode>,
+        store: Arc<S>,
+        registry: Registry,
+        cache: CacheConfig,
+    ) -> Result<Self, RuntimeError> {
+        if mesh.owner_token().is_none() {
+            return Err(RuntimeError::NoOwnerLease);
+        }
+        crate::config::validate_route_cache_vs_follow(cache.max_age, cache.message_follow)?;
+        let me = mesh.descriptor();
+        let announced = if me.object_role == zlink_protocol::generated::ObjectRole::Server {
+            me.object_capabilities
+        } else {
+            // An Object Client hosts nothing; its registrations only type its calls.
+            registry.capabilities()
+        };
+        for c in registry.capabilities() {
+            if !announced
+                .iter()
+                .any(|a| a.object_kind == c.object_kind && a.stable_type == c.stable_type)
+            {
+                return Err(RuntimeError::CapabilityMissing(c.stable_type));
+            }
+        }
+        let types = registry.build()?;
+        // Glossary §4 "Subscription": checked at start — the node is a member of each
+        // subscribed Channel, and the type handles the subscribed packet.
+        let channels = mesh.descriptor().channels;
+        for ty in types.values() {
+            for sub in ty.subscriptions() {
+                if !channels.iter().any(|c| {
+                    c.channel_name == sub.channel
+                        && c.role == zlink_protocol::generated::ChannelRole::Server
+                }) && channels.iter().any(|c| c.channel_name == sub.channel)
+                {
+                    tracing::warn!(
+                        stable_type = ty.stable_type(),
+                        channel = %sub.channel,
+                        "a subscription on a Channel this node is only a Client of gets local \
+                         publishes only (remote publishers target Servers)"
+                    );
+                }
+                if !channels.iter().any(|c| c.channel_name == sub.channel) {
+                    return Err(RuntimeError::Subscription(format!(
+                        "stable type {:?} subscribes to Channel {:?}, which this node is not a \
+                         member of",
+                        ty.stable_type(),
+                        sub.channel
+                    )));
+                }
+                if !ty.has_send_handler(&sub.packet_name) {
+                    return Err(RuntimeError::Subscription(format!(
+                        "stable type {:?} subscribes to {:?} on ({}, {}) without a send handler \
+                         for it",
+                        ty.stable_type(),
+                        sub.packet_name,
+                        sub.channel,
+                        sub.topic
+                    )));
+                }
+            }
+        }
+        // A cached route must never outlive the owner's own admission window.
+        let mut cache = cache;
+        cache.fencing_margin = cache.fencing_margin.max(mesh.fencing_margin());
+        let source: Arc<dyn RouteSource> = Arc::clone(&store) as Arc<dyn RouteSource>;
+        let inner = Arc::new(Inner {
+            resolver: Resolver::new(source, cache),
+            mesh: Arc::clone(&mesh),
+            store,
+            types,
+            objects: Objects::new(),
+            live: Mutex::new(HashMap::new()),
+            creating: tokio::sync::Mutex::new(HashMap::new()),
+            stats: RuntimeStats::default(),
+            this: std::sync::OnceLock::new(),
+            placement: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
+            members: Mutex::new(Members::default()),
+            activations: Mutex::new(HashMap::new()),
+            fault: Mutex::new(fault_from_env()),
+            scan_interval_ms: AtomicU64::new(1000),
+            publish_seq: AtomicU64::new(0),
+            membership_changes: tokio::sync::Mutex::new(()),
+        });
+        let _ = inner.this.set(Arc::downgrade(&inner));
+        // The node holds the runtime weakly: no reference cycle through the sink.
+        let entry = mesh.descriptor().entry_spot_id;
+        if !entry.is_empty() {
+            // The Entry Spot of this lifecycle exists before the node turns Serving (wire §7).
+            let ty = inner
+                .types
+                .values()
+                .find(|t| t.kind() == ObjectTypeKind::EntrySpot)
+                .cloned()
+                .ok_or(RuntimeError::NoEntrySpotType)?;
+            let key = AuthorityKey::new(StoreKind::Spot, &entry).map_err(|e| {
+                RuntimeError::EntrySpot(CallError::new(ErrorKind::InvalidOperation, e.to_string()))
+            })?;
+            let owner = inner.owner().map_err(RuntimeError::EntrySpot)?;
+            let reservation = inner
+                .reserve(
+                    &key,
+                    StoreKind::Spot,
+                    ty.stable_type(),
+                    &mesh.fence(),
+                    owner,
+                    None,
+                )
+                .await
+                .map_err(RuntimeError::EntrySpot)?;
+            inner
+                .materialize(&ty, StoreKind::Spot, &entry, None, None, reservation)
+                .await
+                .map_err(RuntimeError::EntrySpot)?;
+        }
+        // Attached only once the runtime is complete: a failed start leaves the node free for
+        // another attempt.
+        mesh.set_object_sink(Arc::new(SinkRef {
+            runtime: Arc::downgrade(&inner),
+            mesh: Arc::downgrade(&mesh),
+        }) as Arc<dyn ObjectSink>)
+            .map_err(RuntimeError::Attach)?;
+        // The startup scan of wire §8 runs before Serving. A new lifecycle can never match an
+        // earlier one's authority, so it finds nothing to resume (see `activation`).
+        inner.recover_activations(ACTIVATION_SCAN_BATCH).await;
+        if !entry.is_empty() {
+            mesh.set_runtime_state(zlink_protocol::generated::RuntimeState::Serving);
+        }
+        // The bounded background scan: resumes activations whose task ended early.
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            loop {
+                let every = match weak.upgrade() {
+                    Some(i) => Duration::from_millis(i.scan_interval_ms.load(Ordering::Relaxed)),
+                    None => return,
+                };
+                tokio::time::sleep(every).await;
+                let Some(i) = weak.upgrade() else { return };
+                if i.mesh.is_shut_down() {
+                    return;
+                }
+                i.recover_activations(ACTIVATION_SCAN_BATCH).await;
+            }
+        });
+        Ok(Self { inner })
+    }
+
+    /// This node's Entry Spot ID (empty without one).
+    pub fn entry_spot_id(&self) -> String {
+        self.inner.mesh.descriptor().entry_spot_id
+    }
+
+    /// Stop every live object of this node (waiting requests end with `Unavailable`). The
+    /// authority records stay: the objects become Unavailable until the lease lapses and a
+    /// fenced cleanup removes them. Call before shutting the MeshNode down.
+    pub async fn shutdown(&self) {
+        *self.inner.members() = Members::default();
+        // First operations of cold activations still pending end now, once each.
+        self.inner.fail_pending_activations();
+        let live: Vec<LiveEntry> = self.inner.live().drain().map(|(_, e)| e).collect();
+        for e in live {
+            e.obj.close().await;
+        }
+    }
+
+    /// The resolver (its cache counters and invalidation triggers).
+    pub fn resolver(&self) -> &Resolver {
+        &self.inner.resolver
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RuntimeStats {
+        &self.inner.stats
+    }
+
+    /// The ObjectGeneration of `id` if it is live on this node.
+    pub fn live_generation(&self, kind: StoreKind, id: &str) -> Option<u64> {
+        let key = AuthorityKey::new(kind, id).ok()?;
+        self.inner.live().get(&key).map(|e| e.generation)
+    }
+
+    /// Whether this node admits new object work now (its owner lease is confirmed and the
+    /// fencing deadline has not passed).
+    pub fn admitting(&self) -> bool {
+        self.inner.mesh.admission_open()
+    }
+
+    /// Objects live on this node.
+    pub fn live_count(&self) -> usize {
+        self.inner.live().len()
+    }
+
+    /// Objects live on this node by kind: `(actors, spots)`.
+    pub fn live_by_kind(&self) -> (usize, usize) {
+        let live = self.inner.live();
+        let actors = live
+            .keys()
+            .filter(|k| {
+                zlink_protocol::keys::parse_authority_key(k.as_str())
+                    .is_ok_and(|(kind, _)| kind == zlink_protocol::keys::ObjectKindKey::Actor)
+            })
+            .count();
+        (actors, live.len() - actors)
+    }
+
+    /// Work not finished in the objects live here — waiting items, running turns, yielded
+    /// continuations (a drain waits for them).
+    pub fn queued_work(&self) -> usize {
+        self.inner.live().values().map(|e| e.obj.pending()).sum()
+    }
+}
