@@ -642,17 +642,11 @@ impl<S: ObjectStore> Inner<S> {
                 return Err(e);
             }
         };
-        if let Some(e) = self
-            .live()
-            .get_mut(key)
-            .filter(|e| e.generation == generation)
         {
-            e.authority_owner_generation = snapshot.authority_owner_generation;
+            let mut live = self.live();
+            live.set_owner_generation(key, generation, snapshot.authority_owner_generation);
+            live.open_spot(&act.envelope.spot_id);
         }
-        self.members()
-            .spots
-            .entry(act.envelope.spot_id.clone())
-            .or_default();
         self.stats.created.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -737,8 +731,7 @@ impl<S: ObjectStore> Inner<S> {
             None => {
                 let obj = self
                     .live()
-                    .get(key)
-                    .filter(|e| e.generation == generation)
+                    .get_incarnation(key, generation)
                     .map(|e| Arc::clone(&e.obj));
                 let Some(obj) = obj else {
                     // The instance is gone (removed meanwhile): the first operation cannot

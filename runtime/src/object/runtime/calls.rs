@@ -162,24 +162,14 @@ impl<S: ObjectStore> Inner<S> {
                 "the route's owner lease is not this host's current lease",
             ));
         }
-        let live = self.live();
-        match live.get(&key) {
-            // Same incarnation: the owner generation must still be the route's (a transfer
-            // away and back would change it).
-            Some(e)
-                if e.generation == route.object_generation
-                    && e.authority_owner_generation == route.authority_owner_generation =>
-            {
-                Ok(Arc::clone(&e.obj))
-            }
-            Some(e) if e.generation == route.object_generation => {
-                Err(stale("the authority owner generation changed"))
-            }
-            // A newer incarnation of the ID under this same owner and lease: ObjectGeneration
-            // is not a target-match condition for messages (routing §2.6), so it receives it.
-            Some(e) => Ok(Arc::clone(&e.obj)),
-            None => Err(stale("the object is not live here")),
-        }
+        self.live()
+            .admit(
+                &key,
+                route.object_generation,
+                route.authority_owner_generation,
+            )
+            .map(|e| Arc::clone(&e.obj))
+            .map_err(|refusal| stale(refusal.why()))
     }
 }
 

@@ -235,7 +235,7 @@ impl<S: ObjectStore> Inner<S> {
         // An Actor is enrolled in its Spot before its factory runs, so a close of that Spot
         // sees it; the Spot must be live here.
         if let Some(spot) = membership.filter(|_| kind == StoreKind::Actor)
-            && !self.members().enrol(id, spot)
+            && !self.live().enrol(id, spot)
         {
             let _ = self.give_back(&reservation).await;
             return Err(CallError::new(
@@ -351,19 +351,14 @@ impl<S: ObjectStore> Inner<S> {
                 }
             }
         };
-        if let Some(e) = self
-            .live()
-            .get_mut(&key)
-            .filter(|e| e.generation == generation)
-        {
-            e.authority_owner_generation = snapshot.authority_owner_generation;
-        }
+        self.live()
+            .set_owner_generation(&key, generation, snapshot.authority_owner_generation);
         let _ = self.objects.mark_ready(&key, generation);
         self.stats.created.fetch_add(1, Ordering::Relaxed);
         enrolled.keep();
         match kind {
             StoreKind::Spot => {
-                self.members().spots.entry(id.to_owned()).or_default();
+                self.live().open_spot(id);
             }
             StoreKind::Actor => {
                 if let Some(spot) = membership {

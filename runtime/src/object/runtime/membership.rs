@@ -84,8 +84,7 @@ impl<S: ObjectStore> Inner<S> {
                 .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
             let obj = self
                 .live()
-                .get(&key)
-                .filter(|e| e.generation == actor_route.object_generation)
+                .get_incarnation(&key, actor_route.object_generation)
                 .map(|e| Arc::clone(&e.obj))
                 .ok_or_else(|| {
                     CallError::new(ErrorKind::StaleRoute, "the Actor is not live on this node")
@@ -111,12 +110,10 @@ impl<S: ObjectStore> Inner<S> {
             let live = self.live();
             let spot_key = spot.key.clone();
             let a = live
-                .get(&actor_key)
-                .filter(|e| e.generation == actor.object_generation)
+                .get_incarnation(&actor_key, actor.object_generation)
                 .map(|e| Arc::clone(&e.obj));
             let s = live
-                .get(&spot_key)
-                .filter(|e| e.generation == spot.object_generation)
+                .get_incarnation(&spot_key, spot.object_generation)
                 .map(|e| Arc::clone(&e.obj));
             (a, s)
         };
@@ -128,11 +125,11 @@ impl<S: ObjectStore> Inner<S> {
         };
         let actor_id = actor_route.object_id.as_str();
         let spot_id = spot_route.object_id.as_str();
-        let old = self.members().of.get(actor_id).cloned();
+        let old = self.live().spot_of(actor_id).map(str::to_owned);
         if old.as_deref() == Some(spot_id) {
             return Ok(());
         }
-        if !self.members().spots.contains_key(spot_id) {
+        if !self.live().spot_is_open(spot_id) {
             return Err(CallError::new(
                 ErrorKind::NotFound,
                 format!("Spot {spot_id} is closing"),
@@ -161,7 +158,7 @@ impl<S: ObjectStore> Inner<S> {
         }
         // Committed. Closes and destroys wait for this serial section, so the Spot is still
         // in the table.
-        if !self.members().enrol(actor_id, spot_id) {
+        if !self.live().enrol(actor_id, spot_id) {
             tracing::error!(
                 actor = actor_id,
                 spot = spot_id,
@@ -298,14 +295,10 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     }
     /// The Spot Actor `id` is a member of, if it lives on this node.
     pub fn membership(&self, actor_id: &str) -> Option<String> {
-        self.inner.members().of.get(actor_id).cloned()
+        self.inner.live().spot_of(actor_id).map(str::to_owned)
     }
     /// The member Actors of Spot `id`, if it lives on this node.
     pub fn members_of(&self, spot_id: &str) -> Option<Vec<String>> {
-        self.inner
-            .members()
-            .spots
-            .get(spot_id)
-            .map(|s| s.iter().cloned().collect())
+        self.inner.live().members_of(spot_id)
     }
 }

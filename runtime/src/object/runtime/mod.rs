@@ -66,6 +66,7 @@ pub const MAX_CREATION_CONTENT: usize = 1024 * 1024;
 mod activation;
 mod calls;
 mod creation;
+mod live;
 mod membership;
 mod multicast;
 mod placement;
@@ -196,43 +197,6 @@ pub struct RuntimeStats {
     pub fenced_cleanups: AtomicU64,
 }
 
-/// Spot membership on this node: the member Actors of each live Spot (Entry and User) and the
-/// Spot of each live Actor. Every member of a Spot lives on the Spot's node (cross-node
-/// membership moves the Actor: relocation), so this table is authoritative for the node.
-#[derive(Default)]
-struct Members {
-    /// Spot ID → member Actor IDs. A Spot is here from its Ready commit until its close starts.
-    spots: HashMap<String, std::collections::BTreeSet<String>>,
-    /// Actor ID → Spot ID (also for creations in progress, so a close sees them).
-    of: HashMap<String, String>,
-}
-
-impl Members {
-    /// Enrol `actor` in `spot`; `false` when the Spot is not live here (or is closing).
-    fn enrol(&mut self, actor: &str, spot: &str) -> bool {
-        let Some(set) = self.spots.get_mut(spot) else {
-            return false;
-        };
-        set.insert(actor.to_owned());
-        if let Some(old) = self.of.insert(actor.to_owned(), spot.to_owned())
-            && old != spot
-            && let Some(s) = self.spots.get_mut(&old)
-        {
-            s.remove(actor);
-        }
-        true
-    }
-
-    /// Forget `actor`; returns the Spot it was a member of.
-    fn forget(&mut self, actor: &str) -> Option<String> {
-        let spot = self.of.remove(actor)?;
-        if let Some(s) = self.spots.get_mut(&spot) {
-            s.remove(actor);
-        }
-        Some(spot)
-    }
-}
-
 /// Undoes an Actor's enrolment in its Spot when its creation does not complete.
 struct EnrolGuard<'a, S: ObjectStore> {
     inner: &'a Inner<S>,
@@ -248,7 +212,7 @@ impl<S: ObjectStore> EnrolGuard<'_, S> {
 impl<S: ObjectStore> Drop for EnrolGuard<'_, S> {
     fn drop(&mut self) {
         if let Some(a) = self.actor.take() {
-            self.inner.members().forget(&a);
+            self.inner.live().forget_member(&a);
         }
     }
 }
@@ -259,6 +223,7 @@ const ACTIVATION_SCAN_BATCH: usize = 256;
 /// The receive chunk limit a join reply announces (wire §9: 32 KiB without negotiation).
 const JOIN_RECEIVE_CHUNK_LIMIT: u32 = 32 * 1024;
 
+/// One live incarnation on this node.
 struct LiveEntry {
     generation: u64,
     authority_owner_generation: u64,
@@ -267,25 +232,39 @@ struct LiveEntry {
     ty: Arc<dyn ObjectType>,
 }
 
+impl live::OwnerGenerationMut for LiveEntry {
+    fn set_authority_owner_generation(&mut self, g: u64) {
+        self.authority_owner_generation = g;
+    }
+}
+
+impl live::Incarnation for LiveEntry {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn authority_owner_generation(&self) -> u64 {
+        self.authority_owner_generation
+    }
+}
+
 struct Inner<S> {
     mesh: Arc<MeshNode>,
     store: Arc<S>,
     resolver: Resolver,
     types: BTreeMap<String, Arc<dyn ObjectType>>,
     objects: Arc<Objects>,
-    live: Mutex<HashMap<AuthorityKey, LiveEntry>>,
+    /// Live incarnations and Spot membership (held only for short, synchronous sections).
+    live: Mutex<live::LiveTable<LiveEntry>>,
     /// One creation at a time per ID on this node.
     creating: tokio::sync::Mutex<HashMap<AuthorityKey, Arc<tokio::sync::Mutex<()>>>>,
     stats: RuntimeStats,
     /// Itself, weakly (so handler calls can run on an owned handle).
     this: std::sync::OnceLock<std::sync::Weak<Inner<S>>>,
     /// Placement state per stable type.
-    placement: Mutex<HashMap<String, crate::select::SmoothWeighted<String>>>,
+    placement: Mutex<placement::Placement>,
     /// IDs whose creation failed here with an unknown outcome, with the reservation still to
     /// abort (see `give_back`).
     failed: Mutex<HashMap<AuthorityKey, zlink_store::types::Reservation>>,
-    /// Spot membership of the objects live here.
-    members: Mutex<Members>,
     /// Cold activations of this lifecycle whose first operation is not done yet.
     activations: Mutex<HashMap<AuthorityKey, Arc<activation::Activation>>>,
     /// Fault injection in the activation path.
@@ -414,19 +393,10 @@ impl<S: ObjectStore> Inner<S> {
 
     /// Drop the live entry of `key` if it is still incarnation `generation`.
     fn forget_live(&self, key: &AuthorityKey, generation: u64) {
-        let mut live = self.live();
-        if live.get(key).is_some_and(|e| e.generation == generation) {
-            live.remove(key);
-        }
+        self.live().forget_incarnation(key, generation);
     }
 
-    fn members(&self) -> MutexGuard<'_, Members> {
-        self.members
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn live(&self) -> MutexGuard<'_, HashMap<AuthorityKey, LiveEntry>> {
+    fn live(&self) -> MutexGuard<'_, live::LiveTable<LiveEntry>> {
         self.live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -680,13 +650,12 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             store,
             types,
             objects: Objects::new(),
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(live::LiveTable::default()),
             creating: tokio::sync::Mutex::new(HashMap::new()),
             stats: RuntimeStats::default(),
             this: std::sync::OnceLock::new(),
-            placement: Mutex::new(HashMap::new()),
+            placement: Mutex::new(placement::Placement::default()),
             failed: Mutex::new(HashMap::new()),
-            members: Mutex::new(Members::default()),
             activations: Mutex::new(HashMap::new()),
             fault: Mutex::new(fault_from_env()),
             scan_interval_ms: AtomicU64::new(1000),
@@ -765,10 +734,9 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// authority records stay: the objects become Unavailable until the lease lapses and a
     /// fenced cleanup removes them. Call before shutting the MeshNode down.
     pub async fn shutdown(&self) {
-        *self.inner.members() = Members::default();
         // First operations of cold activations still pending end now, once each.
         self.inner.fail_pending_activations();
-        let live: Vec<LiveEntry> = self.inner.live().drain().map(|(_, e)| e).collect();
+        let live: Vec<LiveEntry> = self.inner.live().drain_all();
         for e in live {
             e.obj.close().await;
         }
@@ -803,15 +771,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
 
     /// Objects live on this node by kind: `(actors, spots)`.
     pub fn live_by_kind(&self) -> (usize, usize) {
-        let live = self.inner.live();
-        let actors = live
-            .keys()
-            .filter(|k| {
-                zlink_protocol::keys::parse_authority_key(k.as_str())
-                    .is_ok_and(|(kind, _)| kind == zlink_protocol::keys::ObjectKindKey::Actor)
-            })
-            .count();
-        (actors, live.len() - actors)
+        self.inner.live().count_by_kind()
     }
 
     /// Work not finished in the objects live here — waiting items, running turns, yielded

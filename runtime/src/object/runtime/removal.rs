@@ -21,30 +21,27 @@ impl<S: ObjectStore> Inner<S> {
             // A Spot with members is not closed (their membership would name a gone Spot);
             // taking it out of the table first makes concurrent joins and creations into it
             // fail from here on.
-            let mut m = self.members();
-            if let Some(set) = m.spots.get(id).filter(|s| !s.is_empty()) {
+            if let Err(left) = self.live().close_spot(id) {
                 return Err(CallError::new(
                     ErrorKind::Conflict,
                     format!(
                         "Spot {id} still has {} member Actor(s) (e.g. {}): move them to another \
                          Spot or destroy them first",
-                        set.len(),
-                        set.iter().next().map_or("", String::as_str)
+                        left.count, left.example
                     ),
                 ));
             }
-            m.spots.remove(id);
         }
         let mut closing = Vec::new();
         let result = self.remove_exact(key, id, snapshot, &mut closing).await;
         let still_live = self.live().contains_key(key);
         if is_spot && still_live {
             // Still serving (the removal did not happen): it takes members again.
-            self.members().spots.entry(id.to_owned()).or_default();
+            self.live().open_spot(id);
         }
         if !is_spot && !still_live {
             // The instance is gone here (removed, or closed as stale): so is its membership.
-            let left = self.members().forget(id);
+            let left = self.live().forget_member(id);
             if let Some(spot) = left {
                 self.notify_member(&spot, false, id);
             }
@@ -85,31 +82,18 @@ impl<S: ObjectStore> Inner<S> {
             && snapshot.owner_node.lifecycle_generation == me.lifecycle_generation;
         // Take the entry only if it is exactly the incarnation read: a newer one (created
         // here since the read) is never touched, an older one is stale and closed.
-        enum Take {
-            Mine(Option<LiveEntry>),
-            Newer,
-            Stale(Option<LiveEntry>),
-        }
-        let take = {
-            let mut live = self.live();
-            match live.get(key).map(|e| e.generation) {
-                Some(g) if g == snapshot.object_generation && record_is_ours => {
-                    Take::Mine(live.remove(key))
-                }
-                Some(g) if g > snapshot.object_generation => Take::Newer,
-                Some(_) => Take::Stale(live.remove(key)),
-                None => Take::Mine(None),
-            }
-        };
+        let take = self
+            .live()
+            .take_for_removal(key, snapshot.object_generation, record_is_ours);
         let entry = match take {
-            Take::Mine(e) => e,
-            Take::Newer => {
+            live::Take::Mine(e) => e,
+            live::Take::Newer => {
                 return Err(CallError::new(
                     ErrorKind::Conflict,
                     format!("{id} was re-created since it was read"),
                 ));
             }
-            Take::Stale(stale) => {
+            live::Take::Stale(stale) => {
                 if let Some(stale) = stale {
                     closing.push((stale.obj, Some(stale.generation)));
                 }
