@@ -91,6 +91,42 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     clock: Arc<dyn Clock>,
     recovery: Arc<watch::Sender<u64>>,
+    /// Fault injection: aggregate commits parked on purpose (see [`MemoryStore::stall_aggregates_touching`]).
+    stalls: Arc<Mutex<Vec<StallRule>>>,
+}
+
+/// One stall rule: aggregate commits naming `key` wait until `release` turns true.
+struct StallRule {
+    key: AuthorityKey,
+    parked: watch::Sender<usize>,
+    release: watch::Receiver<bool>,
+}
+
+/// A stall of aggregate commits that name one key (fault injection for tests and chaos
+/// drills: a store call that does not answer). Releasing it — or dropping it — lets the parked
+/// calls and every later one through.
+#[derive(Debug)]
+pub struct Stall {
+    parked: watch::Receiver<usize>,
+    release: watch::Sender<bool>,
+}
+
+impl Stall {
+    /// Wait until at least `n` calls are parked on this stall (a marker, not a sleep).
+    pub async fn parked(&mut self, n: usize) {
+        let _ = self.parked.wait_for(|p| *p >= n).await;
+    }
+
+    /// Let the parked calls (and every later one) through.
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Stall {
+    fn drop(&mut self) {
+        let _ = self.release.send(true);
+    }
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -113,6 +149,50 @@ impl MemoryStore {
             state: Arc::new(Mutex::new(State::default())),
             clock: Arc::new(clock),
             recovery: Arc::new(tx),
+            stalls: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Fault injection: every `commit_aggregate` whose operations name `key` waits, before it
+    /// looks at the store, until the returned [`Stall`] is released or dropped. Other calls —
+    /// including aggregate commits of other keys — are not held up.
+    pub fn stall_aggregates_touching(&self, key: AuthorityKey) -> Stall {
+        let (parked_tx, parked_rx) = watch::channel(0);
+        let (release_tx, release_rx) = watch::channel(false);
+        let mut stalls = self
+            .stalls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        stalls.retain(|r| !*r.release.borrow());
+        stalls.push(StallRule {
+            key,
+            parked: parked_tx,
+            release: release_rx,
+        });
+        Stall {
+            parked: parked_rx,
+            release: release_tx,
+        }
+    }
+
+    /// Park here while a stall rule names one of `ops`' keys.
+    async fn wait_out_stalls(&self, ops: &[AggregateOp]) {
+        let waits: Vec<watch::Receiver<bool>> = {
+            let stalls = self
+                .stalls
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            stalls
+                .iter()
+                .filter(|r| !*r.release.borrow() && ops.iter().any(|op| op.key() == &r.key))
+                .map(|r| {
+                    r.parked.send_modify(|p| *p += 1);
+                    r.release.clone()
+                })
+                .collect()
+        };
+        for mut w in waits {
+            let _ = w.wait_for(|released| *released).await;
         }
     }
 
@@ -849,6 +929,7 @@ impl LocationStore for MemoryStore {
 
     async fn commit_aggregate(&self, ops: &[AggregateOp]) -> Result<Vec<AuthoritySnapshot>> {
         crate::validate::aggregate(ops)?;
+        self.wait_out_stalls(ops).await;
         let (mut st, now) = self.lock()?;
         for op in ops {
             st.check_op(op, now)?;

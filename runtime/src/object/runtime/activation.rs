@@ -362,19 +362,10 @@ impl<S: ObjectStore> Inner<S> {
         // again, and the next round may activate it here.
         for _ in 0..ACTIVATION_ROUNDS {
             // One activation of an ID at a time on this node.
-            let gate = {
-                let mut creating = self.creating.lock().await;
-                Arc::clone(creating.entry(key.clone()).or_default())
+            let outcome = {
+                let _one_at_a_time = self.creating.lock_all(&[&key]).await;
+                self.begin(&key, &call, sink).await
             };
-            let guard = gate.lock().await;
-            let outcome = self.begin(&key, &call, sink).await;
-            drop(guard);
-            {
-                let mut creating = self.creating.lock().await;
-                if Arc::strong_count(&gate) == 2 {
-                    creating.remove(&key);
-                }
-            }
             match outcome {
                 Begun::Started(act, barrier) => {
                     self.finish_first(&act, barrier).await;

@@ -563,21 +563,9 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let key = AuthorityKey::new(StoreKind::Spot, id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let gate = {
-            let mut creating = self.inner.creating.lock().await;
-            Arc::clone(creating.entry(key.clone()).or_default())
-        };
-        let guard = gate.lock().await;
-        let out = self
-            .get_or_create_locked(&key, stable_type, id, init, deadline, timeout)
-            .await;
-        drop(guard);
-        // Forget the gate once nobody else holds or waits for it.
-        let mut creating = self.inner.creating.lock().await;
-        if Arc::strong_count(&gate) == 2 {
-            creating.remove(&key);
-        }
-        out
+        let _one_at_a_time = self.inner.creating.lock_all(&[&key]).await;
+        self.get_or_create_locked(&key, stable_type, id, init, deadline, timeout)
+            .await
     }
     pub(super) async fn get_or_create_locked(
         &self,

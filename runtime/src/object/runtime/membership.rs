@@ -98,14 +98,23 @@ impl<S: ObjectStore> Inner<S> {
                     )
                 })??
         };
-        let _one_at_a_time = self.membership_changes.lock().await;
+        // This Actor's and this Spot's changes wait for each other (a close of the Spot between
+        // the join's commit and its enrolment would leave a membership naming a gone Spot);
+        // changes to other objects do not wait — also not across the store round trips below.
+        // The Actor's current Spot needs no lock: while it has a member it does not close.
+        let (actor_key, spot_key) = (
+            AuthorityKey::new(StoreKind::Actor, &actor_route.object_id)
+                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?,
+            AuthorityKey::new(store_kind(spot_route.object_kind), &spot_route.object_id)
+                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?,
+        );
+        let _changes = self.changes.lock_all(&[&actor_key, &spot_key]).await;
         let actor = self.read_matching(actor_route).await?;
         // The receiver resolves the stable type from the authority row (wire §9), never from
         // the wire: a type this node does not host is a typed rejection.
         self.type_of(StoreKind::Actor, &actor.allocation.stable_type)
             .map_err(|e| CallError::new(ErrorKind::Rejected, e.detail().to_owned()))?;
         let spot = self.read_matching(spot_route).await?;
-        let actor_key = actor.key.clone();
         let (actor_obj, spot_obj) = {
             let live = self.live();
             let spot_key = spot.key.clone();

@@ -67,6 +67,7 @@ mod activation;
 mod calls;
 mod creation;
 mod live;
+mod locks;
 mod membership;
 mod multicast;
 mod placement;
@@ -255,8 +256,8 @@ struct Inner<S> {
     objects: Arc<Objects>,
     /// Live incarnations and Spot membership (held only for short, synchronous sections).
     live: Mutex<live::LiveTable<LiveEntry>>,
-    /// One creation at a time per ID on this node.
-    creating: tokio::sync::Mutex<HashMap<AuthorityKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// One creation or activation at a time per ID on this node.
+    creating: locks::KeyLocks,
     stats: RuntimeStats,
     /// Itself, weakly (so handler calls can run on an owned handle).
     this: std::sync::OnceLock<std::sync::Weak<Inner<S>>>,
@@ -273,8 +274,9 @@ struct Inner<S> {
     scan_interval_ms: AtomicU64,
     /// Sequence of this node's Logical Multicast publishes.
     publish_seq: AtomicU64,
-    /// Membership changes (join, leave) on this node run one at a time.
-    membership_changes: tokio::sync::Mutex<()>,
+    /// Changes to one object's membership or existence (join, leave, close, destroy) run one
+    /// at a time; changes to other objects run side by side, also across store round trips.
+    changes: locks::KeyLocks,
 }
 
 /// The object runtime attached to one MeshNode.
@@ -651,7 +653,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             types,
             objects: Objects::new(),
             live: Mutex::new(live::LiveTable::default()),
-            creating: tokio::sync::Mutex::new(HashMap::new()),
+            creating: locks::KeyLocks::default(),
             stats: RuntimeStats::default(),
             this: std::sync::OnceLock::new(),
             placement: Mutex::new(placement::Placement::default()),
@@ -660,7 +662,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             fault: Mutex::new(fault_from_env()),
             scan_interval_ms: AtomicU64::new(1000),
             publish_seq: AtomicU64::new(0),
-            membership_changes: tokio::sync::Mutex::new(()),
+            changes: locks::KeyLocks::default(),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.

@@ -14,9 +14,10 @@ impl<S: ObjectStore> Inner<S> {
         snapshot: &zlink_store::types::AuthoritySnapshot,
     ) -> Result<(), CallError> {
         let is_spot = snapshot.allocation.object_kind == StoreKind::Spot;
-        // Membership changes and removals of this node run one at a time: a join's commit can
-        // never interleave with the close of its Spot or the destroy of its Actor.
-        let serial = self.membership_changes.lock().await;
+        // A removal and the membership changes that touch the same object run one at a time: a
+        // join's commit never interleaves with the close of its Spot or the destroy of its
+        // Actor (a join holds the Actor and both Spots).
+        let serial = self.changes.lock_all(&[key]).await;
         if is_spot {
             // A Spot with members is not closed (their membership would name a gone Spot);
             // taking it out of the table first makes concurrent joins and creations into it
