@@ -360,7 +360,11 @@ const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("zlink_admin_auth_failures_total", "counter", &[]),
     ("zlink_host_drain_cut_total", "counter", &[]),
     ("zlink_host_in_flight", "gauge", &[]),
-    ("zlink_host_info", "gauge", &["application_version", "mesh", "rid"]),
+    (
+        "zlink_host_info",
+        "gauge",
+        &["application_version", "mesh", "rid"],
+    ),
     ("zlink_host_ready", "gauge", &[]),
     ("zlink_host_state", "gauge", &["state"]),
     ("zlink_job_permits", "gauge", &[]),
@@ -383,7 +387,11 @@ const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("zlink_request_latency_seconds", "histogram", &[]),
     ("zlink_requests_completed_total", "counter", &["result"]),
     ("zlink_route_cache_hits_total", "counter", &[]),
-    ("zlink_route_cache_invalidations_total", "counter", &["reason"]),
+    (
+        "zlink_route_cache_invalidations_total",
+        "counter",
+        &["reason"],
+    ),
     ("zlink_route_cache_misses_total", "counter", &[]),
     ("zlink_route_resolutions_total", "counter", &["result"]),
     ("zlink_store_op_duration_seconds", "histogram", &["op"]),
@@ -456,10 +464,12 @@ fn value(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) ->
 }
 
 /// Issue 8, "/metrics parses as Prometheus exposition format and counters move under traffic":
-/// the scrape parses (strictly and with `prometheus-parse`), shows the host Serving with one
-/// ready peer, and 50 select-one requests from a mesh client move the host's records-in,
-/// delivered and replies-sent counters by at least 50; store operations and their latency
-/// histogram count the discovery polls. `/healthz` and `/readyz` answer 200.
+/// the scrape (served as `text/plain; version=0.0.4`, encoded by prometheus-client since issue
+/// 16 item 5, with exactly the [`FAMILIES`]) parses (strictly and with `prometheus-parse`),
+/// shows the host Serving with one ready peer, and 50 select-one requests from a mesh client
+/// move the host's records-in, delivered and replies-sent counters by at least 50; store
+/// operations and their latency histogram count the discovery polls. `/healthz` and `/readyz`
+/// answer 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_parse_as_prometheus_text_and_counters_move_under_traffic() {
     let redis = redis_server::RedisServer::start().await;
@@ -529,7 +539,13 @@ async fn metrics_parse_as_prometheus_text_and_counters_move_under_traffic() {
             &[("op", "claim_lease"), ("result", "ok")]
         ) == 1.0
     );
-    let text = host.http_get("/metrics").1;
+    let (status, head, text) = host.http_get_with_headers("/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
     assert_families_unchanged(&text);
     assert!(
         text.contains(
