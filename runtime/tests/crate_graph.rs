@@ -1,7 +1,7 @@
 //! The crate graph holds its boundaries (issue 16 acceptance; docs/architecture.md, "Crates"):
-//! the admin API links no libzmq, and the runtime library pulls no CLI, progress-bar, YAML or
-//! logging-subscriber crate. Read from the real `cargo tree` of this workspace (offline, from
-//! the lock file), so a dependency added to the wrong crate fails here.
+//! the admin API links no libzmq, and the runtime library pulls no CLI, progress-bar, YAML,
+//! logging-subscriber or metrics-exposition crate. Read from the real `cargo tree` of this
+//! workspace (offline, from the lock file), so a dependency added to the wrong crate fails here.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -54,7 +54,7 @@ fn the_admin_api_crate_links_no_zeromq() {
 }
 
 #[test]
-fn the_runtime_library_has_no_cli_progress_yaml_or_log_subscriber_dependencies() {
+fn the_runtime_library_has_no_cli_progress_yaml_log_subscriber_or_exposition_dependencies() {
     let names = tree("zlink");
     assert!(
         names.contains("zmq"),
@@ -68,6 +68,8 @@ fn the_runtime_library_has_no_cli_progress_yaml_or_log_subscriber_dependencies()
         "tonic",
         "axum",
         "anyhow",
+        // The host encodes /metrics; the runtime only counts (docs/architecture.md, "Node host").
+        "prometheus-client",
     ] {
         assert!(!names.contains(banned), "the runtime depends on {banned}");
     }

@@ -1,7 +1,8 @@
 //! The HTTP endpoints (issue 8 item 4): `/healthz` (the process is alive: 200, unless the
 //! node has been fenced for longer than a lease TTL — its lease is lost and only a restart
 //! recovers), `/readyz` (200 only while `Serving` and the mesh node admits work, else 503),
-//! `/metrics` (Prometheus text exposition, [`super::metrics::render`]). No authentication:
+//! `/metrics` (Prometheus text exposition 0.0.4 through `prometheus-client`,
+//! [`super::metrics::render`]). No authentication:
 //! bind `admin.http_listen` to an interface only the kubelet and Prometheus reach.
 
 use std::sync::Arc;
@@ -9,17 +10,21 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+
+use prometheus_client::registry::Registry;
 
 use super::Host;
 
 /// The router over `host`.
 pub fn router(host: Arc<Host>) -> Router {
+    // One registry for the life of the router: its collectors read the live values per scrape.
+    let registry = Arc::new(super::metrics::registry(&host));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(move || metrics(Arc::clone(&registry))))
         .with_state(host)
 }
 
@@ -45,14 +50,18 @@ async fn readyz(State(host): State<Arc<Host>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(host): State<Arc<Host>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        super::metrics::render(&host),
-    )
+async fn metrics(registry: Arc<Registry>) -> Response {
+    match super::metrics::render(&registry) {
+        Ok(text) => ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "/metrics failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "metrics encoding failed\n",
+            )
+                .into_response()
+        }
+    }
 }
 
 /// Serve the endpoints on `listener` until `shutdown` completes.

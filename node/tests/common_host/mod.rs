@@ -155,6 +155,10 @@ impl TestHost {
     pub fn http_get(&self, path: &str) -> (u16, String) {
         http_get(&self.announce.http, path)
     }
+
+    pub fn http_get_with_headers(&self, path: &str) -> (u16, String, String) {
+        http_get_with_headers(&self.announce.http, path)
+    }
 }
 
 /// Adds `authorization: <value>` when set.
@@ -188,6 +192,12 @@ pub async fn admin_channel(addr: &str) -> Channel {
 
 /// A minimal HTTP/1.1 GET: `(status, body)`.
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let (status, _, body) = http_get_with_headers(addr, path);
+    (status, body)
+}
+
+/// A minimal HTTP/1.1 GET: `(status, header lines, body)`.
+pub fn http_get_with_headers(addr: &str, path: &str) -> (u16, String, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(
@@ -206,7 +216,7 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
             .contains("transfer-encoding: chunked"),
         "test client reads plain bodies only: {head}"
     );
-    (status, body.to_owned())
+    (status, head.to_owned(), body.to_owned())
 }
 
 /// A mesh node joining the hosts' mesh with a Client membership of `channel`.
