@@ -638,6 +638,8 @@ impl<S: ObjectStore> Inner<S> {
             live.set_owner_generation(key, generation, snapshot.authority_owner_generation);
             live.open_spot(&act.envelope.spot_id);
         }
+        // Ready is visible and the instance live: waiters of this ID read again now.
+        self.activations.settle();
         self.stats.created.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -845,6 +847,7 @@ impl<S: ObjectStore> Inner<S> {
     async fn forward_when_ready(&self, call: &FirstCall, sink: ReplySink) -> Option<ReplySink> {
         let deadline = call.deadline_unix_ms;
         let mut missing_since: Option<tokio::time::Instant> = None;
+        let mut ready = self.activations.ready_wait();
         let result = async {
             let key = AuthorityKey::new(StoreKind::Spot, &call.route.spot_id)
                 .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
@@ -887,7 +890,9 @@ impl<S: ObjectStore> Inner<S> {
                     }
                     Resolution::StoreFailure(e) => return Err(store_error(e)),
                 }
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                let until = tokio::time::Instant::now()
+                    + Duration::from_millis(deadline.saturating_sub(now_unix_ms()));
+                let _ = ready.wait(until).await;
             }
             let left = Duration::from_millis(deadline.saturating_sub(now_unix_ms()));
             let delivered = self
@@ -1058,18 +1063,19 @@ impl<S: ObjectStore> Inner<S> {
 
     /// Deregister `act`, and only it (a newer activation of the same ID stays).
     fn forget_activation(&self, act: &Arc<Activation>) {
-        let mut acts = self.activations_lock();
-        if acts.get(&act.key).is_some_and(|a| Arc::ptr_eq(a, act)) {
-            acts.remove(&act.key);
+        {
+            let mut acts = self.activations_lock();
+            if acts.get(&act.key).is_some_and(|a| Arc::ptr_eq(a, act)) {
+                acts.remove(&act.key);
+            }
         }
+        self.activations.settle();
     }
 
     fn activations_lock(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<AuthorityKey, Arc<Activation>>> {
-        self.activations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.activations.lock()
     }
 
     fn fault(&self) -> Option<ActivationFault> {
@@ -1096,6 +1102,7 @@ impl<S: ObjectStore> Inner<S> {
         let deadline = tokio::time::Instant::now() + budget;
         let deadline_unix_ms =
             now_unix_ms().saturating_add(u64::try_from(budget.as_millis()).unwrap_or(u64::MAX));
+        let mut ready = self.activations.ready_wait();
         loop {
             match self.resolver.resolve(&key).await {
                 Resolution::ReadyRoute(_) => {
@@ -1137,7 +1144,7 @@ impl<S: ObjectStore> Inner<S> {
                     format!("{id} did not become Ready within {budget:?}"),
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            let _ = ready.wait(deadline).await;
         }
         let target = self.choose_descriptor(StoreKind::Spot, stable_type)?;
         let route = InstanceRouteMissing {
@@ -1230,6 +1237,108 @@ impl Activation {
     }
 }
 
+/// This lifecycle's unfinished cold activations (first operation not done yet), and the event
+/// a wait for an ID that is `Creating` wakes on.
+pub(super) struct Activations {
+    table: std::sync::Mutex<std::collections::HashMap<AuthorityKey, Arc<Activation>>>,
+    /// Bumped whenever an activation on this node settles: its Ready commit is visible and its
+    /// instance live, or it ended without one (records given back or deleted).
+    settled: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Activations {
+    fn default() -> Self {
+        Self {
+            table: std::sync::Mutex::new(std::collections::HashMap::new()),
+            settled: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
+
+impl Activations {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<AuthorityKey, Arc<Activation>>> {
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Unfinished activations.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// An activation on this node settled: wake every [`ReadyWait`].
+    fn settle(&self) {
+        self.settled.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A wait for an ID that is `Creating` (see [`ReadyWait`]).
+    fn ready_wait(&self) -> ReadyWait {
+        ReadyWait::new(
+            self.settled.subscribe(),
+            READY_WAIT_FIRST_BACKOFF,
+            READY_WAIT_MAX_BACKOFF,
+        )
+    }
+}
+
+/// First wait between reads of an ID another node is activating.
+const READY_WAIT_FIRST_BACKOFF: Duration = Duration::from_millis(5);
+/// Longest wait between reads of an ID another node is activating.
+const READY_WAIT_MAX_BACKOFF: Duration = Duration::from_millis(250);
+
+/// How a [`ReadyWait`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Woke {
+    /// An activation on this node settled (its Ready commit, or its end without one).
+    Settled,
+    /// The backoff ran out (an activation elsewhere is noticed by reading again).
+    Backoff,
+    /// The deadline passed.
+    Deadline,
+}
+
+/// The wait between reads of a Spot that is `Creating` (a cold activation in progress): woken
+/// at once by an activation on this node that settles; an activation on another node (which no
+/// event of ours announces) is noticed on the next read, after a backoff that doubles from
+/// `first` to `max` — a bounded number of store reads per wait, not a fixed-interval poll.
+#[derive(Debug)]
+pub(super) struct ReadyWait {
+    settled: tokio::sync::watch::Receiver<u64>,
+    next: Duration,
+    max: Duration,
+}
+
+impl ReadyWait {
+    fn new(mut settled: tokio::sync::watch::Receiver<u64>, first: Duration, max: Duration) -> Self {
+        // Only settlements after the wait began count.
+        settled.mark_unchanged();
+        Self {
+            settled,
+            next: first,
+            max,
+        }
+    }
+
+    /// Wait for the next reason to read again, at most until `deadline`.
+    pub(super) async fn wait(&mut self, deadline: tokio::time::Instant) -> Woke {
+        let backoff = tokio::time::Instant::now() + self.next;
+        self.next = (self.next * 2).min(self.max);
+        tokio::select! {
+            changed = self.settled.changed() => match changed {
+                Ok(()) => Woke::Settled,
+                // The runtime is gone: nothing will announce anything; read once more.
+                Err(_) => Woke::Backoff,
+            },
+            () = tokio::time::sleep_until(backoff.min(deadline)) => {
+                if backoff <= deadline { Woke::Backoff } else { Woke::Deadline }
+            }
+        }
+    }
+}
+
 impl<S: ObjectStore> ObjectRuntime<S> {
     /// Request Spot `id` **with Instance intent** for stable type `stable_type` (valid for this
     /// call only): a Missing Spot is cold-activated on a node chosen from descriptors and this
@@ -1290,10 +1399,64 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     }
     /// Cold activations of this lifecycle whose first operation is not done yet.
     pub fn unfinished_activations(&self) -> usize {
-        self.inner
-            .activations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        self.inner.activations.len()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod ready_wait_tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{ReadyWait, Woke};
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// The clock is paused and auto-advances only when every task is idle: a waiter that slept
+    /// out its backoff would show an hour passing. Woken by the event, no time passes.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_wakes_on_the_settle_event_not_on_its_backoff() {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let mut wait = ReadyWait::new(rx, HOUR, HOUR);
+        let t0 = Instant::now();
+        let waiter = tokio::spawn(async move { wait.wait(t0 + 10 * HOUR).await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "nothing settled yet");
+        tx.send_modify(|n| *n += 1);
+        assert_eq!(waiter.await.unwrap(), Woke::Settled);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::ZERO,
+            "woken by the event, not the timer"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settlement_before_the_wait_began_does_not_count() {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        tx.send_modify(|n| *n += 1);
+        let mut wait = ReadyWait::new(rx, Duration::from_secs(1), Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(wait.wait(t0 + HOUR).await, Woke::Backoff);
+        assert_eq!(t0.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_events_the_backoff_doubles_to_its_cap_and_stops_at_the_deadline() {
+        let (_tx, rx) = tokio::sync::watch::channel(0u64);
+        let mut wait = ReadyWait::new(rx, Duration::from_millis(5), Duration::from_millis(40));
+        let t0 = Instant::now();
+        let mut ends = Vec::new();
+        for _ in 0..6 {
+            assert_eq!(wait.wait(t0 + HOUR).await, Woke::Backoff);
+            ends.push(t0.elapsed().as_millis());
+        }
+        // 5, 10, 20, 40, 40, 40 ms apart: a bounded number of reads, not a fixed 5 ms poll.
+        assert_eq!(ends, [5, 15, 35, 75, 115, 155]);
+        let deadline = Instant::now() + Duration::from_millis(10);
+        assert_eq!(wait.wait(deadline).await, Woke::Deadline);
+        assert_eq!(Instant::now(), deadline);
     }
 }

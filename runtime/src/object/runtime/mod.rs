@@ -267,7 +267,7 @@ struct Inner<S> {
     /// abort (see `give_back`).
     failed: Mutex<HashMap<AuthorityKey, zlink_store::types::Reservation>>,
     /// Cold activations of this lifecycle whose first operation is not done yet.
-    activations: Mutex<HashMap<AuthorityKey, Arc<activation::Activation>>>,
+    activations: activation::Activations,
     /// Fault injection in the activation path.
     fault: Mutex<Option<ActivationFault>>,
     /// Period of the background activation recovery scan, in milliseconds.
@@ -658,7 +658,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             this: std::sync::OnceLock::new(),
             placement: Mutex::new(placement::Placement::default()),
             failed: Mutex::new(HashMap::new()),
-            activations: Mutex::new(HashMap::new()),
+            activations: activation::Activations::default(),
             fault: Mutex::new(fault_from_env()),
             scan_interval_ms: AtomicU64::new(1000),
             publish_seq: AtomicU64::new(0),
