@@ -30,8 +30,10 @@ pub enum StaleReason {
 }
 
 /// Errors of Location Store and Relocation Store operations.
+///
+/// Not `#[non_exhaustive]`: this is a workspace crate, and its callers match it exhaustively so
+/// that a new variant is a compile error wherever it is not handled.
 #[derive(Debug, Clone, Error)]
-#[non_exhaustive]
 pub enum StoreError {
     /// A fence did not match the current record; nothing changed.
     #[error("stale fence ({reason:?}): {detail}")]

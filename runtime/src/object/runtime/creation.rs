@@ -160,12 +160,12 @@ impl<S: ObjectStore> Inner<S> {
     pub(super) async fn put_content(
         &self,
         init: &TypedPayload,
-    ) -> Result<zlink_store::types::ContentReceipt, CallError> {
+    ) -> Result<zlink_store::types::ContentReceipt, ObjectError> {
         let bytes = init
             .encode()
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+            .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))?;
         if bytes.len() > MAX_CREATION_CONTENT {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::InvalidOperation,
                 format!(
                     "the initial payload encodes to {} bytes; a creation carries at most {MAX_CREATION_CONTENT}",
@@ -181,7 +181,7 @@ impl<S: ObjectStore> Inner<S> {
         self.store
             .put(&reference, Bytes::from(bytes), CREATE_TIMEOUT * 2)
             .await
-            .map_err(store_error)?;
+            .map_err(ObjectError::store("put"))?;
         Ok(zlink_store::types::ContentReceipt {
             reference,
             sha256,
@@ -192,14 +192,14 @@ impl<S: ObjectStore> Inner<S> {
     pub(super) async fn read_content(
         &self,
         receipt: &zlink_store::types::ContentReceipt,
-    ) -> Result<TypedPayload, CallError> {
+    ) -> Result<TypedPayload, ObjectError> {
         let stored = self
             .store
             .read(&receipt.reference)
             .await
-            .map_err(store_error)?
+            .map_err(ObjectError::store("read"))?
             .ok_or_else(|| {
-                CallError::new(
+                ObjectError::call(
                     ErrorKind::NotFound,
                     format!("creation content {} is gone", receipt.reference),
                 )
@@ -207,7 +207,7 @@ impl<S: ObjectStore> Inner<S> {
         let bytes = stored.bytes;
         let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
         if bytes.len() as u64 != receipt.size || digest.as_ref() != receipt.sha256 {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::Conflict,
                 format!(
                     "creation content {} does not match its receipt (size or SHA-256)",
@@ -216,7 +216,7 @@ impl<S: ObjectStore> Inner<S> {
             ));
         }
         TypedPayload::decode_shared(&bytes)
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))
+            .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))
     }
     /// On this node, for a reservation that names it: open the queue (work may queue before
     /// the instance exists), run the factory, commit Ready with the reservation fence, make the
@@ -376,7 +376,7 @@ impl<S: ObjectStore> Inner<S> {
     pub(super) async fn owner_of(
         &self,
         target: &zlink_protocol::generated::NodeFence,
-    ) -> Result<OwnerToken, CallError> {
+    ) -> Result<OwnerToken, ObjectError> {
         let records = self
             .store
             .list_descriptors(
@@ -384,7 +384,7 @@ impl<S: ObjectStore> Inner<S> {
                 &self.mesh.descriptor().mesh_name,
             )
             .await
-            .map_err(store_error)?;
+            .map_err(ObjectError::store("list_descriptors"))?;
         records
             .into_iter()
             .find(|r| {
@@ -392,7 +392,7 @@ impl<S: ObjectStore> Inner<S> {
             })
             .map(|r| r.owner)
             .ok_or_else(|| {
-                CallError::new(
+                ObjectError::call(
                     ErrorKind::Unavailable,
                     format!(
                         "node {} has no live descriptor for its lifecycle",
@@ -410,7 +410,7 @@ impl<S: ObjectStore> Inner<S> {
     pub(super) async fn cleanup_if_owner_gone(
         &self,
         a: &zlink_store::types::AuthoritySnapshot,
-    ) -> Result<bool, CallError> {
+    ) -> Result<bool, ObjectError> {
         let owner = match &a.pending_creation {
             Some(p) => p.target.owner.clone(),
             None => a.owner.clone(),
@@ -418,7 +418,7 @@ impl<S: ObjectStore> Inner<S> {
         let live = match self.store.read_lease(&owner.owner_id).await {
             Ok(zlink_store::types::LeaseRead::Found { token, .. }) => token == owner,
             Ok(zlink_store::types::LeaseRead::Missing { .. }) => false,
-            Err(e) => return Err(store_error(e)),
+            Err(e) => return Err(ObjectError::store("read_lease")(e)),
         };
         if live {
             return Ok(false);
@@ -873,7 +873,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             .map_err(store_error)?
         {
             zlink_store::types::AuthorityRead::Found(a) => {
-                self.inner.cleanup_if_owner_gone(&a).await
+                Ok(self.inner.cleanup_if_owner_gone(&a).await?)
             }
             zlink_store::types::AuthorityRead::Missing { .. } => Ok(false),
         }

@@ -9,13 +9,16 @@ impl<S: ObjectStore> Inner<S> {
     pub(super) async fn read_matching(
         &self,
         route: &RouteFence,
-    ) -> Result<zlink_store::types::AuthoritySnapshot, CallError> {
+    ) -> Result<zlink_store::types::AuthoritySnapshot, ObjectError> {
         let key = AuthorityKey::new(store_kind(route.object_kind), &route.object_id)
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        let zlink_store::types::AuthorityRead::Found(a) =
-            self.store.read_authority(&key).await.map_err(store_error)?
+            .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))?;
+        let zlink_store::types::AuthorityRead::Found(a) = self
+            .store
+            .read_authority(&key)
+            .await
+            .map_err(ObjectError::store("read_authority"))?
         else {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::NotFound,
                 format!("{} does not exist", route.object_id),
             ));
@@ -29,7 +32,7 @@ impl<S: ObjectStore> Inner<S> {
             && a.owner.lease_generation == route.owner_lease_generation;
         if !matches {
             self.resolver.cache().stale_route(&fence_of(&key, &a));
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::StaleRoute,
                 format!(
                     "{} changed since the membership change was addressed",
@@ -49,10 +52,10 @@ impl<S: ObjectStore> Inner<S> {
         actor_route: &RouteFence,
         entry: bool,
         spot_route: &RouteFence,
-    ) -> Result<(), CallError> {
+    ) -> Result<(), ObjectError> {
         let me = self.mesh.fence();
         if actor_route.target_node != me || spot_route.target_node != me {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::StaleRoute,
                 format!(
                     "the join names another node lifecycle than {} (a join across nodes moves \
@@ -62,7 +65,7 @@ impl<S: ObjectStore> Inner<S> {
             ));
         }
         if entry != zlink_protocol::ids::is_entry_spot_id(&spot_route.object_id) {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::InvalidOperation,
                 format!(
                     "the join's entry flag ({entry}) does not match Spot {}",
@@ -71,7 +74,7 @@ impl<S: ObjectStore> Inner<S> {
             ));
         }
         if !self.mesh.admission_open() {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::Unavailable,
                 "the owner lease could not be renewed before the fencing deadline",
             ));
@@ -81,18 +84,18 @@ impl<S: ObjectStore> Inner<S> {
         // yielded job, finishes first under the gate it took.
         let held = {
             let key = AuthorityKey::new(StoreKind::Actor, &actor_route.object_id)
-                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+                .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))?;
             let obj = self
                 .live()
                 .get_incarnation(&key, actor_route.object_generation)
                 .map(|e| Arc::clone(&e.obj))
                 .ok_or_else(|| {
-                    CallError::new(ErrorKind::StaleRoute, "the Actor is not live on this node")
+                    ObjectError::call(ErrorKind::StaleRoute, "the Actor is not live on this node")
                 })?;
             tokio::time::timeout(CREATE_TIMEOUT, obj.hold())
                 .await
                 .map_err(|_| {
-                    CallError::new(
+                    ObjectError::call(
                         ErrorKind::DeadlineExceeded,
                         "the Actor's running turn did not end in time for the join",
                     )
@@ -104,16 +107,16 @@ impl<S: ObjectStore> Inner<S> {
         // The Actor's current Spot needs no lock: while it has a member it does not close.
         let (actor_key, spot_key) = (
             AuthorityKey::new(StoreKind::Actor, &actor_route.object_id)
-                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?,
+                .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))?,
             AuthorityKey::new(store_kind(spot_route.object_kind), &spot_route.object_id)
-                .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?,
+                .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))?,
         );
         let _changes = self.changes.lock_all(&[&actor_key, &spot_key]).await;
         let actor = self.read_matching(actor_route).await?;
         // The receiver resolves the stable type from the authority row (wire §9), never from
         // the wire: a type this node does not host is a typed rejection.
         self.type_of(StoreKind::Actor, &actor.allocation.stable_type)
-            .map_err(|e| CallError::new(ErrorKind::Rejected, e.detail().to_owned()))?;
+            .map_err(|e| ObjectError::call(ErrorKind::Rejected, e.detail().to_owned()))?;
         let spot = self.read_matching(spot_route).await?;
         let (actor_obj, spot_obj) = {
             let live = self.live();
@@ -127,7 +130,7 @@ impl<S: ObjectStore> Inner<S> {
             (a, s)
         };
         let (Some(actor_obj), Some(spot_obj)) = (actor_obj, spot_obj) else {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::StaleRoute,
                 "the Actor or the Spot is not live on this node",
             ));
@@ -139,7 +142,7 @@ impl<S: ObjectStore> Inner<S> {
             return Ok(());
         }
         if !self.live().spot_is_open(spot_id) {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::NotFound,
                 format!("Spot {spot_id} is closing"),
             ));
@@ -152,8 +155,17 @@ impl<S: ObjectStore> Inner<S> {
             },
             zlink_store::types::AggregateOp::Check(spot.fence()),
         ];
-        if let Err(e) = self.store.commit_aggregate(&ops).await {
-            // Unknown outcome: the Actor's row tells whether the commit landed.
+        if let Err(e) = self
+            .store
+            .commit_aggregate(&ops)
+            .await
+            .map_err(ObjectError::store("commit_aggregate"))
+        {
+            // A definite refusal (a fence moved) changed nothing. An ambiguous failure may have
+            // landed: the Actor's row tells.
+            if !e.is_ambiguous() {
+                return Err(e);
+            }
             let landed = matches!(
                 self.store.read_authority(&actor_key).await,
                 Ok(zlink_store::types::AuthorityRead::Found(a))
@@ -162,7 +174,7 @@ impl<S: ObjectStore> Inner<S> {
                         && a.payload == payload
             );
             if !landed {
-                return Err(store_error(e));
+                return Err(e);
             }
         }
         // Committed. Closes and destroys wait for this serial section, so the Spot is still
@@ -273,7 +285,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         }
         let entry = zlink_protocol::ids::is_entry_spot_id(&spot.object_id);
         if actor.target_node == inner.mesh.fence() {
-            inner.join_local(&actor, entry, &spot).await
+            Ok(inner.join_local(&actor, entry, &spot).await?)
         } else {
             inner
                 .mesh

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use thiserror::Error;
+
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     NodeFence, ObjectKind as WireKind, ReplyResult, ReservationFence, RouteFence,
@@ -44,9 +44,7 @@ use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{JsonMessage, decode_json, encode_json};
 use crate::mesh::{MeshNode, ObjectCommand, ObjectPayload, ObjectSink};
 use crate::object::exec::{Binding, ObjectCaller};
-use crate::object::registry::{
-    FactoryInput, LiveObject, ObjectType, ObjectTypeKind, Registry, RegistryError,
-};
+use crate::object::registry::{FactoryInput, LiveObject, ObjectType, ObjectTypeKind, Registry};
 use crate::routing::{
     CacheConfig, ReadyRoute, Resolution, Resolver, RouteSource, UnavailableReason,
 };
@@ -65,6 +63,10 @@ pub const MAX_CREATION_CONTENT: usize = 1024 * 1024;
 
 mod activation;
 mod calls;
+mod error;
+
+use error::store_error;
+pub use error::{ObjectError, RuntimeError};
 mod creation;
 mod live;
 mod locks;
@@ -102,37 +104,6 @@ enum GiveBack {
 
 /// How long a remote create may take before the source reconciles with the store.
 pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// An object runtime could not start.
-#[derive(Debug, Error)]
-pub enum RuntimeError {
-    /// A registration was refused.
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
-    /// The MeshNode runs without a Location Store (no owner lease to own objects with).
-    #[error("the MeshNode has no owner lease: start it with a Location Store")]
-    NoOwnerLease,
-    /// Another runtime is attached to the node.
-    #[error("{0}")]
-    Attach(CallError),
-    /// The route-cache settings break a rule of the spec (routing §2.5).
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    /// A registered placeable type is missing from the node's descriptor capabilities, so no
-    /// peer would ever place it here (set `MeshNodeConfig::object_capabilities` to
-    /// `Registry::capabilities()`).
-    #[error("stable type {0:?} is registered but not in the node's object_capabilities")]
-    CapabilityMissing(String),
-    /// A Logical Multicast subscription cannot be served by this node.
-    #[error("{0}")]
-    Subscription(String),
-    /// The node has an Entry Spot ID but no Entry Spot type is registered.
-    #[error("the node has an Entry Spot (entry_spot_prefix) but no Entry Spot type is registered")]
-    NoEntrySpotType,
-    /// Creating the Entry Spot failed.
-    #[error("the Entry Spot could not be created: {0}")]
-    EntrySpot(CallError),
-}
 
 /// A reference to one created incarnation (returned by create; never needed to address it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,19 +342,6 @@ fn membership_payload(spot: &str) -> Bytes {
 pub fn membership_of(payload: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
     v.get("membership")?.as_str().map(str::to_owned)
-}
-
-fn store_error(e: StoreError) -> CallError {
-    let kind = match &e {
-        StoreError::AlreadyExists(_) | StoreError::SpotIdConflict(_) => ErrorKind::AlreadyExists,
-        StoreError::Stale { .. } | StoreError::Conflict(_) => ErrorKind::Conflict,
-        StoreError::Missing(_) => ErrorKind::NotFound,
-        StoreError::InvalidArgument(_) => ErrorKind::InvalidOperation,
-        StoreError::CapacityExhausted(_) => ErrorKind::Rejected,
-        StoreError::GenerationExhausted(_) => ErrorKind::GenerationExhausted,
-        _ => ErrorKind::StoreFailure,
-    };
-    CallError::new(kind, e.to_string())
 }
 
 impl<S: ObjectStore> Inner<S> {
