@@ -43,7 +43,8 @@ use zlink_store::types::{AuthorityKey, ObjectKind};
 use super::objects::Objects;
 use super::queue::{Lane, Picked, ResumeToken};
 use super::table::Dispatched;
-use super::timers::{Tick, TimerSet};
+use super::timers::TimerSet;
+use super::work::Work;
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::handler::{BoxFuture, JSON_CONTENT_TYPE, JsonMessage, decode_json, encode_json};
 
@@ -55,8 +56,6 @@ pub enum ExecMode {
     /// SpotWide User Spots and Instance Spots: a turn may be given back with `Yield`.
     Yielding,
 }
-
-type Reply = oneshot::Sender<Result<TypedPayload, CallError>>;
 
 /// The execution gate a SpotWide User Spot shares with its member Actors (glossary §3
 /// "Execution gate"): a turn of the Spot, of any member Actor, or of a timer of either, runs
@@ -80,37 +79,6 @@ struct TurnGate {
 
 /// The receiving end of a request's single terminal reply (dropped sender: the object closed).
 pub type ReplyReceiver = oneshot::Receiver<Result<TypedPayload, CallError>>;
-
-/// One unit of queue work.
-pub(crate) enum Work {
-    Send(TypedPayload, Option<Metadata>),
-    Request(TypedPayload, Option<Metadata>, Reply),
-    Tick(Tick),
-    /// A one-way message whose handler completion is reported (the first message of a cold
-    /// activation: its completion is recorded durably).
-    SendNotify(TypedPayload, Option<Metadata>, Reply),
-    /// A Spot control claim (glossary §5): Actor `actor` joined (`true`) or left this Spot.
-    Member {
-        joined: bool,
-        actor: String,
-    },
-    /// A control claim on this object's own queue: once it runs, the object is at a handler
-    /// boundary and holds its queue claim; `at_boundary` says so, and the claim is kept until
-    /// `release` resolves (or its sender drops). Takes no gate.
-    Hold {
-        at_boundary: oneshot::Sender<()>,
-        release: oneshot::Receiver<()>,
-    },
-}
-
-impl Work {
-    fn metadata(&self) -> Option<&Metadata> {
-        match self {
-            Self::Send(_, m) | Self::Request(_, m, _) | Self::SendNotify(_, m, _) => m.as_ref(),
-            Self::Tick(_) | Self::Member { .. } | Self::Hold { .. } => None,
-        }
-    }
-}
 
 type SendFn<S> =
     Arc<dyn Fn(Ctx<S>, TypedPayload) -> BoxFuture<Result<(), CallError>> + Send + Sync>;

@@ -11,6 +11,8 @@
 //!   adapters.
 //! - [`runtime`] — the object runtime of a MeshNode: creation through the Location Store,
 //!   ID-addressed calls on the resolver, target admission.
+//! - `work` — one unit of queue work (messages, requests, ticks, control claims), shared by
+//!   [`objects`] and [`exec`] without either importing the other.
 //! - [`table`] — the node's dispatch table: temporary queue before instance, admission seal
 //!   with an unbounded ingress hold, queues that exist before the instance, the atomic switch
 //!   from a temporary queue to the real one.
@@ -25,3 +27,4 @@ pub mod registry;
 pub mod runtime;
 pub mod table;
 pub mod timers;
+mod work;

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use zlink_store::types::AuthorityKey;
 
-use super::exec::Work;
 use super::queue::{Captured, ExecQueue, Lane};
 use super::table::{Dispatched, ObjectTable, SlotState, TableError};
+use super::work::Work;
 
 #[derive(Default)]
 struct Inner {
