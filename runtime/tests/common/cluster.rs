@@ -36,6 +36,8 @@ use zlink_store::types::{AuthorityKey, AuthorityRead, ObjectKind};
 use super::{WAIT, config};
 
 type PerNode<T> = Box<dyn Fn(usize) -> T>;
+/// The last word on node `i`'s configuration.
+type Configure = Box<dyn Fn(usize, &mut MeshNodeConfig)>;
 
 /// How the nodes of a cluster find each other.
 enum Wiring<S> {
@@ -63,7 +65,7 @@ pub struct ClusterBuilder<S = MemoryStore> {
     entry_spots: bool,
     placement_weights: Vec<u16>,
     channels: Vec<Membership>,
-    configure: Box<dyn Fn(usize, &mut MeshNodeConfig)>,
+    configure: Configure,
     wiring: Wiring<S>,
 }
 
