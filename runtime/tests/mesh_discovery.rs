@@ -30,8 +30,8 @@ use zlink_store::{MemoryStore, StoreError};
 
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// One node's view of a shared store that counts the node's descriptor polls: each discovery
-/// round lists the mesh's descriptors once.
+/// One node's view of a shared store that counts the node's descriptor listings: one per
+/// discovery round, plus one per admission check of a dialer (wire §4) when it accepts one.
 struct PollCounting {
     inner: Arc<dyn DiscoveryBackend>,
     polls: AtomicU64,
@@ -49,8 +49,9 @@ impl PollCounting {
         self.polls.load(Ordering::SeqCst)
     }
 
-    /// Wait until this node started `n` more polls. The result of a poll is handed to the node
-    /// before the next one starts, so `n` more polls mean `n - 1` more rounds were handed over.
+    /// Wait until this node started `n` more listings. With no admission meanwhile they are
+    /// discovery polls; the result of one is handed to the node before the next starts, so `n`
+    /// more polls mean `n - 1` more rounds were handed over.
     async fn wait_rounds(&self, n: u64) {
         let target = self.polls() + n;
         eventually(&format!("{n} more discovery polls"), || {
@@ -269,8 +270,19 @@ async fn a_dialer_whose_owner_lease_went_stale_is_rejected() {
     let store: Arc<dyn DiscoveryBackend> = mem.clone();
     // node-a sorts first, so it dials node-b and node-b checks its lease.
     let a = start_with_store(config("m", "node-a"), Handlers::new(), Arc::clone(&store)).await;
-    let b = start_with_store(config("m", "node-b"), echo_handlers(), Arc::clone(&store)).await;
+    let b_store = PollCounting::new(&store);
+    let b = start_with_store(
+        config("m", "node-b"),
+        echo_handlers(),
+        Arc::clone(&b_store) as _,
+    )
+    .await;
     a.wait_ready("node-b", WAIT).await.unwrap();
+    // node-b discovered node-a itself, not only admitted it: a discovery round of node-b listing
+    // node-a was handed over (only a discovered peer is dropped when its descriptor goes, which
+    // is what makes node-a dial again). Without this the claim below can win that race and the
+    // first connection simply stays up.
+    b_store.wait_rounds(2).await;
     // Another process claims node-a's host lease: node-a's token is stale from now on.
     zlink_store::LocationStore::claim_lease(mem.as_ref(), a.owner_id(), Duration::from_secs(5))
         .await
