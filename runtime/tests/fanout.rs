@@ -25,7 +25,7 @@ use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::fanout::{BEACON_PAYLOAD, BEACON_TOPIC};
 use zlink_protocol::metadata::Metadata;
 use zlink_store::MemoryStore;
-use zlink_store::types::DescriptorKind;
+use zlink_store::types::{DescriptorKind, LeaseRead, StoreTime};
 
 const WAIT: Duration = Duration::from_secs(10);
 const BEACON: Duration = Duration::from_millis(50);
@@ -82,6 +82,16 @@ async fn eventually(what: &str, cond: impl Fn() -> bool) {
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The store-time expiry of `owner_id`'s live lease.
+async fn lease_expiry(store: &dyn DiscoveryBackend, owner_id: &str) -> StoreTime {
+    match store.read_lease(owner_id).await.unwrap() {
+        LeaseRead::Found {
+            lease_expires_at, ..
+        } => lease_expires_at,
+        other => panic!("no live lease of {owner_id}: {other:?}"),
     }
 }
 
@@ -181,14 +191,19 @@ async fn silent_publisher_turns_not_ready_while_the_other_stays_ready() {
     assert_eq!((sa.became_ready, sa.became_not_ready), (1, 1));
     assert!(sb.ready, "B is unaffected");
     assert_eq!((sb.became_ready, sb.became_not_ready), (1, 0));
-    // B keeps being ready for two more deadlines.
-    assert!(
-        sub.wait_until(SILENCE * 2, |p| !of(p, b.endpoint()).ready)
-            .await
-            .is_none(),
-        "B must stay ready while it beacons"
-    );
-    assert_eq!(of(&sub.publishers(), b.endpoint()).became_not_ready, 0);
+    // B keeps being ready for two more deadlines: the subscriber goes on receiving B's beacons
+    // until two deadlines from now, and B never turned not-ready meanwhile (its own transition
+    // count sees even a flap that came and went).
+    let until = Instant::now() + SILENCE * 2;
+    eventually("B's beacons for two more deadlines", || {
+        of(&sub.publishers(), b.endpoint())
+            .last_valid_receive
+            .is_some_and(|t| t >= until)
+    })
+    .await;
+    let sb = of(&sub.publishers(), b.endpoint());
+    assert!(sb.ready, "B must stay ready while it beacons");
+    assert_eq!((sb.became_ready, sb.became_not_ready), (1, 0));
 
     // A beacons again: ready again, a second transition of A only.
     a.set_beacons_paused(false);
@@ -841,11 +856,13 @@ async fn a_blocked_handler_does_not_freeze_readiness() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
     use std::sync::atomic::Ordering::Relaxed;
+    use zlink_store::clock::Clock;
+    const TTL: Duration = Duration::from_secs(10);
     let (mem, clock) = MemoryStore::with_manual_clock();
     let store: Arc<dyn DiscoveryBackend> = Arc::new(mem);
     let mut cfg = pub_config();
     cfg.rid = Some("pub-lease".into());
-    cfg.lease_ttl = Duration::from_secs(10);
+    cfg.lease_ttl = TTL;
     cfg.lease_renew = Duration::from_millis(50);
     let publisher = Publisher::start(cfg, Some(Arc::clone(&store)))
         .await
@@ -880,9 +897,18 @@ async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
     );
     assert_eq!(publisher.metrics().lease_reclaims.load(Relaxed), 1);
 
-    // The new lease is renewed from now on, and shutdown removes the re-published descriptor.
+    // The new lease is renewed from now on: store time moves on, and a renewal at the new
+    // store time pushes the lease's expiry past what the claim gave it. No second re-claim;
+    // the descriptor stays listed; shutdown removes it.
+    let claimed_until = lease_expiry(&*store, &first.owner_id).await;
     clock.advance(Duration::from_secs(5));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let renewed_from = clock.now();
+    let deadline = Instant::now() + WAIT;
+    while lease_expiry(&*store, &first.owner_id).await < renewed_from.plus(TTL) {
+        assert!(Instant::now() < deadline, "the new lease is not renewed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(lease_expiry(&*store, &first.owner_id).await > claimed_until);
     assert_eq!(list_publishers(&*store, "prices").await.unwrap().len(), 1);
     assert_eq!(publisher.metrics().lease_reclaims.load(Relaxed), 1);
     publisher.shutdown().await;
@@ -895,7 +921,6 @@ async fn a_lost_lease_is_reclaimed_and_the_descriptor_published_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_lease_is_not_reclaimed() {
     use std::sync::atomic::Ordering::Relaxed;
-    use zlink_store::types::LeaseRead;
     let store: Arc<dyn DiscoveryBackend> = Arc::new(MemoryStore::default());
     let mut cfg = pub_config();
     cfg.rid = Some("pub-replaced".into());
@@ -904,17 +929,19 @@ async fn a_replaced_lease_is_not_reclaimed() {
         .await
         .unwrap();
     let owner = publisher.descriptor().unwrap().owner_id;
+    // The renewal task holds a handle on the store as long as it runs.
+    let while_renewing = Arc::strong_count(&store);
     let newer = store
         .claim_lease(&owner, Duration::from_secs(30))
         .await
         .unwrap()
         .token;
-    eventually("the renewal notices", || {
-        publisher.metrics().lease_renew_failures.load(Relaxed) >= 1
+    // It notices the newer holder and ends: the point past which a re-claim can no longer
+    // happen (a task that re-claimed would go on renewing, and keep its handle).
+    eventually("the superseded renewal task ends", || {
+        Arc::strong_count(&store) == while_renewing - 1
     })
     .await;
-    // Several more renewal periods: nothing re-claims.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(publisher.metrics().lease_reclaims.load(Relaxed), 0);
     assert_eq!(publisher.metrics().lease_renew_failures.load(Relaxed), 1);
     match store.read_lease(&owner).await.unwrap() {

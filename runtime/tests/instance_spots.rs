@@ -19,18 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{WAIT, config};
+use common::cluster::Cluster;
 use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
-use zlink::mesh::discovery::DiscoveryBackend;
-use zlink::mesh::{Handlers, JsonMessage, MeshNode};
+use zlink::mesh::JsonMessage;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
-use zlink::object::runtime::{ActivationFault, ObjectRuntime};
-use zlink::routing::CacheConfig;
-use zlink_store::clock::SystemClock;
-use zlink_store::types::{AuthorityKey, AuthorityRead, AuthorityState, ObjectKind};
-use zlink_store::{LocationStore, MemoryStore};
+use zlink::object::runtime::ActivationFault;
+use zlink_store::types::{AuthorityRead, AuthorityState, ObjectKind};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -79,10 +75,56 @@ fn counter_handlers(handled: &Arc<AtomicU64>) -> ObjectHandlers<Counter> {
     h
 }
 
-struct Cluster {
-    store: Arc<MemoryStore>,
-    nodes: Vec<Arc<MeshNode>>,
-    rts: Vec<ObjectRuntime<MemoryStore>>,
+/// What a hosting node registers: Instance Spot types `counter` (its factory counted in
+/// `factory_runs`, slow enough to widen the race between first calls) and `flaky` (its
+/// factory fails while `fail_flaky` is above zero, counting it down); both count their
+/// handler runs in `handled`.
+fn registry(
+    factory_runs: &Arc<AtomicU64>,
+    handled: &Arc<AtomicU64>,
+    fail_flaky: &Arc<AtomicU64>,
+) -> Registry {
+    let mut reg = Registry::new();
+    let runs = Arc::clone(factory_runs);
+    let h = Arc::clone(handled);
+    reg.instance_spot(
+        "counter",
+        move |_: FactoryInput| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(Counter::default())
+            }
+        },
+        move || counter_handlers(&h),
+    )
+    .register();
+    let fail = Arc::clone(fail_flaky);
+    let h = Arc::clone(handled);
+    reg.instance_spot(
+        "flaky",
+        move |_: FactoryInput| {
+            let failing = fail
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            async move {
+                if failing {
+                    Err(CallError::new(ErrorKind::HandlerFailed, "flaky factory"))
+                } else {
+                    Ok(Counter::default())
+                }
+            }
+        },
+        move || counter_handlers(&h),
+    )
+    .register();
+    reg
+}
+
+/// `hosts` nodes hosting [`registry`] (no Entry Spots), then `clients` that host nothing and
+/// only call; the background activation scan runs every 50 ms.
+struct Counters {
+    cluster: Cluster,
     /// Factory runs of the counter type, across nodes.
     factory_runs: Arc<AtomicU64>,
     /// Counter handler runs, across nodes.
@@ -91,92 +133,33 @@ struct Cluster {
     fail_flaky: Arc<AtomicU64>,
 }
 
-impl Cluster {
-    /// `hosts` nodes that host the `counter` Instance Spot type, then `clients` that host
-    /// nothing and only call.
+impl std::ops::Deref for Counters {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
+}
+
+impl Counters {
     async fn start(hosts: usize, clients: usize) -> Self {
-        let store = Arc::new(MemoryStore::new(SystemClock));
         let factory_runs = Arc::new(AtomicU64::new(0));
         let handled = Arc::new(AtomicU64::new(0));
         let fail_flaky = Arc::new(AtomicU64::new(0));
-        let mut nodes = Vec::new();
-        let mut rts = Vec::new();
-        for i in 0..hosts + clients {
-            let mut reg = Registry::new();
-            if i < hosts {
-                let runs = Arc::clone(&factory_runs);
-                let h = Arc::clone(&handled);
-                reg.instance_spot(
-                    "counter",
-                    move |_: FactoryInput| {
-                        runs.fetch_add(1, Ordering::SeqCst);
-                        async {
-                            // A slow factory widens the race between first calls.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            Ok(Counter::default())
-                        }
-                    },
-                    move || counter_handlers(&h),
-                )
-                .register();
-                let fail = Arc::clone(&fail_flaky);
-                let h = Arc::clone(&handled);
-                reg.instance_spot(
-                    "flaky",
-                    move |_: FactoryInput| {
-                        let failing = fail
-                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                            .is_ok();
-                        async move {
-                            if failing {
-                                Err(CallError::new(ErrorKind::HandlerFailed, "flaky factory"))
-                            } else {
-                                Ok(Counter::default())
-                            }
-                        }
-                    },
-                    move || counter_handlers(&h),
-                )
-                .register();
-            }
-            let mut cfg = config("m", &format!("node-{i}"));
-            cfg.object_capabilities = reg.capabilities();
-            cfg.entry_spot_prefix = None;
-            let node = Arc::new(
-                MeshNode::start(
-                    cfg,
-                    Handlers::new(),
-                    Some(Arc::clone(&store) as Arc<dyn DiscoveryBackend>),
-                )
-                .await
-                .unwrap(),
-            );
-            let rt = ObjectRuntime::start(
-                Arc::clone(&node),
-                Arc::clone(&store),
-                reg,
-                CacheConfig {
-                    fencing_margin: Duration::from_millis(200),
-                    ..CacheConfig::default()
-                },
-            )
-            .await
-            .unwrap();
+        let (r, h, f) = (
+            Arc::clone(&factory_runs),
+            Arc::clone(&handled),
+            Arc::clone(&fail_flaky),
+        );
+        let cluster = Cluster::builder(hosts + clients)
+            .registry(move |_| registry(&r, &h, &f))
+            .clients(clients)
+            .start()
+            .await;
+        for rt in &cluster.rts {
             rt.set_activation_scan_interval(Duration::from_millis(50));
-            rts.push(rt);
-            nodes.push(node);
-        }
-        for a in &nodes {
-            for b in &nodes {
-                if a.rid() != b.rid() {
-                    a.wait_ready(b.rid(), WAIT).await.unwrap();
-                }
-            }
         }
         Self {
-            store,
-            nodes,
-            rts,
+            cluster,
             factory_runs,
             handled,
             fail_flaky,
@@ -184,8 +167,7 @@ impl Cluster {
     }
 
     async fn read(&self, id: &str) -> AuthorityRead {
-        let key = AuthorityKey::new(ObjectKind::Spot, id).unwrap();
-        self.store.read_authority(&key).await.unwrap()
+        self.authority(ObjectKind::Spot, id).await
     }
 
     /// Once every runtime's first operations are done (the caller is answered as soon as the
@@ -216,9 +198,7 @@ impl Cluster {
     }
 
     async fn shutdown(self) {
-        for n in &self.nodes {
-            n.shutdown().await;
-        }
+        self.cluster.shutdown().await;
     }
 }
 
@@ -228,7 +208,7 @@ impl Cluster {
 /// without intent reach the same Spot; a one-way call with intent works too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_intent_activates_a_missing_spot_and_nothing_else_does() {
-    let c = Cluster::start(1, 1).await;
+    let c = Counters::start(1, 1).await;
     let (host, client) = (&c.rts[0], &c.rts[1]);
     let err = client
         .request_to_spot::<Inc, Count>("ctr-1", &Inc { by: 1 }, T)
@@ -291,7 +271,7 @@ async fn instance_intent_activates_a_missing_spot_and_nothing_else_does() {
 /// replies are exactly 1..=32).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_concurrent_first_calls_from_three_nodes_make_one_activation() {
-    let c = Cluster::start(3, 0).await;
+    let c = Counters::start(3, 0).await;
     let mut calls = Vec::new();
     for i in 0..32 {
         let rt = &c.rts[i % 3];
@@ -320,7 +300,7 @@ async fn thirty_two_concurrent_first_calls_from_three_nodes_make_one_activation(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kind2_route_that_disagrees_is_refused_before_any_reservation() {
     use zlink_protocol::generated::{InstanceRoute, InstanceRouteMissing};
-    let c = Cluster::start(1, 1).await;
+    let c = Counters::start(1, 1).await;
     let host = c.nodes[0].descriptor();
     let deadline = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -393,7 +373,7 @@ async fn a_kind2_route_that_disagrees_is_refused_before_any_reservation() {
 /// and the recovery pointer is gone afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_background_scan_finishes_an_activation_whose_task_died_after_the_inbox_commit() {
-    let c = Cluster::start(1, 1).await;
+    let c = Counters::start(1, 1).await;
     let (host, client) = (&c.rts[0], &c.rts[1]);
     host.set_activation_fault(Some(ActivationFault::AbortTask));
     let n: Count = client
@@ -407,8 +387,20 @@ async fn the_background_scan_finishes_an_activation_whose_task_died_after_the_in
     );
     assert_eq!(c.handled.load(Ordering::SeqCst), 1, "handled exactly once");
     c.assert_ready_without_pointer("rec-1").await;
-    // The scan never runs it again, and the Spot goes on normally.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The scan never runs it again: passes of it now find nothing to resume, and the first
+    // message stays handled once. Then the Spot goes on normally.
+    let recoveries = host.stats().activation_recoveries.load(Ordering::Relaxed);
+    for _ in 0..3 {
+        assert_eq!(
+            host.recover_activations().await,
+            0,
+            "a scan resumed it again"
+        );
+    }
+    assert_eq!(
+        host.stats().activation_recoveries.load(Ordering::Relaxed),
+        recoveries
+    );
     assert_eq!(c.handled.load(Ordering::SeqCst), 1);
     host.set_activation_fault(None);
     let n: Count = client
@@ -435,7 +427,7 @@ async fn the_background_scan_finishes_an_activation_whose_task_died_after_the_in
 /// message whose activation fails is a counted drop event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_activation_ends_the_call_once_and_leaves_the_id_missing() {
-    let c = Cluster::start(1, 1).await;
+    let c = Counters::start(1, 1).await;
     let (host, client) = (&c.rts[0], &c.rts[1]);
     c.fail_flaky.store(1, Ordering::SeqCst);
     let err = client

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use common::cluster::{Cluster, ClusterBuilder};
 use common::*;
 use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
@@ -99,40 +100,61 @@ fn server_handlers(rid: &str, seen: &Arc<Seen>) -> Handlers {
     h
 }
 
-struct Cluster {
-    client: Arc<MeshNode>,
-    servers: Vec<(MeshNode, Arc<Seen>)>,
+/// The RID of Server `i`: `srv-a`, `srv-b`, …
+fn server_rid(i: usize) -> String {
+    format!("srv-{}", char::from(b'a' + u8::try_from(i).unwrap()))
 }
 
-impl Cluster {
-    /// Servers `srv-a`, `srv-b`, … with the given weights, and a Client-only node `cli` that
-    /// dials each of them; every connection ready.
+/// Channel Servers `srv-a`, `srv-b`, … and, last, a Client-only node `cli` that dials each of
+/// them (no store); every connection ready.
+struct Servers {
+    cluster: Cluster,
+    /// What Server `i` saw.
+    seen: Vec<Arc<Seen>>,
+}
+
+impl Servers {
+    /// Servers with the given weights.
     async fn start(weights: &[u16]) -> Self {
-        let mut servers = Vec::new();
-        for (i, w) in weights.iter().enumerate() {
-            let rid = format!("srv-{}", char::from(b'a' + u8::try_from(i).unwrap()));
-            let seen = Arc::new(Seen::default());
-            let cfg = config("m", &rid).channel_server(CH, *w);
-            let node = start(cfg, server_handlers(&rid, &seen)).await;
-            servers.push((node, seen));
-        }
-        let mut cfg = config("m", "cli").channel_client(CH);
-        for (s, _) in &servers {
-            cfg.manual_peers.push(ManualPeer {
-                endpoint: s.endpoint().to_owned(),
-                expected_rid: Some(s.rid().to_owned()),
+        Self::start_with(weights, |b| b).await
+    }
+
+    /// [`Servers::start`], with `before` adding memberships ahead of the Server memberships
+    /// (a node's memberships keep the order they were added in).
+    async fn start_with(
+        weights: &[u16],
+        before: impl FnOnce(ClusterBuilder) -> ClusterBuilder,
+    ) -> Self {
+        let n = weights.len();
+        let seen: Vec<Arc<Seen>> = (0..n).map(|_| Arc::default()).collect();
+        let handler_seen = seen.clone();
+        let builder = Cluster::builder(n + 1)
+            .rids(move |i| if i < n { server_rid(i) } else { "cli".into() })
+            .handlers(move |i| {
+                handler_seen
+                    .get(i)
+                    .map_or_else(Handlers::new, |s| server_handlers(&server_rid(i), s))
             });
-        }
-        let client = Arc::new(start(cfg, Handlers::new()).await);
-        for (s, _) in &servers {
-            client.wait_ready(s.rid(), WAIT).await.unwrap();
-        }
-        Self { client, servers }
+        let cluster = before(builder)
+            .channel_servers(CH, weights)
+            .channel_client(CH, n)
+            .dialer(n)
+            .start()
+            .await;
+        Self { cluster, seen }
+    }
+
+    fn client(&self) -> &Arc<MeshNode> {
+        self.cluster.nodes.last().unwrap()
+    }
+
+    fn server(&self, i: usize) -> &MeshNode {
+        &self.cluster.nodes[i]
     }
 
     async fn who(&self, n: u64) -> Result<String, CallError> {
         let me: Me = self
-            .client
+            .client()
             .channel_request(CH, &Who { n }, Duration::from_secs(5))
             .await?;
         assert_eq!(me.n, n);
@@ -148,7 +170,7 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             if self
-                .client
+                .client()
                 .peer(rid)
                 .and_then(|p| p.descriptor)
                 .is_some_and(|d| ok(&d))
@@ -164,10 +186,7 @@ impl Cluster {
     }
 
     async fn shutdown(self) {
-        self.client.shutdown().await;
-        for (s, _) in self.servers {
-            s.shutdown().await;
-        }
+        self.cluster.shutdown().await;
     }
 }
 
@@ -205,7 +224,7 @@ fn reference_swrr(weights: &[(&str, i64)], picks: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn select_one_follows_the_exact_smooth_weighted_sequence_for_100_50_0() {
-    let c = Cluster::start(&[100, 50, 0]).await;
+    let c = Servers::start(&[100, 50, 0]).await;
     let mut picks = Vec::new();
     for n in 0..150 {
         picks.push(c.who(n).await.unwrap());
@@ -230,7 +249,7 @@ async fn select_one_follows_the_exact_smooth_weighted_sequence_for_100_50_0() {
     }
     // One-way sends share the same selector: 300 more picks split exactly 200 / 100 / 0.
     for seq in 0..300 {
-        c.client
+        c.client()
             .channel_send(
                 CH,
                 &Note {
@@ -243,9 +262,9 @@ async fn select_one_follows_the_exact_smooth_weighted_sequence_for_100_50_0() {
     }
     let deadline = tokio::time::Instant::now() + WAIT;
     let counts = || -> Vec<u64> {
-        c.servers
+        c.seen
             .iter()
-            .map(|(_, s)| s.sends.load(Ordering::Relaxed))
+            .map(|s| s.sends.load(Ordering::Relaxed))
             .collect()
     };
     while counts().iter().sum::<u64>() < 300 && tokio::time::Instant::now() < deadline {
@@ -257,13 +276,13 @@ async fn select_one_follows_the_exact_smooth_weighted_sequence_for_100_50_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_weight_change_takes_effect_on_peers() {
-    let c = Cluster::start(&[100, 100]).await;
-    let (a, b) = (&c.servers[0].0, &c.servers[1].0);
-    let before = c.client.peer("srv-b").unwrap().descriptor.unwrap();
+    let c = Servers::start(&[100, 100]).await;
+    let (a, b) = (c.server(0), c.server(1));
+    let before = c.client().peer("srv-b").unwrap().descriptor.unwrap();
     // Weight 0: out of new selection (the revision orders the change).
     b.set_channel_weight(CH, 0).unwrap();
     c.client_sees("srv-b", |d| weight_of(d) == 0).await;
-    let after = c.client.peer("srv-b").unwrap().descriptor.unwrap();
+    let after = c.client().peer("srv-b").unwrap().descriptor.unwrap();
     assert!(after.descriptor_revision > before.descriptor_revision);
     for n in 0..20 {
         assert_eq!(c.who(n).await.unwrap(), "srv-a");
@@ -294,10 +313,10 @@ async fn a_runtime_weight_change_takes_effect_on_peers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_or_zero_weight_server_gets_no_new_work_while_accepted_requests_finish() {
     for mode in ["drain", "weight0"] {
-        let c = Cluster::start(&[100, 100]).await;
-        let (a, seen_a) = (&c.servers[0].0, Arc::clone(&c.servers[0].1));
+        let c = Servers::start(&[100, 100]).await;
+        let (a, seen_a) = (c.server(0), Arc::clone(&c.seen[0]));
         // Equal weights: the first pick is the earliest candidate, srv-a.
-        let client = Arc::clone(&c.client);
+        let client = Arc::clone(c.client());
         let slow = tokio::spawn(async move {
             client
                 .channel_request::<Slow, Me>(CH, &Slow { n: 7 }, Duration::from_secs(10))
@@ -336,7 +355,7 @@ async fn a_draining_or_zero_weight_server_gets_no_new_work_while_accepted_reques
             "{mode}"
         );
         // With every Server out of selection, the caller gets a typed Unavailable at once.
-        c.servers[1].0.set_runtime_state(RuntimeState::Draining);
+        c.server(1).set_runtime_state(RuntimeState::Draining);
         if mode == "weight0" {
             a.set_runtime_state(RuntimeState::Draining);
         }
@@ -453,35 +472,9 @@ async fn channel_registrations_are_checked_at_start() {
 /// peer applies them to the Server membership (not to the Client entry listed first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weight_change_of_a_node_that_is_client_and_server_reaches_its_server_membership() {
-    let seen = Arc::new(Seen::default());
-    let both = start(
-        config("m", "srv-a")
-            .channel_client(CH)
-            .channel_server(CH, 100),
-        server_handlers("srv-a", &seen),
-    )
-    .await;
-    let other_seen = Arc::new(Seen::default());
-    let other = start(
-        config("m", "srv-b").channel_server(CH, 100),
-        server_handlers("srv-b", &other_seen),
-    )
-    .await;
-    let mut cfg = config("m", "cli").channel_client(CH);
-    for s in [&both, &other] {
-        cfg.manual_peers.push(ManualPeer {
-            endpoint: s.endpoint().to_owned(),
-            expected_rid: Some(s.rid().to_owned()),
-        });
-    }
-    let client = Arc::new(start(cfg, Handlers::new()).await);
-    client.wait_ready("srv-a", WAIT).await.unwrap();
-    client.wait_ready("srv-b", WAIT).await.unwrap();
-    let c = Cluster {
-        client,
-        servers: vec![(both, seen), (other, other_seen)],
-    };
-    c.servers[0].0.set_channel_weight(CH, 0).unwrap();
+    // srv-a is a Client of the Channel first, then a Server.
+    let c = Servers::start_with(&[100, 100], |b| b.channel_client(CH, 0)).await;
+    c.server(0).set_channel_weight(CH, 0).unwrap();
     c.client_sees("srv-a", |d| weight_of(d) == 0).await;
     for n in 0..10 {
         assert_eq!(c.who(n).await.unwrap(), "srv-b");

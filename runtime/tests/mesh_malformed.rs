@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::rng::TestRng;
 use common::{Echo, SECRET, WAIT};
 use tokio::sync::mpsc;
 use zlink::call::error::CallError;
@@ -38,7 +39,8 @@ const RAW_RID: &str = "raw-peer";
 const RAW_LIFECYCLE: u64 = 0x0123_4567_89ab_cdef;
 /// Packet name of the raw handler the node under test registers.
 const RAW_PACKET: &str = "test.Raw";
-/// Seed of the random-frame test, so a failure replays exactly.
+/// Default seed of the random-frame test (`ZLINK_TEST_SEED` overrides it), so a failure
+/// replays exactly.
 const FUZZ_SEED: u64 = 0x5eed_2a1e_f00d_0f0f;
 
 /// The raw peer never answers liveness probes: the node under test gets a liveness deadline
@@ -582,29 +584,6 @@ async fn each_malformed_record_is_counted_by_kind_never_handled_and_the_connecti
     node.shutdown().await;
 }
 
-/// SplitMix64: a tiny seeded generator, so the random-frame test replays exactly.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// 0..=max_len random bytes.
-    fn bytes(&mut self, max_len: u64) -> Vec<u8> {
-        let len = self.below(max_len + 1);
-        (0..len).map(|_| self.next_u64() as u8).collect()
-    }
-}
-
 /// One random message of 1..=6 frames of 0..=300 bytes. A third carry a transport header
 /// fenced with the current generation and the next sequence number, so the record decoder sees
 /// the random frames (half the time behind a plausible record head); the rest carry a transport
@@ -616,7 +595,7 @@ impl SplitMix64 {
 ///
 /// Never the single empty frame: that is the PROBE_ROUTER announcement, which re-greets by
 /// design and is exercised by each round's re-admission.
-fn random_message(rng: &mut SplitMix64, peer: &mut RawPeer, epoch_ending: bool) -> Vec<Vec<u8>> {
+fn random_message(rng: &mut TestRng, peer: &mut RawPeer, epoch_ending: bool) -> Vec<Vec<u8>> {
     let count = rng.below(6) + 1;
     let mut frames: Vec<Vec<u8>> = (0..count).map(|_| rng.bytes(300)).collect();
     match rng.below(6) {
@@ -708,7 +687,7 @@ async fn random_frames_from_a_raw_peer_never_crash_the_node_and_request_reply_st
     a.wait_ready("node-b", WAIT).await.unwrap();
     b.wait_ready("node-a", WAIT).await.unwrap();
 
-    let mut rng = SplitMix64(FUZZ_SEED);
+    let mut rng = TestRng::from_env(FUZZ_SEED);
     let mut peer = RawPeer::connect(&b);
     // 8 rounds × 250 messages, each on a freshly admitted connection; the last 25 of a round
     // may end its epoch (a reset, a sequence gap, a charge over the window).
@@ -736,7 +715,8 @@ async fn random_frames_from_a_raw_peer_never_crash_the_node_and_request_reply_st
     let errors: u64 = b.metrics().protocol_errors().values().sum();
     assert!(
         errors > 100,
-        "seed {FUZZ_SEED:#x}: the noise never reached the decoders"
+        "seed {:#x}: the noise never reached the decoders",
+        rng.seed()
     );
 
     // And two real MeshNodes still do a request/reply.

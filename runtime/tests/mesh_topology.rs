@@ -65,7 +65,10 @@ async fn removing_an_intent_is_terminal() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(a.peer("node-b").is_none());
-    // The peer notices the epoch ended; nothing re-creates a's intent afterwards.
+    // The peer notices the epoch ended; nothing re-creates a's intent afterwards. (A bounded
+    // window, not a marker: once the intent is gone neither node produces anything further
+    // about the other — no record, no monitor event, no peer-change notification — so there is
+    // no later event to wait for.)
     b.wait_peer("node-a", WAIT, |p| p.state != PeerState::Ready)
         .await
         .unwrap();

@@ -12,40 +12,80 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{WAIT, config};
+use common::cluster::Cluster;
+use common::eventually;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
 use zlink::call::error::{CallError, ErrorKind};
-use zlink::mesh::discovery::DiscoveryBackend;
-use zlink::mesh::{Handlers, JsonMessage, MeshNode};
+use zlink::mesh::JsonMessage;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry, SpotExecution};
 use zlink::object::runtime::{ObjectRuntime, membership_of};
-use zlink::routing::CacheConfig;
-use zlink_store::clock::SystemClock;
 use zlink_store::types::{AuthorityKey, AuthorityRead, ObjectKind};
 use zlink_store::{LocationStore, MemoryStore};
 
 const T: Duration = Duration::from_secs(5);
 
-/// Counts the turns of one execution scope that run at the same time, and the most seen.
-#[derive(Debug, Default)]
+/// Counts the turns of one execution scope that run at the same time, and the most seen; and
+/// the gate the test holds `Hold` turns and `YieldUntilReleased` yields on.
+#[derive(Debug)]
 struct Probe {
     running: AtomicI64,
     max: AtomicI64,
     /// Membership callbacks seen by Spots: "+actor@spot" / "-actor@spot".
     events: Mutex<Vec<String>>,
+    /// `Hold` turns and `YieldUntilReleased` yields that have begun (the test waits for it).
+    reached: AtomicU64,
+    /// Each `Hold` turn or yield takes one permit to end; the test adds them.
+    release: Semaphore,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Self {
+            running: AtomicI64::new(0),
+            max: AtomicI64::new(0),
+            events: Mutex::default(),
+            reached: AtomicU64::new(0),
+            release: Semaphore::new(0),
+        }
+    }
 }
 
 impl Probe {
     async fn turn(&self, hold: Duration) {
+        self.begin();
+        tokio::time::sleep(hold).await;
+        self.end();
+    }
+
+    /// A probed turn that lasts until the test releases it.
+    async fn held_turn(&self) {
+        self.begin();
+        self.reached.fetch_add(1, Ordering::SeqCst);
+        self.release.acquire().await.unwrap().forget();
+        self.end();
+    }
+
+    fn begin(&self) {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(hold).await;
+    }
+
+    fn end(&self) {
         self.running.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wait until `n` holds or yields in all have begun.
+    async fn reached(&self, n: u64) {
+        eventually(&format!("{n} held turns or yields"), || {
+            self.reached.load(Ordering::SeqCst) >= n
+        })
+        .await;
     }
 }
 
@@ -65,16 +105,22 @@ impl JsonMessage for Done {
     const PACKET_NAME: &'static str = "t.Done";
 }
 
-/// A member Actor yields for `ms` (Yield), then holds a probed turn for `after_ms` and logs
-/// `tag`.
+/// A probed turn that lasts until the test releases it (one permit of `Probe::release`).
 #[derive(Debug, Serialize, Deserialize)]
-struct YieldFor {
-    ms: u64,
+struct Hold;
+impl JsonMessage for Hold {
+    const PACKET_NAME: &'static str = "t.Hold";
+}
+
+/// A member Actor yields (Yield) until the test releases it, then holds a probed turn for
+/// `after_ms` and logs `tag`.
+#[derive(Debug, Serialize, Deserialize)]
+struct YieldUntilReleased {
     after_ms: u64,
     tag: String,
 }
-impl JsonMessage for YieldFor {
-    const PACKET_NAME: &'static str = "t.YieldFor";
+impl JsonMessage for YieldUntilReleased {
+    const PACKET_NAME: &'static str = "t.YieldUntilReleased";
 }
 
 /// Log `tag` (a plain turn).
@@ -115,13 +161,29 @@ fn handlers(probe: &Arc<Probe>, log: &Log) -> ObjectHandlers<St> {
             })
         }
     });
+    let p = Arc::clone(probe);
+    h.on_request(move |ctx, _: Hold| {
+        let p = Arc::clone(&p);
+        async move {
+            p.held_turn().await;
+            Ok::<_, CallError>(Done {
+                id: ctx.state().id.clone(),
+            })
+        }
+    });
     let l = Arc::clone(log);
     let p = Arc::clone(probe);
-    h.on_request(move |ctx, y: YieldFor| {
+    h.on_request(move |ctx, y: YieldUntilReleased| {
         let (l, p) = (Arc::clone(&l), Arc::clone(&p));
         async move {
-            ctx.yield_on(tokio::time::sleep(Duration::from_millis(y.ms)))
-                .await?;
+            let yielded = {
+                let p = Arc::clone(&p);
+                async move {
+                    p.reached.fetch_add(1, Ordering::SeqCst);
+                    p.release.acquire().await.unwrap().forget();
+                }
+            };
+            ctx.yield_on(yielded).await?;
             // The continuation holds the gate again: probed like any turn of the group.
             p.turn(Duration::from_millis(y.after_ms)).await;
             l.lock().unwrap().push(y.tag);
@@ -171,99 +233,64 @@ fn handlers(probe: &Arc<Probe>, log: &Log) -> ObjectHandlers<St> {
     h
 }
 
-struct Cluster {
-    store: Arc<MemoryStore>,
-    nodes: Vec<Arc<MeshNode>>,
-    rts: Vec<ObjectRuntime<MemoryStore>>,
+/// What a hosting node registers: Actor `a`, SpotWide User Spot `wide`, PerActor User Spot
+/// `per` and Entry Spot `entry`, all with [`handlers`]. The state's `id` is the object ID,
+/// plus `:<tag>` of an initial `Mark` payload.
+fn registry(probe: &Arc<Probe>, log: &Log) -> Registry {
+    let mut reg = Registry::new();
+    let factory = |input: FactoryInput| async move {
+        let id = match &input.init {
+            Some(p) => {
+                let m: Mark = zlink::mesh::handler::decode_json(p)?;
+                format!("{}:{}", input.id, m.tag)
+            }
+            None => input.id,
+        };
+        Ok(St { id })
+    };
+    let (p, l) = (Arc::clone(probe), Arc::clone(log));
+    reg.actor("a", factory, move || handlers(&p, &l)).register();
+    let (p, l) = (Arc::clone(probe), Arc::clone(log));
+    reg.user_spot("wide", factory, move || handlers(&p, &l))
+        .register();
+    let (p, l) = (Arc::clone(probe), Arc::clone(log));
+    reg.user_spot("per", factory, move || handlers(&p, &l))
+        .execution(SpotExecution::PerActor)
+        .register();
+    let (p, l) = (Arc::clone(probe), Arc::clone(log));
+    reg.entry_spot("entry", factory, move || handlers(&p, &l))
+        .register();
+    reg
+}
+
+/// `hosts` nodes hosting [`registry`] (with Entry Spots), then `clients` that only call; one
+/// probe and one log across them.
+struct Gates {
+    cluster: Cluster,
     probe: Arc<Probe>,
     log: Log,
 }
 
-impl Cluster {
-    /// `hosts` nodes that host objects (with Entry Spots), then `clients` that only call.
+impl Gates {
     async fn start(hosts: usize, clients: usize) -> Self {
-        let store = Arc::new(MemoryStore::new(SystemClock));
         let probe = Arc::new(Probe::default());
         let log: Log = Arc::default();
-        let mut nodes = Vec::new();
-        let mut rts = Vec::new();
-        for i in 0..hosts + clients {
-            let mut reg = Registry::new();
-            // The state's `id` is the object ID, plus `:<tag>` of an initial `Mark` payload.
-            let factory = |input: FactoryInput| async move {
-                let id = match &input.init {
-                    Some(p) => {
-                        let m: Mark = zlink::mesh::handler::decode_json(p)?;
-                        format!("{}:{}", input.id, m.tag)
-                    }
-                    None => input.id,
-                };
-                Ok(St { id })
-            };
-            let (p, l) = (Arc::clone(&probe), Arc::clone(&log));
-            reg.actor("a", factory, move || handlers(&p, &l)).register();
-            let (p, l) = (Arc::clone(&probe), Arc::clone(&log));
-            reg.user_spot("wide", factory, move || handlers(&p, &l))
-                .register();
-            let (p, l) = (Arc::clone(&probe), Arc::clone(&log));
-            reg.user_spot("per", factory, move || handlers(&p, &l))
-                .execution(SpotExecution::PerActor)
-                .register();
-            let (p, l) = (Arc::clone(&probe), Arc::clone(&log));
-            reg.entry_spot("entry", factory, move || handlers(&p, &l))
-                .register();
-            let mut cfg = config("m", &format!("node-{i}"));
-            if i < hosts {
-                cfg.object_capabilities = reg.capabilities();
-                cfg.entry_spot_prefix = Some(format!("node{i}"));
-            } else {
-                cfg.object_capabilities = Vec::new();
-                cfg.entry_spot_prefix = None;
-            }
-            let node = Arc::new(
-                MeshNode::start(
-                    cfg,
-                    Handlers::new(),
-                    Some(Arc::clone(&store) as Arc<dyn DiscoveryBackend>),
-                )
-                .await
-                .unwrap(),
-            );
-            let reg = if i < hosts { reg } else { Registry::new() };
-            rts.push(
-                ObjectRuntime::start(
-                    Arc::clone(&node),
-                    Arc::clone(&store),
-                    reg,
-                    CacheConfig {
-                        fencing_margin: Duration::from_millis(200),
-                        ..CacheConfig::default()
-                    },
-                )
-                .await
-                .unwrap(),
-            );
-            nodes.push(node);
-        }
-        for a in &nodes {
-            for b in &nodes {
-                if a.rid() != b.rid() {
-                    a.wait_ready(b.rid(), WAIT).await.unwrap();
-                }
-            }
-        }
+        let (p, l) = (Arc::clone(&probe), Arc::clone(&log));
+        let cluster = Cluster::builder(hosts + clients)
+            .registry(move |_| registry(&p, &l))
+            .entry_spots()
+            .clients(clients)
+            .start()
+            .await;
         Self {
-            store,
-            nodes,
-            rts,
+            cluster,
             probe,
             log,
         }
     }
 
     async fn membership_in_store(&self, actor: &str) -> Option<String> {
-        let key = AuthorityKey::new(ObjectKind::Actor, actor).unwrap();
-        match self.store.read_authority(&key).await.unwrap() {
+        match self.authority(ObjectKind::Actor, actor).await {
             AuthorityRead::Found(a) => membership_of(&a.payload),
             AuthorityRead::Missing { .. } => None,
         }
@@ -274,9 +301,14 @@ impl Cluster {
     }
 
     async fn shutdown(self) {
-        for n in &self.nodes {
-            n.shutdown().await;
-        }
+        self.cluster.shutdown().await;
+    }
+}
+
+impl std::ops::Deref for Gates {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.cluster
     }
 }
 
@@ -303,7 +335,7 @@ async fn hammer(rt: &ObjectRuntime<MemoryStore>, targets: &[(ObjectKind, &str)],
 /// own (they run side by side). Handler turns of one object never overlap in either mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spotwide_members_share_the_spot_gate_and_peractor_members_run_side_by_side() {
-    let c = Cluster::start(1, 0).await;
+    let c = Gates::start(1, 0).await;
     let rt = &c.rts[0];
     rt.create_user_spot("wide", "w-1", None).await.unwrap();
     rt.create_actor_in("a", "w-a1", "w-1", None).await.unwrap();
@@ -336,10 +368,17 @@ async fn spotwide_members_share_the_spot_gate_and_peractor_members_run_side_by_s
         1,
     )
     .await;
-    let w = Work { hold_ms: 60 };
-    let (x, y) = tokio::join!(
-        rt.request_to_actor::<Work, Done>("p-a1", &w, T),
-        rt.request_to_actor::<Work, Done>("p-a2", &w, T),
+    // Both members hold a turn open until released. With a gate each, both turns are running
+    // at once; a shared gate would keep the second waiting and `reached` would stop at 1.
+    let both_running = async {
+        c.probe.reached(2).await;
+        assert_eq!(c.probe.running.load(Ordering::SeqCst), 2);
+        c.probe.release.add_permits(2);
+    };
+    let (x, y, ()) = tokio::join!(
+        rt.request_to_actor::<Hold, Done>("p-a1", &Hold, T),
+        rt.request_to_actor::<Hold, Done>("p-a2", &Hold, T),
+        both_running,
     );
     x.unwrap();
     y.unwrap();
@@ -356,12 +395,11 @@ async fn spotwide_members_share_the_spot_gate_and_peractor_members_run_side_by_s
 /// message waits for the yielded job. An Actor of an Entry Spot may not Yield.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() {
-    let c = Cluster::start(1, 0).await;
+    let c = Gates::start(1, 0).await;
     let rt = &c.rts[0];
     rt.create_user_spot("wide", "w-1", None).await.unwrap();
     rt.create_actor_in("a", "w-a1", "w-1", None).await.unwrap();
-    let first = YieldFor {
-        ms: 300,
+    let first = YieldUntilReleased {
         after_ms: 60,
         tag: "actor-yielded-job".into(),
     };
@@ -373,21 +411,43 @@ async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() 
             tag: "spot-during-yield".into(),
         },
     );
-    let slow = rt.request_to_actor::<YieldFor, Done>("w-a1", &first, T);
-    let later = async {
-        // Both are accepted while the Actor's first job is in its Yield.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let slow = rt.request_to_actor::<YieldUntilReleased, Done>("w-a1", &first, T);
+    let meanwhile = async {
+        c.probe.reached(1).await;
+        // The member's first job is in its Yield. Its next message is accepted and queued
+        // behind the yielded job (the queue claim): the yielded job plus one waiting item.
         let to_actor = rt.request_to_actor::<Mark, Done>("w-a1", &next, T);
-        let to_spot = rt.request_to_spot::<Mark, Done>("w-1", &during, T);
-        tokio::join!(to_actor, to_spot)
+        let then = async {
+            eventually(
+                "the member's next job queued behind its yielded job",
+                || rt.queued_work() == 2,
+            )
+            .await;
+            // The Spot's gate was given back: the Spot runs a turn now, while the member
+            // still yields (without the gate this request would wait for a release that only
+            // comes after it, and end DeadlineExceeded).
+            let s = rt.request_to_spot::<Mark, Done>("w-1", &during, T).await;
+            assert_eq!(
+                *c.log.lock().unwrap(),
+                vec!["spot-during-yield"],
+                "only the Spot ran while the member yielded"
+            );
+            // Spot turns queued and running when the continuation resumes: the continuation
+            // takes the gate again, so it never runs beside them.
+            let crowd = hammer(rt, &[(ObjectKind::Spot, "w-1")], 30);
+            let resume = async {
+                eventually("a Spot turn of the crowd running", || {
+                    c.probe.running.load(Ordering::SeqCst) >= 1
+                })
+                .await;
+                c.probe.release.add_permits(1);
+            };
+            tokio::join!(crowd, resume);
+            s
+        };
+        tokio::join!(to_actor, then)
     };
-    // Spot turns that overlap the continuation in time: the gate keeps them apart.
-    let crowd = async {
-        // 30 turns of 3 ms from 280 ms on span the continuation (from ~300 ms, 60 ms long).
-        tokio::time::sleep(Duration::from_millis(280)).await;
-        hammer(rt, &[(ObjectKind::Spot, "w-1")], 30).await;
-    };
-    let (a, (b, s), ()) = tokio::join!(slow, later, crowd);
+    let (a, (b, s)) = tokio::join!(slow, meanwhile);
     a.unwrap();
     b.unwrap();
     s.unwrap();
@@ -404,11 +464,12 @@ async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() 
 
     // An Actor of an Entry Spot has no shared gate to give back: Yield is InvalidOperation.
     rt.create_actor("a", "e-a1", None).await.unwrap();
+    // (A permit ready, so a Yield that were wrongly allowed would end instead of hanging.)
+    c.probe.release.add_permits(1);
     let err = rt
-        .request_to_actor::<YieldFor, Done>(
+        .request_to_actor::<YieldUntilReleased, Done>(
             "e-a1",
-            &YieldFor {
-                ms: 1,
+            &YieldUntilReleased {
                 after_ms: 0,
                 tag: "never".into(),
             },
@@ -427,7 +488,7 @@ async fn a_member_actor_yield_returns_the_spot_gate_and_keeps_its_queue_claim() 
 /// Spot, after which the close succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_and_leave_commit_membership_with_the_actor_and_guard_the_spot_close() {
-    let c = Cluster::start(1, 1).await;
+    let c = Gates::start(1, 1).await;
     let (owner, client) = (&c.rts[0], &c.rts[1]);
     let entry = owner.entry_spot_id();
     // (The client hosts nothing and registers no types: it creates nothing, it only calls.)
@@ -525,7 +586,7 @@ async fn join_and_leave_commit_membership_with_the_actor_and_guard_the_spot_clos
 /// refused join changes the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_or_crossing_joins_are_refused_without_a_change() {
-    let c = Cluster::start(2, 0).await;
+    let c = Gates::start(2, 0).await;
     let (r0, r1) = (&c.rts[0], &c.rts[1]);
     // Equal placement weights alternate: two Spots land on different nodes.
     r0.create_user_spot("wide", "x-1", None).await.unwrap();
@@ -548,7 +609,7 @@ async fn stale_or_crossing_joins_are_refused_without_a_change() {
 
     // A proposal with a stale Actor fence, sent raw as command 28 from node-1.
     let key = AuthorityKey::new(ObjectKind::Actor, "x-a").unwrap();
-    let AuthorityRead::Found(a) = c.store.read_authority(&key).await.unwrap() else {
+    let AuthorityRead::Found(a) = c.store().read_authority(&key).await.unwrap() else {
         panic!("x-a exists");
     };
     let route =
@@ -561,7 +622,7 @@ async fn stale_or_crossing_joins_are_refused_without_a_change() {
             owner_lease_generation: lease,
         };
     let spot_key = AuthorityKey::new(ObjectKind::Spot, r0.entry_spot_id().as_str()).unwrap();
-    let AuthorityRead::Found(s) = c.store.read_authority(&spot_key).await.unwrap() else {
+    let AuthorityRead::Found(s) = c.store().read_authority(&spot_key).await.unwrap() else {
         panic!("entry spot exists");
     };
     let spot_route = route(
@@ -611,7 +672,7 @@ async fn stale_or_crossing_joins_are_refused_without_a_change() {
 /// 47 / 49 itself carries no payload. Placement by weight is kept for creations with a payload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_initial_payload_reaches_a_factory_on_a_remote_target() {
-    let c = Cluster::start(2, 0).await;
+    let c = Gates::start(2, 0).await;
     let r0 = &c.rts[0];
     for i in 0..4 {
         let id = format!("init-{i}");
@@ -640,19 +701,34 @@ async fn an_initial_payload_reaches_a_factory_on_a_remote_target() {
 /// (it would wait for the gate its caller holds) instead of hanging until its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_waits_for_the_actors_running_turn_and_same_gate_async_is_refused() {
-    let c = Cluster::start(1, 0).await;
+    let c = Gates::start(1, 0).await;
     let rt = &c.rts[0];
     rt.create_user_spot("wide", "g-1", None).await.unwrap();
     rt.create_actor("a", "g-a", None).await.unwrap();
-    // A long turn of the Actor (still in its Entry Spot, no gate), then the join.
-    let long = rt.request_to_actor::<Work, Done>("g-a", &Work { hold_ms: 250 }, T);
+    let entry = rt.entry_spot_id();
+    // A turn of the Actor (still in its Entry Spot, no gate) held open, then the join.
+    let held = rt.request_to_actor::<Hold, Done>("g-a", &Hold, T);
     let join = async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        rt.join_actor("g-a", "g-1").await.unwrap();
+        c.probe.reached(1).await;
+        let join = rt.join_actor("g-a", "g-1");
+        let waiting = async {
+            // The join is a control claim queued behind the running turn (the turn plus one
+            // waiting item), and nothing changed yet: not in the store, not on the node.
+            eventually("the join queued behind the running turn", || {
+                rt.queued_work() == 2
+            })
+            .await;
+            assert_eq!(c.membership_in_store("g-a").await, Some(entry.clone()));
+            assert_eq!(rt.membership("g-a"), Some(entry.clone()));
+            c.probe.release.add_permits(1);
+        };
+        let (joined, ()) = tokio::join!(join, waiting);
+        joined.unwrap();
+        assert_eq!(rt.membership("g-a").as_deref(), Some("g-1"));
         // From here the Actor and the Spot share one gate; crowd the Spot.
         hammer(rt, &[(ObjectKind::Spot, "g-1")], 8).await;
     };
-    let (d, ()) = tokio::join!(long, join);
+    let (d, ()) = tokio::join!(held, join);
     d.unwrap();
     assert_eq!(
         c.probe.max.load(Ordering::SeqCst),

@@ -10,15 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{WAIT, config};
+use common::cluster::{Cluster, ClusterBuilder};
 use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
-use zlink::mesh::discovery::DiscoveryBackend;
-use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
+use zlink::mesh::JsonMessage;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::{Creation, ObjectRuntime};
-use zlink::routing::CacheConfig;
 use zlink_store::MemoryStore;
 use zlink_store::clock::SystemClock;
 
@@ -134,131 +132,104 @@ fn hall_handlers() -> ObjectHandlers<Player> {
     h
 }
 
-struct Cluster {
-    store: Arc<MemoryStore>,
-    nodes: Vec<Arc<MeshNode>>,
-    rts: Vec<ObjectRuntime<MemoryStore>>,
+/// What every node of these tests hosts. The `room` factory counts its runs in
+/// `room_factory_runs` (across nodes); the `flaky` factory cuts `store` off before it fails.
+fn registry(store: &Arc<MemoryStore>, room_factory_runs: &Arc<AtomicU64>) -> Registry {
+    let mut reg = Registry::new();
+    reg.actor(
+        "player",
+        |_: FactoryInput| async { Ok(Player::default()) },
+        player_handlers,
+    )
+    .register();
+    let runs = Arc::clone(room_factory_runs);
+    reg.user_spot(
+        "room",
+        move |_: FactoryInput| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async {
+                // A slow factory widens the window for duplicate activations.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(Player::default())
+            }
+        },
+        player_handlers,
+    )
+    .register();
+    reg.user_spot(
+        "hall",
+        |_: FactoryInput| async { Ok(Player::default()) },
+        hall_handlers,
+    )
+    .register();
+    // A factory that fails while cutting the store off, so the abort of its reservation cannot
+    // land (an ambiguous failure).
+    let cut = Arc::clone(store);
+    reg.actor(
+        "flaky",
+        move |_: FactoryInput| {
+            let cut = Arc::clone(&cut);
+            async move {
+                cut.begin_outage();
+                Err::<Player, _>(CallError::new(ErrorKind::HandlerFailed, "flaky"))
+            }
+        },
+        player_handlers,
+    )
+    .register();
+    reg.actor(
+        "broken",
+        |_: FactoryInput| async {
+            Err::<Player, _>(CallError::new(ErrorKind::HandlerFailed, "no"))
+        },
+        player_handlers,
+    )
+    .register();
+    reg.entry_spot(
+        "entry",
+        |_: FactoryInput| async { Ok(Player::default()) },
+        player_handlers,
+    )
+    .register();
+    reg
+}
+
+/// Nodes `node-0`… that all host [`registry`], with Entry Spots, on one memory store.
+struct Objects {
+    cluster: Cluster,
+    /// Runs of the `room` factory, across nodes.
     factory_runs: Arc<AtomicU64>,
 }
 
-impl Cluster {
+impl Objects {
     async fn start(n: usize) -> Self {
-        Self::start_with(n, |_, _| {}).await
+        Self::start_with(n, |b| b).await
     }
 
-    /// `n` nodes `node-0`…; `tweak` adjusts each node's configuration.
-    async fn start_with(n: usize, tweak: impl Fn(usize, &mut MeshNodeConfig)) -> Self {
+    /// [`Objects::start`] with `more` applied to the cluster builder (weights, roles, …).
+    async fn start_with(n: usize, more: impl FnOnce(ClusterBuilder) -> ClusterBuilder) -> Self {
         let store = Arc::new(MemoryStore::new(SystemClock));
         let factory_runs = Arc::new(AtomicU64::new(0));
-        let mut nodes = Vec::new();
-        let mut rts = Vec::new();
-        for i in 0..n {
-            let rid = format!("node-{i}");
-            let mut reg = Registry::new();
-            reg.actor(
-                "player",
-                |_: FactoryInput| async { Ok(Player::default()) },
-                player_handlers,
-            )
-            .register();
-            let runs = Arc::clone(&factory_runs);
-            reg.user_spot(
-                "room",
-                move |_: FactoryInput| {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    async {
-                        // A slow factory widens the window for duplicate activations.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        Ok(Player::default())
-                    }
-                },
-                player_handlers,
-            )
-            .register();
-            reg.user_spot(
-                "hall",
-                |_: FactoryInput| async { Ok(Player::default()) },
-                hall_handlers,
-            )
-            .register();
-            // A factory that fails while cutting the store off, so the abort of its
-            // reservation cannot land (an ambiguous failure).
-            let cut = Arc::clone(&store);
-            reg.actor(
-                "flaky",
-                move |_: FactoryInput| {
-                    let cut = Arc::clone(&cut);
-                    async move {
-                        cut.begin_outage();
-                        Err::<Player, _>(CallError::new(ErrorKind::HandlerFailed, "flaky"))
-                    }
-                },
-                player_handlers,
-            )
-            .register();
-            reg.actor(
-                "broken",
-                |_: FactoryInput| async {
-                    Err::<Player, _>(CallError::new(ErrorKind::HandlerFailed, "no"))
-                },
-                player_handlers,
-            )
-            .register();
-            reg.entry_spot(
-                "entry",
-                |_: FactoryInput| async { Ok(Player::default()) },
-                player_handlers,
-            )
-            .register();
-            let mut cfg = config("m", &rid);
-            cfg.object_capabilities = reg.capabilities();
-            cfg.entry_spot_prefix = Some(format!("node{i}"));
-            tweak(i, &mut cfg);
-            let node = Arc::new(
-                MeshNode::start(
-                    cfg,
-                    Handlers::new(),
-                    Some(Arc::clone(&store) as Arc<dyn DiscoveryBackend>),
-                )
-                .await
-                .unwrap(),
-            );
-            rts.push(
-                ObjectRuntime::start(
-                    Arc::clone(&node),
-                    Arc::clone(&store),
-                    reg,
-                    // The test leases live 2 s (common::fast_timings): a 2 s fencing margin
-                    // would leave no admission window to cache a route in.
-                    CacheConfig {
-                        fencing_margin: Duration::from_millis(200),
-                        ..CacheConfig::default()
-                    },
-                )
-                .await
-                .unwrap(),
-            );
-            nodes.push(node);
-        }
-        for a in &nodes {
-            for b in &nodes {
-                if a.rid() != b.rid() {
-                    a.wait_ready(b.rid(), WAIT).await.unwrap();
-                }
-            }
-        }
+        let (cut, runs) = (Arc::clone(&store), Arc::clone(&factory_runs));
+        let builder = Cluster::builder(n)
+            .store(store)
+            .registry(move |_| registry(&cut, &runs))
+            .entry_spots();
         Self {
-            store,
-            nodes,
-            rts,
+            cluster: more(builder).start().await,
             factory_runs,
         }
     }
 
     async fn shutdown(self) {
-        for n in &self.nodes {
-            n.shutdown().await;
-        }
+        self.cluster.shutdown().await;
+    }
+}
+
+impl std::ops::Deref for Objects {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.cluster
     }
 }
 
@@ -266,7 +237,7 @@ const T: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_actor_is_reached_by_id_alone_locally_and_from_another_node_in_send_order() {
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     let (a, b) = (&c.rts[0], &c.rts[1]);
     let r = a.create_actor("player", "p-1", None).await.unwrap();
     assert_eq!(r.id, "p-1");
@@ -296,7 +267,7 @@ async fn an_actor_is_reached_by_id_alone_locally_and_from_another_node_in_send_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_ids_are_not_found_and_nothing_is_created_implicitly() {
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     let (a, b) = (&c.rts[0], &c.rts[1]);
     for rt in [a, b] {
         let err = rt
@@ -359,7 +330,7 @@ async fn missing_ids_are_not_found_and_nothing_is_created_implicitly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_cached_route_ends_the_call_once_and_the_next_call_resolves_again() {
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     let (a, b) = (&c.rts[0], &c.rts[1]);
     a.create_actor("player", "p-5", None).await.unwrap();
     let _: Balance = b.request_to_actor("p-5", &Look, T).await.unwrap();
@@ -389,7 +360,7 @@ async fn a_stale_cached_route_ends_the_call_once_and_the_next_call_resolves_agai
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_get_or_create_from_three_nodes_runs_one_factory() {
-    let c = Cluster::start(3).await;
+    let c = Objects::start(3).await;
     let c = Arc::new(c);
     let mut tasks = Vec::new();
     for i in 0..64 {
@@ -445,11 +416,11 @@ async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadl
     use zlink_protocol::generated::{NodeFence, ObjectKind, RouteFence};
     use zlink_store::LocationStore;
     use zlink_store::types::{AuthorityKey, AuthorityRead, ObjectKind as StoreKind};
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     let (owner, rt) = (&c.nodes[0], &c.rts[0]);
     rt.create_actor("player", "p-9", None).await.unwrap();
     let key = AuthorityKey::new(StoreKind::Actor, "p-9").unwrap();
-    let AuthorityRead::Found(a) = c.store.read_authority(&key).await.unwrap() else {
+    let AuthorityRead::Found(a) = c.store().read_authority(&key).await.unwrap() else {
         panic!("missing")
     };
     let route = RouteFence {
@@ -471,7 +442,7 @@ async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadl
         .unwrap();
     assert!(owner.admission_open());
     let outage = tokio::time::Instant::now();
-    c.store.begin_outage();
+    c.store().begin_outage();
     let deadline = outage + Duration::from_secs(5);
     while owner.admission_open() {
         assert!(
@@ -504,13 +475,13 @@ async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadl
         matches!(err.kind(), ErrorKind::StoreFailure | ErrorKind::Unavailable),
         "{err}"
     );
-    c.store.end_outage();
+    c.store().end_outage();
     c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spot_handler_calls_an_actor_on_another_node_with_async_and_with_yield() {
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     let (a, b) = (&c.rts[0], &c.rts[1]);
     b.create_actor("player", "p-10", None).await.unwrap();
     a.create_user_spot("hall", "hall-1", None).await.unwrap();
@@ -543,12 +514,7 @@ async fn a_spot_handler_calls_an_actor_on_another_node_with_async_and_with_yield
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_to_a_re_created_incarnation_under_the_same_owner_is_delivered() {
     // Placement weight 0 on node-1: every Actor is placed on node-0, the same owner.
-    let c = Cluster::start_with(2, |i, cfg| {
-        if i == 1 {
-            cfg.placement_weight = 0;
-        }
-    })
-    .await;
+    let c = Objects::start_with(2, |b| b.placement_weights(&[100, 0])).await;
     let (a, b) = (&c.rts[0], &c.rts[1]);
     let first = a.create_actor("player", "p-11", None).await.unwrap();
     let _: Balance = b
@@ -578,13 +544,14 @@ async fn a_route_to_a_re_created_incarnation_under_the_same_owner_is_delivered()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_spots_are_placed_on_servers_by_weight_with_remote_create() {
     use zlink_protocol::generated::ObjectRole;
-    let c = Cluster::start_with(3, |i, cfg| match i {
-        0 => {
-            cfg.object_role = ObjectRole::Client;
-            cfg.entry_spot_prefix = None;
-        }
-        1 => cfg.placement_weight = 100,
-        _ => cfg.placement_weight = 50,
+    // node-0 is an Object Client: it places, it hosts nothing (no Entry Spot either).
+    let c = Objects::start_with(3, |b| {
+        b.placement_weights(&[100, 100, 50]).configure(|i, cfg| {
+            if i == 0 {
+                cfg.object_role = ObjectRole::Client;
+                cfg.entry_spot_prefix = None;
+            }
+        })
     })
     .await;
     let client = &c.rts[0];
@@ -636,14 +603,12 @@ async fn user_spots_are_placed_on_servers_by_weight_with_remote_create() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entry_spots_exist_per_node_and_actors_record_their_membership() {
     use zlink_protocol::generated::RuntimeState;
-    use zlink_store::LocationStore;
-    use zlink_store::types::{AuthorityKey, AuthorityRead, ObjectKind as StoreKind};
-    let c = Cluster::start(2).await;
-    let membership_of = |id: &str| {
-        let store = Arc::clone(&c.store);
-        let key = AuthorityKey::new(StoreKind::Actor, id).unwrap();
+    use zlink_store::types::{AuthorityRead, ObjectKind as StoreKind};
+    let c = Objects::start(2).await;
+    let membership_of = |id: &'static str| {
+        let c = &c;
         async move {
-            let AuthorityRead::Found(a) = store.read_authority(&key).await.unwrap() else {
+            let AuthorityRead::Found(a) = c.authority(StoreKind::Actor, id).await else {
                 panic!("missing")
             };
             let v: serde_json::Value = serde_json::from_slice(&a.payload).unwrap();
@@ -686,12 +651,7 @@ async fn entry_spots_exist_per_node_and_actors_record_their_membership() {
     let (spot, owner) = membership_of("m-2").await;
     assert_eq!(spot, "hall-x");
     let hall_owner = {
-        let AuthorityRead::Found(a) = c
-            .store
-            .read_authority(&AuthorityKey::new(StoreKind::Spot, "hall-x").unwrap())
-            .await
-            .unwrap()
-        else {
+        let AuthorityRead::Found(a) = c.authority(StoreKind::Spot, "hall-x").await else {
             panic!("missing")
         };
         a.owner_node.rid
@@ -715,7 +675,7 @@ async fn metadata_reaches_the_handler_on_the_local_and_the_remote_path() {
     use zlink::mesh::handler::{decode_json, encode_json};
     use zlink_protocol::metadata::Metadata;
     use zlink_store::types::ObjectKind as StoreKind;
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     c.rts[0].create_actor("player", "p-13", None).await.unwrap();
     for (i, rt) in c.rts.iter().enumerate() {
         let md = Metadata::new([("trace".to_owned(), format!("t-{i}"))]).unwrap();
@@ -744,7 +704,7 @@ async fn metadata_reaches_the_handler_on_the_local_and_the_remote_path() {
 /// removes the record under its fence, so the ID can be created again elsewhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_of_a_gone_owner_are_unavailable_until_a_fenced_cleanup_frees_the_id() {
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     // Equal weights: node-0 gets the first placement of each runtime's selector.
     c.rts[1]
         .create_user_spot("hall", "hall-d", None)
@@ -791,7 +751,7 @@ async fn objects_of_a_gone_owner_are_unavailable_until_a_fenced_cleanup_frees_th
 /// `closed`. The ID is Missing afterwards everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_spot_is_closed_from_another_node_with_remote_close() {
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     let (owner, other) = (&c.rts[0], &c.rts[1]);
     // Equal weights: node-1's first placement goes to node-0.
     other
@@ -832,7 +792,7 @@ async fn a_user_spot_is_closed_from_another_node_with_remote_close() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_actor_is_destroyed_from_another_node_with_remote_destroy() {
     use zlink_store::types::ObjectKind as StoreKind;
-    let c = Cluster::start(2).await;
+    let c = Objects::start(2).await;
     let (owner, other) = (&c.rts[0], &c.rts[1]);
     // Equal weights: node-1's first Actor placement goes to node-0.
     other.create_actor("player", "p-x", None).await.unwrap();
@@ -861,7 +821,7 @@ async fn a_failed_creation_whose_abort_was_lost_is_cleared_before_the_id_is_crea
     use zlink_store::types::{
         AuthorityKey, AuthorityRead, AuthorityState, ObjectKind as StoreKind,
     };
-    let c = Cluster::start(1).await;
+    let c = Objects::start(1).await;
     let rt = &c.rts[0];
     let err = rt.create_actor("flaky", "f-1", None).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::HandlerFailed);
@@ -869,9 +829,9 @@ async fn a_failed_creation_whose_abort_was_lost_is_cleared_before_the_id_is_crea
     let err = rt.create_actor("player", "f-1", None).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.detail().contains("earlier creation"), "{err}");
-    c.store.end_outage();
+    c.store().end_outage();
     let key = AuthorityKey::new(StoreKind::Actor, "f-1").unwrap();
-    let AuthorityRead::Found(a) = c.store.read_authority(&key).await.unwrap() else {
+    let AuthorityRead::Found(a) = c.store().read_authority(&key).await.unwrap() else {
         panic!("the reservation should still be there")
     };
     assert_eq!(a.state, AuthorityState::Creating, "the abort was lost");

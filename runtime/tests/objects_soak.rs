@@ -10,8 +10,8 @@
 //! touched, and for all IDs every 100 steps: an admitting instance must be the store's Ready
 //! record for that ID, on that node, with that ObjectGeneration.
 //!
-//! Seeded (`ZLINK_SOAK_SEED`, default fixed) so a failure replays; `ZLINK_SOAK_STEPS` (10,000)
-//! and a 6-minute bound keep it finite.
+//! Seeded (`ZLINK_TEST_SEED`, default fixed; `common::rng`) so a failure replays;
+//! `ZLINK_SOAK_STEPS` (10,000) and a 6-minute bound keep it finite.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -21,15 +21,15 @@ mod redis_server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cluster::start_object_node;
 use common::config;
+use common::rng::TestRng;
 use serde::{Deserialize, Serialize};
 use zlink::call::error::CallError;
-use zlink::mesh::discovery::DiscoveryBackend;
 use zlink::mesh::{Handlers, JsonMessage, MeshNode};
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::ObjectRuntime;
-use zlink::routing::CacheConfig;
 use zlink_store::LocationStore;
 use zlink_store::redis::{RedisStore, RedisStoreConfig};
 use zlink_store::types::{AuthorityKey, AuthorityRead, AuthorityState, ObjectKind};
@@ -64,21 +64,6 @@ fn registry() -> Registry {
     r
 }
 
-/// SplitMix64: small, seeded, good enough to drive the steps.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 struct Node {
     mesh: Arc<MeshNode>,
     rt: ObjectRuntime<RedisStore>,
@@ -101,32 +86,14 @@ async fn store(url: &str, ns: &str) -> Arc<RedisStore> {
     )
 }
 
+/// Node `i` with a Redis client of its own (each node's store connection fails on its own).
 async fn start_node(i: usize, url: &str, ns: &str) -> Node {
     let store = store(url, ns).await;
     let reg = registry();
     let mut cfg = config("soak", &format!("node-{i}"));
     cfg.object_capabilities = reg.capabilities();
     cfg.entry_spot_prefix = Some(format!("n{i}"));
-    let mesh = Arc::new(
-        MeshNode::start(
-            cfg,
-            Handlers::new(),
-            Some(Arc::clone(&store) as Arc<dyn DiscoveryBackend>),
-        )
-        .await
-        .unwrap(),
-    );
-    let rt = ObjectRuntime::start(
-        Arc::clone(&mesh),
-        Arc::clone(&store),
-        reg,
-        CacheConfig {
-            fencing_margin: Duration::from_millis(200),
-            ..CacheConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let (mesh, rt) = start_object_node(cfg, Handlers::new(), Arc::clone(&store), reg).await;
     Node { mesh, rt, store }
 }
 
@@ -202,10 +169,8 @@ async fn single_activation_holds_over_seeded_random_steps_on_redis() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let seed: u64 = std::env::var("ZLINK_SOAK_SEED")
-        .ok()
-        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-        .unwrap_or(0x5eed_0b1e_c7a1_1ce5);
+    let mut rng = TestRng::from_env(0x5eed_0b1e_c7a1_1ce5);
+    let seed = rng.seed();
     let bound = Instant::now() + Duration::from_secs(360);
     let server = redis_server::RedisServer::start().await;
     let ns = format!("soak-{}", std::process::id());
@@ -214,7 +179,6 @@ async fn single_activation_holds_over_seeded_random_steps_on_redis() {
         nodes.push(start_node(i, &server.url(), &ns).await);
     }
     wait_mesh(&nodes).await;
-    let mut rng = Rng(seed);
     let ids: Vec<&str> = SPOTS.iter().chain(ACTORS.iter()).copied().collect();
     let (mut restarts, mut pauses, mut created) = (0, 0, 0);
     // Time per kind of step (create, remove, call, pause, restart) and in the checks.
@@ -224,8 +188,8 @@ async fn single_activation_holds_over_seeded_random_steps_on_redis() {
             Instant::now() < bound,
             "soak over its time bound at step {step}"
         );
-        let n = usize::try_from(rng.below(NODES as u64)).unwrap();
-        let id = ids[usize::try_from(rng.below(ids.len() as u64)).unwrap()];
+        let n = rng.index(NODES);
+        let id = ids[rng.index(ids.len())];
         let dice = rng.below(1000);
         let rt = &nodes[n].rt;
         let t0 = Instant::now();

@@ -1,5 +1,9 @@
-//! Helpers shared by the mesh integration tests: short timings and node construction.
+//! Helpers shared by the mesh integration tests: short timings and node construction, the
+//! [`cluster::Cluster`] builder and the seeded [`rng::TestRng`].
 #![allow(dead_code, clippy::unwrap_used)]
+
+pub mod cluster;
+pub mod rng;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +75,22 @@ pub fn echo_handlers() -> Handlers {
         })
     });
     h
+}
+
+/// Wait until `cond` holds — a counter reached its value, a state was reached — polling every
+/// 2 ms for at most [`WAIT`].
+///
+/// # Panics
+/// When it does not hold in time, naming `what`.
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 pub async fn start(cfg: MeshNodeConfig, h: Handlers) -> MeshNode {
