@@ -9,71 +9,48 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::{WAIT, config};
+use common::WAIT;
+use common::cluster::Cluster;
 use serde::{Deserialize, Serialize};
-use zlink::mesh::discovery::DiscoveryBackend;
-use zlink::mesh::{Handlers, MeshNode};
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
-use zlink::object::runtime::ObjectRuntime;
-use zlink::routing::CacheConfig;
-use zlink_store::MemoryStore;
-use zlink_store::clock::SystemClock;
 use zlink_store::types::{AuthorityKey, ObjectKind};
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct St;
 
-async fn node(store: &Arc<MemoryStore>) -> (Arc<MeshNode>, ObjectRuntime<MemoryStore>) {
+fn registry() -> Registry {
     let mut reg = Registry::new();
     let f = |_: FactoryInput| async { Ok(St) };
     reg.actor("a", f, ObjectHandlers::new).register();
     reg.user_spot("room", f, ObjectHandlers::new).register();
     reg.entry_spot("entry", f, ObjectHandlers::new).register();
-    let mut cfg = config("m", "solo");
-    cfg.object_capabilities = reg.capabilities();
-    cfg.entry_spot_prefix = Some("solo".into());
-    let node = Arc::new(
-        MeshNode::start(
-            cfg,
-            Handlers::new(),
-            Some(Arc::clone(store) as Arc<dyn DiscoveryBackend>),
-        )
-        .await
-        .unwrap(),
-    );
-    let rt = ObjectRuntime::start(
-        Arc::clone(&node),
-        Arc::clone(store),
-        reg,
-        CacheConfig {
-            fencing_margin: Duration::from_millis(200),
-            ..CacheConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    (node, rt)
+    reg
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_on_one_spot_completes_while_another_spots_join_is_stalled_in_the_store() {
-    let store = Arc::new(MemoryStore::new(SystemClock));
-    let (node, rt) = node(&store).await;
-    let rt = Arc::new(rt);
+    let c = Arc::new(
+        Cluster::builder(1)
+            .registry(|_| registry())
+            .entry_spots()
+            .start()
+            .await,
+    );
+    let rt = &c.rts[0];
     for spot in ["slow-room", "fast-room"] {
         rt.create_user_spot("room", spot, None).await.unwrap();
     }
     for actor in ["slow-a", "fast-a"] {
         rt.create_actor("a", actor, None).await.unwrap();
     }
-    let mut stall =
-        store.stall_aggregates_touching(AuthorityKey::new(ObjectKind::Spot, "slow-room").unwrap());
+    let mut stall = c
+        .store()
+        .stall_aggregates_touching(AuthorityKey::new(ObjectKind::Spot, "slow-room").unwrap());
     let slow = {
-        let rt = Arc::clone(&rt);
-        tokio::spawn(async move { rt.join_actor("slow-a", "slow-room").await })
+        let c = Arc::clone(&c);
+        tokio::spawn(async move { c.rts[0].join_actor("slow-a", "slow-room").await })
     };
     // The slow join is inside its commit_aggregate call now (a marker, not a sleep).
     tokio::time::timeout(WAIT, stall.parked(1))
@@ -97,6 +74,7 @@ async fn a_join_on_one_spot_completes_while_another_spots_join_is_stalled_in_the
         .unwrap();
     assert_eq!(rt.membership("slow-a").as_deref(), Some("slow-room"));
     assert_eq!(rt.members_of("slow-room"), Some(vec!["slow-a".to_owned()]));
-    rt.shutdown().await;
-    node.shutdown().await;
+    if let Ok(c) = Arc::try_unwrap(c) {
+        c.shutdown().await;
+    }
 }
