@@ -34,6 +34,7 @@ use zlink::mesh::auth::MeshSecret;
 use zlink::mesh::discovery::DiscoveryBackend;
 use zlink::mesh::handler::{JSON_CONTENT_TYPE, RAW_CONTENT_TYPE};
 use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig, RidConfig};
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::ObjectRuntime;

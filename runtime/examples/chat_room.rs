@@ -23,6 +23,7 @@ use zlink::call::error::CallError;
 use zlink::mesh::auth::MeshSecret;
 use zlink::mesh::discovery::DiscoveryBackend;
 use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig, RidConfig};
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, JsonState, Registry};
 use zlink::object::runtime::ObjectRuntime;

@@ -23,6 +23,7 @@ use common::cluster::Cluster;
 use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
 use zlink::mesh::JsonMessage;
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::ActivationFault;

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
 use zlink::mesh::discovery::DiscoveryBackend;
 use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig};
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry, RegistryError};
 use zlink::object::runtime::{ObjectRuntime, RuntimeError};

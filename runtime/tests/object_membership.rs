@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use zlink::call::error::{CallError, ErrorKind};
 use zlink::mesh::JsonMessage;
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry, SpotExecution};
 use zlink::object::runtime::{ObjectRuntime, membership_of};

@@ -14,6 +14,7 @@ use common::cluster::{Cluster, ClusterBuilder};
 use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
 use zlink::mesh::JsonMessage;
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::{Creation, ObjectRuntime};

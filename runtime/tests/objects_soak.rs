@@ -27,6 +27,7 @@ use common::rng::TestRng;
 use serde::{Deserialize, Serialize};
 use zlink::call::error::CallError;
 use zlink::mesh::{Handlers, JsonMessage, MeshNode};
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::ObjectRuntime;

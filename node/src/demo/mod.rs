@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use thiserror::Error;
+use zlink::object::ObjectCalls;
 use zlink::object::runtime::ObjectStore;
 use zlink_store::clock::SystemClock;
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::messages::{Deliver, Heard, Join, Joined, ReportRequest, RoomReport, Say, Tick};
 use super::seq::{Receipt, SeqTracker};
 use zlink::call::error::CallError;
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 
 /// The ID of the room's housekeeping timer.

@@ -496,93 +496,6 @@ impl<S: Send + 'static> Ctx<S> {
         Ok(())
     }
 
-    /// One-way message to Actor `id` from inside a handler (completes at source-local
-    /// admission, so the turn is not held for the remote handler).
-    ///
-    /// # Errors
-    /// As `ObjectRuntime::send_to_actor`; `InvalidOperation` for an object outside a runtime.
-    pub async fn send_to_actor<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
-        self.call(ObjectKind::Actor, id, encode_json(msg)?, None)
-            .await
-            .map(|_| ())
-    }
-
-    /// Request to Actor `id` from inside a handler. Awaiting it is `Async` (the turn is kept);
-    /// wrap it in [`Ctx::yield_on`] to `Yield`. The reply comes back on this request's own reply
-    /// route and resumes this handler, never as a message to the object.
-    ///
-    /// An `Async` request to an object of this turn's own SpotWide group (its Spot or a fellow
-    /// member) is refused at once with `InvalidOperation`. One to this same object, or a cycle
-    /// (A → B → A) of `Async` requests, waits for a turn its own caller holds and ends only at
-    /// its deadline. Use `Yield` or a one-way send for such patterns.
-    ///
-    /// # Errors
-    /// As `ObjectRuntime::request_to_actor`.
-    pub async fn request_to_actor<M: JsonMessage, R: JsonMessage>(
-        &self,
-        id: &str,
-        msg: &M,
-        timeout: Duration,
-    ) -> Result<R, CallError> {
-        let reply = self
-            .call(ObjectKind::Actor, id, encode_json(msg)?, Some(timeout))
-            .await?;
-        decode_json(&reply.unwrap_or_default())
-    }
-
-    /// One-way message to Spot `id` from inside a handler.
-    ///
-    /// # Errors
-    /// As [`Ctx::send_to_actor`].
-    pub async fn send_to_spot<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
-        self.call(ObjectKind::Spot, id, encode_json(msg)?, None)
-            .await
-            .map(|_| ())
-    }
-
-    /// Request to Spot `id` from inside a handler.
-    ///
-    /// # Errors
-    /// As [`Ctx::request_to_actor`].
-    pub async fn request_to_spot<M: JsonMessage, R: JsonMessage>(
-        &self,
-        id: &str,
-        msg: &M,
-        timeout: Duration,
-    ) -> Result<R, CallError> {
-        let reply = self
-            .call(ObjectKind::Spot, id, encode_json(msg)?, Some(timeout))
-            .await?;
-        decode_json(&reply.unwrap_or_default())
-    }
-
-    async fn call(
-        &self,
-        kind: ObjectKind,
-        id: &str,
-        payload: TypedPayload,
-        timeout: Option<Duration>,
-    ) -> Result<Option<TypedPayload>, CallError> {
-        let caller = self
-            .shared
-            .home
-            .caller
-            .as_ref()
-            .and_then(std::sync::Weak::upgrade)
-            .ok_or_else(|| {
-                CallError::new(
-                    ErrorKind::InvalidOperation,
-                    "this object runs outside an object runtime and cannot call other objects",
-                )
-            })?;
-        caller
-            .call_object(kind, id.to_owned(), payload, timeout, {
-                let g = lock(&self.gate);
-                g.guard.as_ref().and(g.gate.clone())
-            })
-            .await
-    }
-
     /// Cancel timer `id`; `true` if it was armed.
     pub fn cancel_timer(&self, id: u64) -> bool {
         lock(&self.shared.timers).cancel(id)
@@ -597,6 +510,46 @@ impl<S: Send + 'static> Ctx<S> {
         }
         if let Some(tx) = lock(&self.ender).take() {
             let _ = tx.send(how);
+        }
+    }
+}
+
+/// A handler calls other objects by ID through the runtime it runs in (the same path as
+/// [`ObjectRuntime`](crate::object::runtime::ObjectRuntime)). An `Async` request to an object
+/// of this turn's own SpotWide group (its Spot or a fellow member) is refused at once with
+/// `InvalidOperation`. One to this same object, or a cycle (A → B → A) of `Async` requests,
+/// waits for a turn its own caller holds and ends only at its deadline: use `Yield` or a
+/// one-way send for such patterns. Outside a runtime every call is `InvalidOperation`.
+impl<S: Send + 'static> crate::object::ObjectCalls for Ctx<S> {
+    fn call_payload(
+        &self,
+        kind: ObjectKind,
+        id: &str,
+        payload: TypedPayload,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<TypedPayload>, CallError>> + Send {
+        let caller = self
+            .shared
+            .home
+            .caller
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade);
+        let gate = Arc::clone(&self.gate);
+        let id = id.to_owned();
+        async move {
+            let caller = caller.ok_or_else(|| {
+                CallError::new(
+                    ErrorKind::InvalidOperation,
+                    "this object runs outside an object runtime and cannot call other objects",
+                )
+            })?;
+            // Read when first polled, not when built: a call wrapped in `yield_on` runs after
+            // the turn gave its gate back.
+            let held = {
+                let g = lock(&gate);
+                g.guard.as_ref().and(g.gate.clone())
+            };
+            caller.call_object(kind, id, payload, timeout, held).await
         }
     }
 }

@@ -27,4 +27,6 @@ pub mod registry;
 pub mod runtime;
 pub mod table;
 pub mod timers;
+
+pub use runtime::ObjectCalls;
 mod work;

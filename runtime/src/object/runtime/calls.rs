@@ -213,55 +213,117 @@ impl<S: ObjectStore> ObjectCaller for Inner<S> {
     }
 }
 
-impl<S: ObjectStore> ObjectRuntime<S> {
-    /// One-way message to Actor `id` (completes at source-local admission).
+/// ID-addressed calls to Spots and Actors (routing `000_…` §2): the one call surface shared by
+/// the runtime handle ([`ObjectRuntime`]) and a handler's context
+/// ([`Ctx`](crate::object::exec::Ctx)). Each implements only [`ObjectCalls::call_payload`];
+/// the typed methods are this trait's.
+///
+/// Bring it into scope to call: `use zlink::object::ObjectCalls;`.
+pub trait ObjectCalls: Sync {
+    /// Submit `payload` to the object (`kind`, `id`): `timeout` `None` is a one-way send that
+    /// completes at source-local admission, `Some` a request with one end-to-end deadline whose
+    /// reply payload is returned.
     ///
     /// # Errors
-    /// `NotFound` (Missing), `Unavailable`, `StaleRoute`, `StoreFailure`, `InvalidOperation`.
-    pub async fn send_to_actor<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
-        self.call(StoreKind::Actor, id, encode_json(msg)?, None, None)
-            .await
-            .map(|_| ())
+    /// `NotFound` (Missing), `Unavailable`, `StaleRoute`, `StoreFailure`, `InvalidOperation`,
+    /// `DeadlineExceeded`, or the handler's error.
+    fn call_payload(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        payload: TypedPayload,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<TypedPayload>, CallError>> + Send;
+
+    /// One-way message to Actor `id` (completes at source-local admission, so a handler's turn
+    /// is not held for the remote handler).
+    ///
+    /// # Errors
+    /// As [`ObjectCalls::call_payload`].
+    fn send_to_actor<M: JsonMessage>(
+        &self,
+        id: &str,
+        msg: &M,
+    ) -> impl Future<Output = Result<(), CallError>> + Send {
+        let payload = encode_json(msg);
+        async move {
+            self.call_payload(StoreKind::Actor, id, payload?, None)
+                .await
+                .map(|_| ())
+        }
     }
-    /// Request to Actor `id` with one end-to-end `timeout`.
+
+    /// Request to Actor `id` with one end-to-end `timeout`. From a handler, awaiting it is
+    /// `Async` (the turn is kept); wrap it in [`Ctx::yield_on`](crate::object::exec::Ctx::yield_on)
+    /// to `Yield`.
     ///
     /// # Errors
-    /// As [`ObjectRuntime::send_to_actor`]; `DeadlineExceeded`; the handler's error.
-    pub async fn request_to_actor<M: JsonMessage, R: JsonMessage>(
+    /// As [`ObjectCalls::call_payload`]; `InvalidOperation` when the reply is not an `R`.
+    fn request_to_actor<M: JsonMessage, R: JsonMessage>(
         &self,
         id: &str,
         msg: &M,
         timeout: Duration,
-    ) -> Result<R, CallError> {
-        let reply = self
-            .call(StoreKind::Actor, id, encode_json(msg)?, None, Some(timeout))
-            .await?;
-        decode_json(&reply.unwrap_or_default())
+    ) -> impl Future<Output = Result<R, CallError>> + Send {
+        let payload = encode_json(msg);
+        async move {
+            let reply = self
+                .call_payload(StoreKind::Actor, id, payload?, Some(timeout))
+                .await?;
+            decode_json(&reply.unwrap_or_default())
+        }
     }
+
     /// One-way message to Spot `id`.
     ///
     /// # Errors
-    /// As [`ObjectRuntime::send_to_actor`].
-    pub async fn send_to_spot<M: JsonMessage>(&self, id: &str, msg: &M) -> Result<(), CallError> {
-        self.call(StoreKind::Spot, id, encode_json(msg)?, None, None)
-            .await
-            .map(|_| ())
+    /// As [`ObjectCalls::send_to_actor`].
+    fn send_to_spot<M: JsonMessage>(
+        &self,
+        id: &str,
+        msg: &M,
+    ) -> impl Future<Output = Result<(), CallError>> + Send {
+        let payload = encode_json(msg);
+        async move {
+            self.call_payload(StoreKind::Spot, id, payload?, None)
+                .await
+                .map(|_| ())
+        }
     }
+
     /// Request to Spot `id`.
     ///
     /// # Errors
-    /// As [`ObjectRuntime::request_to_actor`].
-    pub async fn request_to_spot<M: JsonMessage, R: JsonMessage>(
+    /// As [`ObjectCalls::request_to_actor`].
+    fn request_to_spot<M: JsonMessage, R: JsonMessage>(
         &self,
         id: &str,
         msg: &M,
         timeout: Duration,
-    ) -> Result<R, CallError> {
-        let reply = self
-            .call(StoreKind::Spot, id, encode_json(msg)?, None, Some(timeout))
-            .await?;
-        decode_json(&reply.unwrap_or_default())
+    ) -> impl Future<Output = Result<R, CallError>> + Send {
+        let payload = encode_json(msg);
+        async move {
+            let reply = self
+                .call_payload(StoreKind::Spot, id, payload?, Some(timeout))
+                .await?;
+            decode_json(&reply.unwrap_or_default())
+        }
     }
+}
+
+impl<S: ObjectStore> ObjectCalls for ObjectRuntime<S> {
+    fn call_payload(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        payload: TypedPayload,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<TypedPayload>, CallError>> + Send {
+        self.inner.call(kind, id, payload, None, timeout)
+    }
+}
+
+impl<S: ObjectStore> ObjectRuntime<S> {
     /// The call path shared by every ID-addressed surface: `timeout` `None` is a one-way send.
     ///
     /// # Errors

@@ -65,6 +65,7 @@ mod activation;
 mod calls;
 mod error;
 
+pub use calls::ObjectCalls;
 use error::store_error;
 pub use error::{ObjectError, RuntimeError};
 mod creation;
