@@ -137,6 +137,7 @@ pub mod node;
 pub mod object_command;
 pub mod peer;
 mod reactor;
+mod state;
 
 pub use config::{ManualPeer, MeshNodeConfig, RidConfig};
 pub use handler::{Handlers, JsonMessage, MessageContext};
