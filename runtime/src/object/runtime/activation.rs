@@ -161,6 +161,80 @@ fn framework_bytes(recovery: Option<Pointer>) -> Bytes {
     Bytes::from(serde_json::to_vec(&Framework { v: 1, recovery }).unwrap_or_default())
 }
 
+/// What the store says of an unfinished activation's record, as far as recovery cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordSeen {
+    /// The store could not be read (retried on the next pass).
+    Unreadable,
+    /// No record.
+    Missing,
+    /// A record, with its state, whether it is this activation's incarnation on this node
+    /// lifecycle, and whether its recovery pointer still names this activation's envelope.
+    Found {
+        state: AuthorityState,
+        ours: bool,
+        pointer_is_ours: bool,
+    },
+}
+
+/// The next step of the recovery scan for one unfinished activation whose task is gone (wire
+/// §8: recovery happens on the node lifecycle that started it, never elsewhere). The table it
+/// implements is in `docs/architecture.md`, "Instance Spots".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecoveryStep {
+    /// The node is fenced: nothing runs here any more; the caller gets `Unavailable` once.
+    FailFenced,
+    /// The handler ran but its completion is not durable yet: record it, then finish.
+    RecordCompletion,
+    /// Ready under this lifecycle with the pointer in place: finish the first operation
+    /// (answered from the durable completion, or run once if it never was).
+    FinishFirst,
+    /// Ready but the pointer is gone: the first operation finished; forget the activation.
+    Forget,
+    /// Still Creating under this lifecycle: give the reservation back under its fence and fail
+    /// once.
+    GiveBackAndFail,
+    /// The record names another incarnation or owner: fail once, touch nothing.
+    FailChanged,
+    /// The record is gone: fail once.
+    FailGone,
+    /// The store cannot tell now: try again on the next pass.
+    Retry,
+}
+
+impl RecoveryStep {
+    /// Decide from what the node knows (`fenced`, `completion_known`) and, when the decision
+    /// needs it, what the store says (`seen`; `None` when not read).
+    fn decide(fenced: bool, completion_known: bool, seen: Option<RecordSeen>) -> Self {
+        if fenced {
+            return Self::FailFenced;
+        }
+        if completion_known {
+            return Self::RecordCompletion;
+        }
+        match seen {
+            None | Some(RecordSeen::Unreadable) => Self::Retry,
+            Some(RecordSeen::Missing) => Self::FailGone,
+            Some(RecordSeen::Found {
+                state,
+                ours,
+                pointer_is_ours,
+            }) => match (state, ours) {
+                (AuthorityState::Ready, true) if pointer_is_ours => Self::FinishFirst,
+                (AuthorityState::Ready, true) => Self::Forget,
+                (AuthorityState::Creating, true) => Self::GiveBackAndFail,
+                (AuthorityState::Ready | AuthorityState::Creating, false)
+                | (AuthorityState::Closing | AuthorityState::Relocating, _) => Self::FailChanged,
+            },
+        }
+    }
+
+    /// Whether the step needs the store's record.
+    fn needs_record(fenced: bool, completion_known: bool) -> bool {
+        !fenced && !completion_known
+    }
+}
+
 fn pointer_of(payload: &[u8]) -> Option<Pointer> {
     serde_json::from_slice::<Framework>(payload)
         .ok()
@@ -933,72 +1007,82 @@ impl<S: ObjectStore> Inner<S> {
             let Ok(barrier) = Arc::clone(&act.barrier).try_lock_owned() else {
                 continue; // its task is alive
             };
-            if !self.mesh.admission_open() {
-                // Fenced (glossary §8): nothing runs here any more; fenced cleanup elsewhere
-                // ends the ID. The caller gets its one result now.
-                self.answer(
-                    act.take_sink(),
-                    Err(CallError::new(
-                        ErrorKind::Unavailable,
-                        "the target's owner lease could not be renewed before its fencing \
-                         deadline",
-                    )),
-                );
-                self.forget_activation(&act);
-                drop(barrier);
-                continue;
-            }
-            handled += 1;
-            self.stats
-                .activation_recoveries
-                .fetch_add(1, Ordering::Relaxed);
-            if let Some(result) = act.take_completed_unrecorded() {
-                self.record_and_finish(&act, barrier, result).await;
-                continue;
-            }
-            match self.store.read_authority(&act.key).await {
-                Ok(AuthorityRead::Found(a)) => self.resume(&act, barrier, &a).await,
-                Ok(AuthorityRead::Missing { .. }) => {
-                    self.forget_activation(&act);
-                    self.answer(
-                        act.take_sink(),
-                        Err(CallError::new(
-                            ErrorKind::Unavailable,
-                            "the activation's authority is gone",
-                        )),
-                    );
+            let fenced = !self.mesh.admission_open();
+            let completed = act.take_completed_unrecorded();
+            let (seen, record) = if RecoveryStep::needs_record(fenced, completed.is_some()) {
+                match self.store.read_authority(&act.key).await {
+                    Ok(AuthorityRead::Found(a)) => (Some(self.record_seen(&act, &a)), Some(a)),
+                    Ok(AuthorityRead::Missing { .. }) => (Some(RecordSeen::Missing), None),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "activation scan: store unavailable; retried");
+                        (Some(RecordSeen::Unreadable), None)
+                    }
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e, "activation scan: store unavailable; retried");
-                }
+            } else {
+                (None, None)
+            };
+            let step = RecoveryStep::decide(fenced, completed.is_some(), seen);
+            if step != RecoveryStep::FailFenced {
+                handled += 1;
             }
+            self.recover_step(&act, barrier, step, record.as_deref(), completed)
+                .await;
         }
         handled
     }
 
-    async fn resume(
+    /// How `a` relates to `act` (see [`RecordSeen`]).
+    fn record_seen(&self, act: &Activation, a: &AuthoritySnapshot) -> RecordSeen {
+        let me = self.mesh.fence();
+        RecordSeen::Found {
+            state: a.state,
+            ours: a.object_generation == act.generation()
+                && a.owner_node.rid == me.rid
+                && a.owner_node.lifecycle_generation == me.lifecycle_generation,
+            pointer_is_ours: pointer_of(&a.payload)
+                .is_some_and(|p| p.root == act.receipt.reference),
+        }
+    }
+
+    /// Carry out one [`RecoveryStep`] (the I/O of the pure decision).
+    async fn recover_step(
         &self,
         act: &Arc<Activation>,
         barrier: tokio::sync::OwnedMutexGuard<()>,
-        a: &AuthoritySnapshot,
+        step: RecoveryStep,
+        record: Option<&AuthoritySnapshot>,
+        completed: Option<Result<TypedPayload, CallError>>,
     ) {
-        let me = self.mesh.fence();
-        let ours = a.object_generation == act.generation()
-            && a.owner_node.rid == me.rid
-            && a.owner_node.lifecycle_generation == me.lifecycle_generation;
-        match (a.state, ours) {
-            (AuthorityState::Ready, true) => match pointer_of(&a.payload) {
-                Some(p) if p.root == act.receipt.reference => {
-                    self.finish_first(act, barrier).await;
-                }
-                _ => {
-                    // The pointer is gone: the first operation finished.
-                    self.forget_activation(act);
-                }
+        if step != RecoveryStep::FailFenced && step != RecoveryStep::Retry {
+            self.stats
+                .activation_recoveries
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let fail_once = |why: &'static str| {
+            self.forget_activation(act);
+            self.answer(
+                act.take_sink(),
+                Err(CallError::new(ErrorKind::Unavailable, why)),
+            );
+        };
+        match step {
+            RecoveryStep::FailFenced => {
+                // Fenced (glossary §8): fenced cleanup elsewhere ends the ID.
+                fail_once(
+                    "the target's owner lease could not be renewed before its fencing deadline",
+                );
+                drop(barrier);
+            }
+            RecoveryStep::RecordCompletion => match completed {
+                Some(result) => self.record_and_finish(act, barrier, result).await,
+                None => drop(barrier),
             },
-            (AuthorityState::Creating, true) => {
-                // Ended before Ready: give the reservation back under its fence and fail once.
-                if let Some(p) = &a.pending_creation {
+            RecoveryStep::FinishFirst => self.finish_first(act, barrier).await,
+            RecoveryStep::Forget => self.forget_activation(act),
+            RecoveryStep::GiveBackAndFail => {
+                if let Some(a) = record
+                    && let Some(p) = &a.pending_creation
+                {
                     self.give_back_or_delete(&super::pending_reservation(a, p))
                         .await;
                 }
@@ -1010,16 +1094,9 @@ impl<S: ObjectStore> Inner<S> {
                 .await;
                 drop(barrier);
             }
-            _ => {
-                self.forget_activation(act);
-                self.answer(
-                    act.take_sink(),
-                    Err(CallError::new(
-                        ErrorKind::Unavailable,
-                        "the activation's authority changed",
-                    )),
-                );
-            }
+            RecoveryStep::FailChanged => fail_once("the activation's authority changed"),
+            RecoveryStep::FailGone => fail_once("the activation's authority is gone"),
+            RecoveryStep::Retry => drop(barrier),
         }
     }
 
@@ -1287,7 +1364,7 @@ impl Activations {
 /// First wait between reads of an ID another node is activating.
 const READY_WAIT_FIRST_BACKOFF: Duration = Duration::from_millis(5);
 /// Longest wait between reads of an ID another node is activating.
-const READY_WAIT_MAX_BACKOFF: Duration = Duration::from_millis(250);
+const READY_WAIT_MAX_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How a [`ReadyWait`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1458,5 +1535,64 @@ mod ready_wait_tests {
         let deadline = Instant::now() + Duration::from_millis(10);
         assert_eq!(wait.wait(deadline).await, Woke::Deadline);
         assert_eq!(Instant::now(), deadline);
+    }
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use super::{RecordSeen, RecoveryStep};
+    use zlink_store::types::AuthorityState;
+
+    fn found(state: AuthorityState, ours: bool, pointer_is_ours: bool) -> Option<RecordSeen> {
+        Some(RecordSeen::Found {
+            state,
+            ours,
+            pointer_is_ours,
+        })
+    }
+
+    /// Every row of the recovery table (docs/architecture.md, "Instance Spots"; wire §8).
+    #[test]
+    fn the_recovery_scan_takes_one_step_per_row_of_the_table() {
+        use AuthorityState::{Creating, Ready};
+        use RecoveryStep::*;
+        // ((fenced, completion known, record seen), step)
+        type Row = ((bool, bool, Option<RecordSeen>), RecoveryStep);
+        let rows: [Row; 14] = [
+            ((true, true, found(Ready, true, true)), FailFenced),
+            ((true, false, None), FailFenced),
+            ((false, true, None), RecordCompletion),
+            ((false, true, Some(RecordSeen::Missing)), RecordCompletion),
+            ((false, false, found(Ready, true, true)), FinishFirst),
+            ((false, false, found(Ready, true, false)), Forget),
+            (
+                (false, false, found(Creating, true, false)),
+                GiveBackAndFail,
+            ),
+            ((false, false, found(Creating, true, true)), GiveBackAndFail),
+            ((false, false, found(Ready, false, true)), FailChanged),
+            ((false, false, found(Creating, false, false)), FailChanged),
+            ((false, false, Some(RecordSeen::Missing)), FailGone),
+            ((false, false, Some(RecordSeen::Unreadable)), Retry),
+            (
+                (false, false, found(AuthorityState::Closing, true, true)),
+                FailChanged,
+            ),
+            (
+                (false, false, found(AuthorityState::Relocating, true, true)),
+                FailChanged,
+            ),
+        ];
+        for ((fenced, known, seen), want) in rows {
+            assert_eq!(
+                RecoveryStep::decide(fenced, known, seen),
+                want,
+                "fenced={fenced} completion_known={known} seen={seen:?}"
+            );
+        }
+        assert_eq!(RecoveryStep::decide(false, false, None), Retry);
+        assert!(RecoveryStep::needs_record(false, false));
+        assert!(!RecoveryStep::needs_record(true, false));
+        assert!(!RecoveryStep::needs_record(false, true));
     }
 }
