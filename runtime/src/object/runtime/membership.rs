@@ -1,6 +1,64 @@
 //! Spot membership (wire §9): an Actor joins a Spot (or goes back to its node's Entry Spot) with one aggregate commit, held at its handler boundary while its execution gate switches.
 
 use super::*;
+use zlink_store::types::{AuthoritySnapshot, AuthorityState};
+
+/// Which line of the join admission table (wire §9, "Actor join 요청 envelope") an authority row
+/// fails against the route a membership change was addressed with. Checked in table order; the
+/// first failing line is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RowMismatch {
+    /// The record is not Ready.
+    NotReady,
+    /// It is another object kind than the route's.
+    Kind,
+    /// Another incarnation (ObjectGeneration).
+    ObjectGeneration,
+    /// Owned by another node RID.
+    OwnerNode,
+    /// Owned by another lifecycle of the route's node.
+    OwnerLifecycle,
+    /// AuthorityOwnerGeneration moved (a transfer away and back).
+    OwnerGeneration,
+    /// Held under another owner-lease generation.
+    LeaseGeneration,
+}
+
+impl RowMismatch {
+    /// The first line of the table that `a` fails against `route`; `None` when it matches.
+    pub(super) fn of(route: &RouteFence, a: &AuthoritySnapshot) -> Option<Self> {
+        if a.state != AuthorityState::Ready {
+            Some(Self::NotReady)
+        } else if a.allocation.object_kind != store_kind(route.object_kind) {
+            Some(Self::Kind)
+        } else if a.object_generation != route.object_generation {
+            Some(Self::ObjectGeneration)
+        } else if a.owner_node.rid != route.target_node.rid {
+            Some(Self::OwnerNode)
+        } else if a.owner_node.lifecycle_generation != route.target_node.lifecycle_generation {
+            Some(Self::OwnerLifecycle)
+        } else if a.authority_owner_generation != route.authority_owner_generation {
+            Some(Self::OwnerGeneration)
+        } else if a.owner.lease_generation != route.owner_lease_generation {
+            Some(Self::LeaseGeneration)
+        } else {
+            None
+        }
+    }
+
+    /// Why, for the error detail.
+    pub(super) fn why(self) -> &'static str {
+        match self {
+            Self::NotReady => "not Ready",
+            Self::Kind => "another object kind",
+            Self::ObjectGeneration => "another incarnation",
+            Self::OwnerNode => "another owner node",
+            Self::OwnerLifecycle => "another owner lifecycle",
+            Self::OwnerGeneration => "the authority owner generation moved",
+            Self::LeaseGeneration => "another owner lease",
+        }
+    }
+}
 
 impl<S: ObjectStore> Inner<S> {
     /// Read the authority of `route`'s object and check it against the route (wire §9, the
@@ -23,20 +81,15 @@ impl<S: ObjectStore> Inner<S> {
                 format!("{} does not exist", route.object_id),
             ));
         };
-        let matches = a.state == zlink_store::types::AuthorityState::Ready
-            && a.allocation.object_kind == store_kind(route.object_kind)
-            && a.object_generation == route.object_generation
-            && a.owner_node.rid == route.target_node.rid
-            && a.owner_node.lifecycle_generation == route.target_node.lifecycle_generation
-            && a.authority_owner_generation == route.authority_owner_generation
-            && a.owner.lease_generation == route.owner_lease_generation;
-        if !matches {
+        let mismatch = RowMismatch::of(route, &a);
+        if let Some(m) = mismatch {
             self.resolver.cache().stale_route(&fence_of(&key, &a));
             return Err(ObjectError::call(
                 ErrorKind::StaleRoute,
                 format!(
-                    "{} changed since the membership change was addressed",
-                    route.object_id
+                    "{} changed since the membership change was addressed ({})",
+                    route.object_id,
+                    m.why()
                 ),
             ));
         }
@@ -321,5 +374,108 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// The member Actors of Spot `id`, if it lives on this node.
     pub fn members_of(&self, spot_id: &str) -> Option<Vec<String>> {
         self.inner.live().members_of(spot_id)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use bytes::Bytes;
+    use zlink_protocol::generated::NodeFence;
+    use zlink_store::types::{
+        Allocation, AllocationState, AuthorityKey, NodeRef, ObjectKind, OwnerToken, StoreTime,
+    };
+
+    use super::*;
+
+    fn route() -> RouteFence {
+        RouteFence {
+            object_kind: WireKind::Actor,
+            object_id: "p-1".into(),
+            object_generation: 4,
+            target_node: NodeFence {
+                rid: "n1".into(),
+                lifecycle_generation: 9,
+            },
+            authority_owner_generation: 2,
+            owner_lease_generation: 3,
+        }
+    }
+
+    fn row() -> AuthoritySnapshot {
+        AuthoritySnapshot {
+            key: AuthorityKey::new(ObjectKind::Actor, "p-1").unwrap(),
+            state: AuthorityState::Ready,
+            store_version: 11,
+            object_generation: 4,
+            authority_owner_generation: 2,
+            owner: OwnerToken {
+                owner_id: "lease-n1".into(),
+                lease_generation: 3,
+            },
+            owner_node: NodeRef {
+                mesh: "m".into(),
+                rid: "n1".into(),
+                lifecycle_generation: 9,
+            },
+            allocation: Allocation {
+                state: AllocationState::Active,
+                object_kind: ObjectKind::Actor,
+                stable_type: "player".into(),
+                units: 1,
+            },
+            pending_creation: None,
+            payload: Bytes::new(),
+            store_now: StoreTime(0),
+        }
+    }
+
+    /// Wire §9: each of the seven lines, broken alone, is the mismatch reported; the row the
+    /// route was read from matches; a StoreVersion change alone is not a mismatch.
+    #[test]
+    fn each_line_of_the_join_admission_table_is_checked() {
+        assert_eq!(RowMismatch::of(&route(), &row()), None);
+        let mut r = row();
+        r.store_version = 12;
+        assert_eq!(
+            RowMismatch::of(&route(), &r),
+            None,
+            "StoreVersion is not a line"
+        );
+        type Break = fn(&mut AuthoritySnapshot);
+        let lines: [(Break, RowMismatch); 7] = [
+            (|a| a.state = AuthorityState::Closing, RowMismatch::NotReady),
+            (
+                |a| a.allocation.object_kind = ObjectKind::Spot,
+                RowMismatch::Kind,
+            ),
+            (|a| a.object_generation = 5, RowMismatch::ObjectGeneration),
+            (|a| a.owner_node.rid = "n2".into(), RowMismatch::OwnerNode),
+            (
+                |a| a.owner_node.lifecycle_generation = 10,
+                RowMismatch::OwnerLifecycle,
+            ),
+            (
+                |a| a.authority_owner_generation = 3,
+                RowMismatch::OwnerGeneration,
+            ),
+            (
+                |a| a.owner.lease_generation = 4,
+                RowMismatch::LeaseGeneration,
+            ),
+        ];
+        for (break_line, want) in lines {
+            let mut a = row();
+            break_line(&mut a);
+            assert_eq!(RowMismatch::of(&route(), &a), Some(want), "{}", want.why());
+        }
+        let mut a = row();
+        a.state = AuthorityState::Creating;
+        a.object_generation = 1;
+        assert_eq!(
+            RowMismatch::of(&route(), &a),
+            Some(RowMismatch::NotReady),
+            "the first failing line is reported"
+        );
     }
 }
