@@ -684,16 +684,16 @@ impl<S: ObjectStore> Inner<S> {
             {
                 Ok(s) => Ok(s),
                 // The commit may have landed (a lost reply): a read decides.
-                Err(e) => match self.store.read_authority(key).await {
-                    Ok(AuthorityRead::Found(a))
-                        if a.state == AuthorityState::Ready
-                            && a.object_generation == generation
-                            && a.owner == reservation.target.owner =>
-                    {
-                        Ok(*a)
-                    }
-                    _ => Err(store_error(e)),
-                },
+                Err(e) => {
+                    let read = self.store.read_authority(key).await;
+                    super::creation::ready_commit_landed(
+                        &read,
+                        generation,
+                        &reservation.target.owner,
+                    )
+                    .cloned()
+                    .ok_or_else(|| store_error(e))
+                }
             }
         }
         .await;

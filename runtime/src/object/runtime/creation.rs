@@ -2,6 +2,31 @@
 
 use super::*;
 
+/// After a Ready commit whose reply did not come back as success: did it land? (wire §7: read
+/// to reconcile.) It landed exactly when the record read is Ready, of the reserved incarnation,
+/// under the reserved owner; anything else — another state, incarnation or owner, no record,
+/// or a read that failed too — means it did not, and the creation gives its slot back.
+pub(super) fn ready_commit_landed<'a>(
+    read: &'a zlink_store::Result<zlink_store::types::AuthorityRead>,
+    generation: u64,
+    owner: &OwnerToken,
+) -> Option<&'a zlink_store::types::AuthoritySnapshot> {
+    match read {
+        Ok(zlink_store::types::AuthorityRead::Found(a))
+            if a.state == zlink_store::types::AuthorityState::Ready
+                && a.object_generation == generation
+                && &a.owner == owner =>
+        {
+            Some(a)
+        }
+        Ok(
+            zlink_store::types::AuthorityRead::Found(_)
+            | zlink_store::types::AuthorityRead::Missing { .. },
+        )
+        | Err(_) => None,
+    }
+}
+
 impl<S: ObjectStore> Inner<S> {
     /// The registered type `stable_type`, checked against `kind`.
     pub(super) fn type_of(
@@ -329,15 +354,10 @@ impl<S: ObjectStore> Inner<S> {
             Err(e) => {
                 // The commit may have happened (e.g. the reply was lost): read to reconcile
                 // (wire §7) before giving up the instance.
-                match self.store.read_authority(&key).await {
-                    Ok(zlink_store::types::AuthorityRead::Found(a))
-                        if a.state == zlink_store::types::AuthorityState::Ready
-                            && a.object_generation == generation
-                            && a.owner == reservation.target.owner =>
-                    {
-                        *a
-                    }
-                    _ => {
+                let read = self.store.read_authority(&key).await;
+                match ready_commit_landed(&read, generation, &reservation.target.owner) {
+                    Some(a) => a.clone(),
+                    None => {
                         self.forget_live(&key, generation);
                         obj.close().await;
                         let _ = self.objects.remove(&key, generation);
@@ -876,6 +896,44 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 Ok(self.inner.cleanup_if_owner_gone(&a).await?)
             }
             zlink_store::types::AuthorityRead::Missing { .. } => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use zlink_store::StoreError;
+    use zlink_store::types::{AuthorityRead, AuthorityState, StoreTime};
+
+    use super::super::test_fixtures::row;
+    use super::*;
+
+    /// Wire §7: a Ready commit whose reply was lost is reconciled by a read; only the reserved
+    /// incarnation, Ready, under the reserved owner counts as landed.
+    #[test]
+    fn a_lost_ready_commit_counts_as_landed_only_for_the_reserved_incarnation_and_owner() {
+        let owner = row().owner;
+        let found = |f: fn(&mut zlink_store::types::AuthoritySnapshot)| {
+            let mut a = row();
+            f(&mut a);
+            Ok(AuthorityRead::Found(Box::new(a)))
+        };
+        assert!(ready_commit_landed(&found(|_| {}), 4, &owner).is_some());
+        let not: [zlink_store::Result<AuthorityRead>; 6] = [
+            found(|a| a.state = AuthorityState::Creating),
+            found(|a| a.object_generation = 5),
+            found(|a| a.owner.lease_generation = 9),
+            found(|a| a.owner.owner_id = "someone-else".into()),
+            Ok(AuthorityRead::Missing {
+                store_now: StoreTime(0),
+            }),
+            Err(StoreError::StoreFailure {
+                message: "down".into(),
+                ambiguous: true,
+            }),
+        ];
+        for read in &not {
+            assert!(ready_commit_landed(read, 4, &owner).is_none(), "{read:?}");
         }
     }
 }

@@ -380,12 +380,10 @@ impl<S: ObjectStore> ObjectRuntime<S> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use bytes::Bytes;
     use zlink_protocol::generated::NodeFence;
-    use zlink_store::types::{
-        Allocation, AllocationState, AuthorityKey, NodeRef, ObjectKind, OwnerToken, StoreTime,
-    };
+    use zlink_store::types::ObjectKind;
 
+    use super::super::test_fixtures::row;
     use super::*;
 
     fn route() -> RouteFence {
@@ -399,34 +397,6 @@ mod tests {
             },
             authority_owner_generation: 2,
             owner_lease_generation: 3,
-        }
-    }
-
-    fn row() -> AuthoritySnapshot {
-        AuthoritySnapshot {
-            key: AuthorityKey::new(ObjectKind::Actor, "p-1").unwrap(),
-            state: AuthorityState::Ready,
-            store_version: 11,
-            object_generation: 4,
-            authority_owner_generation: 2,
-            owner: OwnerToken {
-                owner_id: "lease-n1".into(),
-                lease_generation: 3,
-            },
-            owner_node: NodeRef {
-                mesh: "m".into(),
-                rid: "n1".into(),
-                lifecycle_generation: 9,
-            },
-            allocation: Allocation {
-                state: AllocationState::Active,
-                object_kind: ObjectKind::Actor,
-                stable_type: "player".into(),
-                units: 1,
-            },
-            pending_creation: None,
-            payload: Bytes::new(),
-            store_now: StoreTime(0),
         }
     }
 

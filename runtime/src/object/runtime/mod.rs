@@ -741,3 +741,44 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         self.inner.live().values().map(|e| e.obj.pending()).sum()
     }
 }
+
+/// Store rows for the pure cores' unit tests.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod test_fixtures {
+    use bytes::Bytes;
+    use zlink_store::types::{
+        Allocation, AllocationState, AuthorityKey, AuthoritySnapshot, AuthorityState, NodeRef,
+        ObjectKind, OwnerToken, StoreTime,
+    };
+
+    /// A Ready Actor `p-1`, incarnation 4, owner generation 2, on node `n1` lifecycle 9 under
+    /// lease `lease-n1` generation 3.
+    pub(crate) fn row() -> AuthoritySnapshot {
+        AuthoritySnapshot {
+            key: AuthorityKey::new(ObjectKind::Actor, "p-1").unwrap(),
+            state: AuthorityState::Ready,
+            store_version: 11,
+            object_generation: 4,
+            authority_owner_generation: 2,
+            owner: OwnerToken {
+                owner_id: "lease-n1".into(),
+                lease_generation: 3,
+            },
+            owner_node: NodeRef {
+                mesh: "m".into(),
+                rid: "n1".into(),
+                lifecycle_generation: 9,
+            },
+            allocation: Allocation {
+                state: AllocationState::Active,
+                object_kind: ObjectKind::Actor,
+                stable_type: "player".into(),
+                units: 1,
+            },
+            pending_creation: None,
+            payload: Bytes::new(),
+            store_now: StoreTime(0),
+        }
+    }
+}
