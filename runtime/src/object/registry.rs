@@ -585,74 +585,47 @@ impl std::fmt::Debug for Registry {
     }
 }
 
+/// The four registration methods differ only by the kind they register: one definition makes
+/// all of them (each a call of `Registry::typed` with its kind).
+macro_rules! register_by_kind {
+    ($($(#[$doc:meta])* $name:ident => $kind:ident;)+) => {
+        $(
+            $(#[$doc])*
+            pub fn $name<S, F, Fut, H>(
+                &mut self,
+                stable_type: &str,
+                factory: F,
+                handlers: H,
+            ) -> TypeBuilder<'_, S>
+            where
+                S: Send + 'static,
+                F: Fn(FactoryInput) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = Result<S, CallError>> + Send + 'static,
+                H: Fn() -> ObjectHandlers<S> + Send + Sync + 'static,
+            {
+                self.typed(ObjectTypeKind::$kind, stable_type, factory, handlers)
+            }
+        )+
+    };
+}
+
 impl Registry {
     /// Nothing registered.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Register an Actor type: `factory` makes its state, `handlers` its typed handlers.
-    pub fn actor<S, F, Fut, H>(
-        &mut self,
-        stable_type: &str,
-        factory: F,
-        handlers: H,
-    ) -> TypeBuilder<'_, S>
-    where
-        S: Send + 'static,
-        F: Fn(FactoryInput) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<S, CallError>> + Send + 'static,
-        H: Fn() -> ObjectHandlers<S> + Send + Sync + 'static,
-    {
-        self.typed(ObjectTypeKind::Actor, stable_type, factory, handlers)
-    }
-
-    /// Register a User Spot type.
-    pub fn user_spot<S, F, Fut, H>(
-        &mut self,
-        stable_type: &str,
-        factory: F,
-        handlers: H,
-    ) -> TypeBuilder<'_, S>
-    where
-        S: Send + 'static,
-        F: Fn(FactoryInput) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<S, CallError>> + Send + 'static,
-        H: Fn() -> ObjectHandlers<S> + Send + Sync + 'static,
-    {
-        self.typed(ObjectTypeKind::UserSpot, stable_type, factory, handlers)
-    }
-
-    /// Register the Entry Spot type of this node (at most one per node lifecycle is created).
-    pub fn entry_spot<S, F, Fut, H>(
-        &mut self,
-        stable_type: &str,
-        factory: F,
-        handlers: H,
-    ) -> TypeBuilder<'_, S>
-    where
-        S: Send + 'static,
-        F: Fn(FactoryInput) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<S, CallError>> + Send + 'static,
-        H: Fn() -> ObjectHandlers<S> + Send + Sync + 'static,
-    {
-        self.typed(ObjectTypeKind::EntrySpot, stable_type, factory, handlers)
-    }
-
-    /// Register an Instance Spot type (activated by cold activation; see the next issue).
-    pub fn instance_spot<S, F, Fut, H>(
-        &mut self,
-        stable_type: &str,
-        factory: F,
-        handlers: H,
-    ) -> TypeBuilder<'_, S>
-    where
-        S: Send + 'static,
-        F: Fn(FactoryInput) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<S, CallError>> + Send + 'static,
-        H: Fn() -> ObjectHandlers<S> + Send + Sync + 'static,
-    {
-        self.typed(ObjectTypeKind::InstanceSpot, stable_type, factory, handlers)
+    register_by_kind! {
+        /// Register an Actor type: `factory` makes its state, `handlers` its typed handlers.
+        actor => Actor;
+        /// Register a User Spot type.
+        user_spot => UserSpot;
+        /// Register the Entry Spot type of this node (at most one per node lifecycle is
+        /// created).
+        entry_spot => EntrySpot;
+        /// Register an Instance Spot type (activated by its first call with Instance intent,
+        /// wire §8).
+        instance_spot => InstanceSpot;
     }
 
     fn typed<S, F, Fut, H>(

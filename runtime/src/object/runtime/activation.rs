@@ -1423,7 +1423,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// produce one activation, and every caller gets one reply.
     ///
     /// # Errors
-    /// As [`ObjectRuntime::request_to_spot`]; `Rejected` when no node can host the type;
+    /// As [`ObjectCalls::request_to_spot`](crate::object::ObjectCalls::request_to_spot); `Rejected` when no node can host the type;
     /// `Unavailable` when the activation failed (its records were removed under their fence).
     pub async fn request_to_instance_spot<M: JsonMessage, R: JsonMessage>(
         &self,
@@ -1442,7 +1442,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// [`ObjectRuntime::request_to_instance_spot`]); completes at source-local admission.
     ///
     /// # Errors
-    /// As [`ObjectRuntime::send_to_spot`].
+    /// As [`ObjectCalls::send_to_spot`](crate::object::ObjectCalls::send_to_spot).
     pub async fn send_to_instance_spot<M: JsonMessage>(
         &self,
         stable_type: &str,
