@@ -89,15 +89,7 @@ impl ObjectCommand {
             Self::UserSpotCreate(b) => Some(b.request.clone()),
             Self::UserSpotClose(b) => Some(b.request.clone()),
             Self::ActorCreate(b) => Some(b.request.clone()),
-            Self::InstanceSpot(i, _) => match (i.reply_route_id, &i.correlation_id) {
-                (Some(reply_route_id), Some(correlation_id)) => Some(RequestHeader {
-                    operation_id: i.operation_id.clone(),
-                    reply_route_id,
-                    correlation_id: correlation_id.clone(),
-                    deadline_unix_ms: i.deadline_unix_ms,
-                }),
-                _ => None,
-            },
+            Self::InstanceSpot(i, _) => instance_request(i),
             Self::SpotSend(..) | Self::ActorSend(..) | Self::LogicalMulticast(..) => None,
         }
     }
@@ -117,6 +109,21 @@ impl ObjectCommand {
             Self::UserSpotClose(_) => "userSpotClose",
             Self::ActorCreate(_) => "actorCreate",
         }
+    }
+}
+
+/// The terminal identity of an `instanceSpot` (39) request, built from the body's operation
+/// identity, reply route and correlation (present exactly for the request leg); `None` for a
+/// send.
+pub fn instance_request(i: &InstanceSpot) -> Option<RequestHeader> {
+    match (i.reply_route_id, &i.correlation_id) {
+        (Some(reply_route_id), Some(correlation_id)) => Some(RequestHeader {
+            operation_id: i.operation_id.clone(),
+            reply_route_id,
+            correlation_id: correlation_id.clone(),
+            deadline_unix_ms: i.deadline_unix_ms,
+        }),
+        (Some(_) | None, _) => None,
     }
 }
 

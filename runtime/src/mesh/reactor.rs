@@ -24,7 +24,7 @@ use super::discovery::{DesiredPeer, Disposition, connection_not_required, desire
 use super::dispatch::DispatchItem;
 use super::liveness::{Liveness, LivenessAction};
 use super::node::{Inner, new_connection_generation};
-use super::object_command::{ObjectCommand, ObjectPayload, ObjectSink};
+use super::object_command::{ObjectCommand, ObjectPayload};
 use super::peer::{HelloState, Intent, IntentKind, PeerEntry, PeerState};
 use crate::call::error::CallError;
 use crate::call::pending::{Delivered, PeerRef, ReplyFields};
@@ -1152,35 +1152,31 @@ impl Reactor {
             }
             return;
         }
-        let request = command.request();
-        if let Some(sink) = self.object_sink_or_refuse(&source, request.as_ref()) {
-            sink.take(source, command);
+        match self.inner.object_sink.get() {
+            Some(sink) => sink.take(source, command),
+            None => self.refuse_without_objects(&source, command.request().as_ref()),
         }
     }
 
-    /// The object runtime of this node; without one the command is counted as unserved and a
-    /// request is answered `NotFound` (a one-way record has no one to answer).
-    fn object_sink_or_refuse(
+    /// A node without an object runtime: the command is counted as unserved and a request is
+    /// answered `NotFound` (a one-way record has no one to answer).
+    fn refuse_without_objects(
         &self,
         source: &NodeFence,
         request: Option<&zlink_protocol::generated::RequestHeader>,
-    ) -> Option<&Arc<dyn ObjectSink>> {
-        let sink = self.inner.object_sink.get();
-        if sink.is_none() {
-            inc(&self.inner.metrics.unserved_commands);
-            if let Some(request) = request {
-                super::dispatch::send_reply(
-                    &self.inner,
-                    source,
-                    request,
-                    Err(CallError::new(
-                        crate::call::error::ErrorKind::NotFound,
-                        format!("node {} hosts no objects", self.inner.rid),
-                    )),
-                );
-            }
+    ) {
+        inc(&self.inner.metrics.unserved_commands);
+        if let Some(request) = request {
+            super::dispatch::send_reply(
+                &self.inner,
+                source,
+                request,
+                Err(CallError::new(
+                    crate::call::error::ErrorKind::NotFound,
+                    format!("node {} hosts no objects", self.inner.rid),
+                )),
+            );
         }
-        sink
     }
 
     /// Whether this node has a Server membership of `channel` (at any weight: weight `0` and

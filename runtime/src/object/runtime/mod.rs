@@ -449,8 +449,7 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
                 }
             }
             ObjectCommand::InstanceSpot(i, p) => {
-                let request =
-                    ObjectCommand::InstanceSpot(i.clone(), ObjectPayload::default()).request();
+                let request = crate::mesh::object_command::instance_request(&i);
                 let call = InstanceCall {
                     source,
                     request,
