@@ -479,7 +479,7 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
             ObjectCommand::ActorDestroy(c) => {
                 let d = RemoteDestroy { route: c.route };
                 self.serve(source, c.request, move |inner| async move {
-                    inner.destroy_for(&d).await
+                    Ok(inner.destroy_for(&d).await?)
                 });
             }
             ObjectCommand::UserSpotClose(c) => {
@@ -490,7 +490,7 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
                     store_version: c.store_version,
                 };
                 self.serve(source, c.request, move |inner| async move {
-                    inner.close_for(&d).await
+                    Ok(inner.close_for(&d).await?)
                 });
             }
             ObjectCommand::UserSpotCreate(c) => {

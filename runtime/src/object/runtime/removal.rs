@@ -12,7 +12,7 @@ impl<S: ObjectStore> Inner<S> {
         key: &AuthorityKey,
         id: &str,
         snapshot: &zlink_store::types::AuthoritySnapshot,
-    ) -> Result<(), CallError> {
+    ) -> Result<(), ObjectError> {
         let is_spot = snapshot.allocation.object_kind == StoreKind::Spot;
         // A removal and the membership changes that touch the same object run one at a time: a
         // join's commit never interleaves with the close of its Spot or the destroy of its
@@ -23,7 +23,7 @@ impl<S: ObjectStore> Inner<S> {
             // taking it out of the table first makes concurrent joins and creations into it
             // fail from here on.
             if let Err(left) = self.live().close_spot(id) {
-                return Err(CallError::new(
+                return Err(ObjectError::call(
                     ErrorKind::Conflict,
                     format!(
                         "Spot {id} still has {} member Actor(s) (e.g. {}): move them to another \
@@ -76,7 +76,7 @@ impl<S: ObjectStore> Inner<S> {
         id: &str,
         snapshot: &zlink_store::types::AuthoritySnapshot,
         closing: &mut Vec<(Arc<dyn LiveObject>, Option<u64>)>,
-    ) -> Result<(), CallError> {
+    ) -> Result<(), ObjectError> {
         let me = self.mesh.fence();
         let record_is_ours = self.owner().is_ok_and(|o| o == snapshot.owner)
             && snapshot.owner_node.rid == me.rid
@@ -89,7 +89,7 @@ impl<S: ObjectStore> Inner<S> {
         let entry = match take {
             live::Take::Mine(e) => e,
             live::Take::Newer => {
-                return Err(CallError::new(
+                return Err(ObjectError::call(
                     ErrorKind::Conflict,
                     format!("{id} was re-created since it was read"),
                 ));
@@ -98,14 +98,14 @@ impl<S: ObjectStore> Inner<S> {
                 if let Some(stale) = stale {
                     closing.push((stale.obj, Some(stale.generation)));
                 }
-                return Err(CallError::new(
+                return Err(ObjectError::call(
                     ErrorKind::StaleRoute,
                     format!("{id} is no longer owned by this node's incarnation of it"),
                 ));
             }
         };
         if entry.is_none() && !record_is_ours {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::NotFound,
                 format!("{id} is not owned by this node"),
             ));
@@ -129,7 +129,7 @@ impl<S: ObjectStore> Inner<S> {
                     closing.push((entry.obj, None));
                 }
             }
-            return Err(store_error(e));
+            return Err(ObjectError::store("delete_fenced")(e));
         }
         self.resolver.cache().stale_route(&fence_of(key, snapshot));
         if let Some(entry) = entry {
@@ -140,21 +140,24 @@ impl<S: ObjectStore> Inner<S> {
     /// Serve a remote Actor destroy (command 27): the route's incarnation, owner generation and
     /// lease must all still be the current record on this node (§2.6: destroy names its
     /// incarnation).
-    pub(super) async fn destroy_for(&self, d: &RemoteDestroy) -> Result<ReplyResult, CallError> {
+    pub(super) async fn destroy_for(&self, d: &RemoteDestroy) -> Result<ReplyResult, ObjectError> {
         let me = self.mesh.fence();
         let r = &d.route;
         if r.target_node != me || r.object_kind != WireKind::Actor {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::StaleRoute,
                 "the destroy names another node lifecycle",
             ));
         }
         let key = AuthorityKey::new(StoreKind::Actor, &r.object_id)
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        let zlink_store::types::AuthorityRead::Found(a) =
-            self.store.read_authority(&key).await.map_err(store_error)?
+            .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))?;
+        let zlink_store::types::AuthorityRead::Found(a) = self
+            .store
+            .read_authority(&key)
+            .await
+            .map_err(ObjectError::store("read_authority"))?
         else {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::NotFound,
                 "the Actor does not exist",
             ));
@@ -163,7 +166,7 @@ impl<S: ObjectStore> Inner<S> {
             || a.authority_owner_generation != r.authority_owner_generation
             || a.owner.lease_generation != r.owner_lease_generation
         {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::Conflict,
                 "the Actor changed since the destroy was addressed",
             ));
@@ -173,26 +176,29 @@ impl<S: ObjectStore> Inner<S> {
     }
     /// Serve a remote close (command 48): the Spot, incarnation, owner generation and
     /// StoreVersion must all still be the current record on this node.
-    pub(super) async fn close_for(&self, d: &RemoteClose) -> Result<ReplyResult, CallError> {
+    pub(super) async fn close_for(&self, d: &RemoteClose) -> Result<ReplyResult, ObjectError> {
         let me = self.mesh.fence();
         if d.target_node != me {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::StaleRoute,
                 "the close names another node lifecycle",
             ));
         }
         if zlink_protocol::ids::is_entry_spot_id(&d.spot.spot_id) {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::InvalidOperation,
                 "an Entry Spot lives as long as its node lifecycle and is not closed",
             ));
         }
         let key = AuthorityKey::new(StoreKind::Spot, &d.spot.spot_id)
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        let zlink_store::types::AuthorityRead::Found(a) =
-            self.store.read_authority(&key).await.map_err(store_error)?
+            .map_err(|e| ObjectError::call(ErrorKind::InvalidOperation, e.to_string()))?;
+        let zlink_store::types::AuthorityRead::Found(a) = self
+            .store
+            .read_authority(&key)
+            .await
+            .map_err(ObjectError::store("read_authority"))?
         else {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::NotFound,
                 "the Spot does not exist",
             ));
@@ -201,7 +207,7 @@ impl<S: ObjectStore> Inner<S> {
             || a.authority_owner_generation != d.authority_owner_generation
             || a.store_version != d.store_version
         {
-            return Err(CallError::new(
+            return Err(ObjectError::call(
                 ErrorKind::Conflict,
                 "the Spot changed since the close was addressed",
             ));
@@ -254,7 +260,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let remote_owner = snapshot.owner_node.rid != me.rid
             || snapshot.owner_node.lifecycle_generation != me.lifecycle_generation;
         if !remote_owner {
-            return inner.remove_local(&key, id, &snapshot).await;
+            return Ok(inner.remove_local(&key, id, &snapshot).await?);
         }
         if kind == StoreKind::Actor {
             // Remote destroy (command 27) of exactly the incarnation read.
