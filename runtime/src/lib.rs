@@ -46,8 +46,10 @@
 //! Planned, each as a pure core with a thin I/O shell (see `docs/architecture.md`):
 //!
 //! - Message Follow (relay of messages that reach a previous owner) on top of [`routing`].
-//! - `relocation` — host `Relocate`, capture/restore, chunked state transfer, target-only
-//!   cutover CAS and `SafeToShutdown`.
+//! - [`relocation`] — host `Relocate`, capture/restore, chunked state transfer, target-only
+//!   cutover CAS and `SafeToShutdown`. Its first pure core, [`relocation::host`] (the host's
+//!   relocation lifecycle and SafeToShutdown), exists; the rest comes with the relocation
+//!   issue.
 //! - `session` — client STREAM sessions, Actor binding and session relocation (wire 42/43/44).
 //! - `presence` — user connection routing over 256 hash slots with a presence authority.
 //!
@@ -67,6 +69,7 @@ pub mod jobs;
 pub mod mesh;
 pub mod metrics;
 pub mod object;
+pub mod relocation;
 pub mod routing;
 pub mod select;
 pub mod transport;

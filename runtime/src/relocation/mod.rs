@@ -1,0 +1,15 @@
+//! Live relocation (issue 17; wire §9–§12, glossary §5 "Relocation"): moving Actors and Spots —
+//! state, queued work, timers — between nodes without losing or duplicating a message.
+//!
+//! Every protocol with steps is a pure state machine here (enums, `now` as an input, no I/O),
+//! driven by a thin shell in the object runtime and the node host:
+//!
+//! - [`host`] — the host's `Relocate` lifecycle: which relocation runs (one at a time,
+//!   idempotent by id), what it ends as (`Completed` only when every unit was handed over or
+//!   stayed by policy), and when the host is `SafeToShutdown`.
+//!
+//! To come with the rest of issue 17: `source` (seal, capture, transfer, resolution), `target`
+//! (prepare, chunks, restore, cutover CAS, switch), `follow` (Message Follow forwarding) and
+//! `notify` (`messageFollow` suppression).
+
+pub mod host;
