@@ -7,9 +7,11 @@
 //! - [`host`] — the host's `Relocate` lifecycle: which relocation runs (one at a time,
 //!   idempotent by id), what it ends as (`Completed` only when every unit was handed over or
 //!   stayed by policy), and when the host is `SafeToShutdown`.
+//! - [`notify`] — `messageFollow` (50) suppression: one notice per stale route and recipient,
+//!   not one per followed record.
 //!
 //! To come with the rest of issue 17: `source` (seal, capture, transfer, resolution), `target`
-//! (prepare, chunks, restore, cutover CAS, switch), `follow` (Message Follow forwarding) and
-//! `notify` (`messageFollow` suppression).
+//! (prepare, chunks, restore, cutover CAS, switch) and `follow` (Message Follow forwarding).
 
 pub mod host;
+pub mod notify;
