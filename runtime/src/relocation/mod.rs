@@ -7,11 +7,14 @@
 //! - [`host`] — the host's `Relocate` lifecycle: which relocation runs (one at a time,
 //!   idempotent by id), what it ends as (`Completed` only when every unit was handed over or
 //!   stayed by policy), and when the host is `SafeToShutdown`.
+//! - [`follow`] — Message Follow on the previous owner: which records arriving on an old route
+//!   are forwarded, to whom, until when; loops and full chains refused.
 //! - [`notify`] — `messageFollow` (50) suppression: one notice per stale route and recipient,
 //!   not one per followed record.
 //!
 //! To come with the rest of issue 17: `source` (seal, capture, transfer, resolution), `target`
-//! (prepare, chunks, restore, cutover CAS, switch) and `follow` (Message Follow forwarding).
+//! (prepare, chunks, restore, cutover CAS, switch).
 
+pub mod follow;
 pub mod host;
 pub mod notify;
