@@ -12,9 +12,13 @@
 //! - [`notify`] — `messageFollow` (50) suppression: one notice per stale route and recipient,
 //!   not one per followed record.
 //!
-//! To come with the rest of issue 17: `source` (seal, capture, transfer, resolution), `target`
-//! (prepare, chunks, restore, cutover CAS, switch).
+//! - [`target`] — the target's assembly of one object's payload from its chunks against the
+//!   Prepare's manifest (ordinal, length and CRC-32C checks; no partial restore).
+//!
+//! To come with the rest of issue 17: `source` (seal, capture, transfer, resolution) and the
+//! rest of `target` (prepare checks, restore, relay staging, cutover CAS, switch).
 
 pub mod follow;
 pub mod host;
 pub mod notify;
+pub mod target;
