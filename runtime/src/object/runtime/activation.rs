@@ -593,7 +593,8 @@ impl<S: ObjectStore> Inner<S> {
         let Ok(barrier) = Arc::clone(&act.barrier).try_lock_owned() else {
             return Begun::Answered;
         };
-        self.activations_lock()
+        self.activations
+            .lock()
             .insert(key.clone(), Arc::clone(&act));
         self.stats.activations.fetch_add(1, Ordering::Relaxed);
         match self.prepare(&act, reservation).await {
@@ -998,7 +999,7 @@ impl<S: ObjectStore> Inner<S> {
     /// `batch`): each one whose task is gone is resumed from the store's state. Returns how
     /// many were resumed or ended.
     pub(super) async fn recover_activations(self: &Arc<Self>, batch: usize) -> usize {
-        let all: Vec<Arc<Activation>> = self.activations_lock().values().cloned().collect();
+        let all: Vec<Arc<Activation>> = self.activations.lock().values().cloned().collect();
         let mut handled = 0;
         for act in all {
             if handled >= batch {
@@ -1126,7 +1127,7 @@ impl<S: ObjectStore> Inner<S> {
 
     /// End every pending first operation with `ShuttingDown` (runtime shutdown).
     pub(super) fn fail_pending_activations(&self) {
-        let all: Vec<Arc<Activation>> = self.activations_lock().drain().map(|(_, a)| a).collect();
+        let all: Vec<Arc<Activation>> = self.activations.lock().drain().map(|(_, a)| a).collect();
         for act in all {
             self.answer(
                 act.take_sink(),
@@ -1141,18 +1142,12 @@ impl<S: ObjectStore> Inner<S> {
     /// Deregister `act`, and only it (a newer activation of the same ID stays).
     fn forget_activation(&self, act: &Arc<Activation>) {
         {
-            let mut acts = self.activations_lock();
+            let mut acts = self.activations.lock();
             if acts.get(&act.key).is_some_and(|a| Arc::ptr_eq(a, act)) {
                 acts.remove(&act.key);
             }
         }
         self.activations.settle();
-    }
-
-    fn activations_lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<AuthorityKey, Arc<Activation>>> {
-        self.activations.lock()
     }
 
     fn fault(&self) -> Option<ActivationFault> {

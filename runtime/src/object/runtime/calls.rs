@@ -235,8 +235,46 @@ pub trait ObjectCalls: Sync {
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Option<TypedPayload>, CallError>> + Send;
 
-    /// One-way message to Actor `id` (completes at source-local admission, so a handler's turn
-    /// is not held for the remote handler).
+    /// One-way `msg` to the object (`kind`, `id`): completes at source-local admission, so a
+    /// handler's turn is not held for the remote handler.
+    ///
+    /// # Errors
+    /// As [`ObjectCalls::call_payload`].
+    fn send_to<M: JsonMessage>(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        msg: &M,
+    ) -> impl Future<Output = Result<(), CallError>> + Send {
+        let payload = encode_json(msg);
+        async move {
+            self.call_payload(kind, id, payload?, None)
+                .await
+                .map(|_| ())
+        }
+    }
+
+    /// Request `msg` to the object (`kind`, `id`) with one end-to-end `timeout`. From a
+    /// handler, awaiting it is `Async` (the turn is kept); wrap it in
+    /// [`Ctx::yield_on`](crate::object::exec::Ctx::yield_on) to `Yield`.
+    ///
+    /// # Errors
+    /// As [`ObjectCalls::call_payload`]; `InvalidOperation` when the reply is not an `R`.
+    fn request_to<M: JsonMessage, R: JsonMessage>(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        msg: &M,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<R, CallError>> + Send {
+        let payload = encode_json(msg);
+        async move {
+            let reply = self.call_payload(kind, id, payload?, Some(timeout)).await?;
+            decode_json(&reply.unwrap_or_default())
+        }
+    }
+
+    /// One-way message to Actor `id` ([`ObjectCalls::send_to`]).
     ///
     /// # Errors
     /// As [`ObjectCalls::call_payload`].
@@ -245,69 +283,45 @@ pub trait ObjectCalls: Sync {
         id: &str,
         msg: &M,
     ) -> impl Future<Output = Result<(), CallError>> + Send {
-        let payload = encode_json(msg);
-        async move {
-            self.call_payload(StoreKind::Actor, id, payload?, None)
-                .await
-                .map(|_| ())
-        }
+        self.send_to(StoreKind::Actor, id, msg)
     }
 
-    /// Request to Actor `id` with one end-to-end `timeout`. From a handler, awaiting it is
-    /// `Async` (the turn is kept); wrap it in [`Ctx::yield_on`](crate::object::exec::Ctx::yield_on)
-    /// to `Yield`.
+    /// Request to Actor `id` ([`ObjectCalls::request_to`]).
     ///
     /// # Errors
-    /// As [`ObjectCalls::call_payload`]; `InvalidOperation` when the reply is not an `R`.
+    /// As [`ObjectCalls::request_to`].
     fn request_to_actor<M: JsonMessage, R: JsonMessage>(
         &self,
         id: &str,
         msg: &M,
         timeout: Duration,
     ) -> impl Future<Output = Result<R, CallError>> + Send {
-        let payload = encode_json(msg);
-        async move {
-            let reply = self
-                .call_payload(StoreKind::Actor, id, payload?, Some(timeout))
-                .await?;
-            decode_json(&reply.unwrap_or_default())
-        }
+        self.request_to(StoreKind::Actor, id, msg, timeout)
     }
 
-    /// One-way message to Spot `id`.
+    /// One-way message to Spot `id` ([`ObjectCalls::send_to`]).
     ///
     /// # Errors
-    /// As [`ObjectCalls::send_to_actor`].
+    /// As [`ObjectCalls::call_payload`].
     fn send_to_spot<M: JsonMessage>(
         &self,
         id: &str,
         msg: &M,
     ) -> impl Future<Output = Result<(), CallError>> + Send {
-        let payload = encode_json(msg);
-        async move {
-            self.call_payload(StoreKind::Spot, id, payload?, None)
-                .await
-                .map(|_| ())
-        }
+        self.send_to(StoreKind::Spot, id, msg)
     }
 
-    /// Request to Spot `id`.
+    /// Request to Spot `id` ([`ObjectCalls::request_to`]).
     ///
     /// # Errors
-    /// As [`ObjectCalls::request_to_actor`].
+    /// As [`ObjectCalls::request_to`].
     fn request_to_spot<M: JsonMessage, R: JsonMessage>(
         &self,
         id: &str,
         msg: &M,
         timeout: Duration,
     ) -> impl Future<Output = Result<R, CallError>> + Send {
-        let payload = encode_json(msg);
-        async move {
-            let reply = self
-                .call_payload(StoreKind::Spot, id, payload?, Some(timeout))
-                .await?;
-            decode_json(&reply.unwrap_or_default())
-        }
+        self.request_to(StoreKind::Spot, id, msg, timeout)
     }
 }
 
