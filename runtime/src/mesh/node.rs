@@ -1128,6 +1128,121 @@ impl MeshNode {
         }
     }
 
+    /// Send one relocation control record (wire §9–§11: 40, 52, 30, 53, 31, 34, 33) to node
+    /// lifecycle `target` on its current connection. Control records are not flow charged and
+    /// keep their order with each other on one connection epoch.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that lifecycle, or the connection refused the
+    /// record), `ShuttingDown`, `InvalidOperation` (encoding).
+    pub(crate) fn relocation_record(
+        &self,
+        target: &NodeFence,
+        leg: super::connection::Leg,
+        body: CommandBody,
+        payload: Option<TypedPayload>,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.conn_to(target, "a relocation")?;
+        let wire_leg = match leg {
+            super::connection::Leg::Send => zlink_protocol::record::Leg::Send,
+            super::connection::Leg::Request => zlink_protocol::record::Leg::Request,
+            super::connection::Leg::Reply => zlink_protocol::record::Leg::Reply,
+        };
+        let mut record = Record::new(body);
+        record.payload = payload;
+        let frames = record
+            .encode(zlink_protocol::record::WireContext::route_mesh(wire_leg))
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        if conn.send_control(leg, frames) {
+            Ok(())
+        } else {
+            Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("the connection to {} did not take the record", target.rid),
+            ))
+        }
+    }
+
+    /// Carry a request this node accepted into a relocation (wire §11): register `waker` as a
+    /// pending request answered by a `replyRelay` (33) from `via` (the relocation target), and
+    /// return the terminal identity the carried record names. The request keeps its deadline.
+    ///
+    /// # Errors
+    /// `InvalidOperation` (identities exhausted), `Backpressured` (pending table full),
+    /// `ShuttingDown`; the waker is dropped then, so its caller sees the request end.
+    pub(crate) fn carry_request(
+        &self,
+        via: &NodeFence,
+        waker: super::state::Waker,
+        deadline_unix_ms: u64,
+    ) -> Result<(RequestHeader, PendingKey), CallError> {
+        let (operation_id, reply_route_id, correlation_id) = self.request_identity()?;
+        let key = PendingKey::new(&operation_id, reply_route_id);
+        let now_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let deadline_ms = self
+            .inner
+            .now_ms()
+            .saturating_add(deadline_unix_ms.saturating_sub(now_unix));
+        self.inner.pending().insert(
+            key,
+            correlation_id.clone(),
+            PeerRef::new(via.rid.clone(), via.lifecycle_generation),
+            deadline_ms,
+            waker,
+        )?;
+        Ok((
+            RequestHeader {
+                operation_id,
+                reply_route_id,
+                correlation_id,
+                deadline_unix_ms: deadline_unix_ms.max(1),
+            },
+            key,
+        ))
+    }
+
+    /// A fresh terminal identity for a request this node issues: OperationId, ReplyRouteId
+    /// and correlation ID (wire §11).
+    fn request_identity(
+        &self,
+    ) -> Result<(zlink_protocol::generated::OperationId, u64, String), CallError> {
+        let (mut operation_id, reply_route_id, correlation_id) = {
+            let mut ids = self
+                .inner
+                .ids
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (
+                ids.operation.allocate()?,
+                ids.reply_route.allocate()?,
+                ids.correlation.allocate()?,
+            )
+        };
+        // The counter keeps OperationIds unique (the low word never repeats); a keyed PRF in
+        // the high word makes them unguessable, so a peer that sees its own requests' IDs
+        // cannot forge replies to requests sent elsewhere.
+        operation_id.high ^= self.inner.operation_salt(operation_id.low);
+        Ok((operation_id, reply_route_id, correlation_id))
+    }
+
+    /// Take a carried request back (its relocation was undone): the waker, unless its terminal
+    /// arrived already.
+    pub(crate) fn uncarry(&self, key: &PendingKey) -> Option<super::state::Waker> {
+        self.inner.pending().cancel(key).map(|c| c.waker)
+    }
+
+    /// This node's current owner lease as a wire fence, when it runs with a store.
+    pub fn lease_fence(&self) -> Option<zlink_protocol::generated::LeaseFence> {
+        self.owner_token()
+            .map(|t| zlink_protocol::generated::LeaseFence {
+                owner_node: self.inner.fence(),
+                owner_lease_generation: t.lease_generation,
+            })
+    }
+
     /// This node's fence (RID and lifecycle generation).
     pub fn fence(&self) -> NodeFence {
         self.inner.fence()
@@ -1183,22 +1298,7 @@ impl MeshNode {
         let started = Instant::now();
         let deadline_wall = SystemTime::now() + timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let (mut operation_id, reply_route_id, correlation_id) = {
-            let mut ids = self
-                .inner
-                .ids
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            (
-                ids.operation.allocate()?,
-                ids.reply_route.allocate()?,
-                ids.correlation.allocate()?,
-            )
-        };
-        // The counter keeps OperationIds unique (the low word never repeats); a keyed PRF in
-        // the high word makes them unguessable, so a peer that sees its own requests' IDs
-        // cannot forge replies to requests sent elsewhere.
-        operation_id.high ^= self.inner.operation_salt(operation_id.low);
+        let (operation_id, reply_route_id, correlation_id) = self.request_identity()?;
         let key = PendingKey::new(&operation_id, reply_route_id);
         let (tx, rx) = oneshot::channel();
         let deadline_ms = self

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     ActorCreate, ActorDestroy, ActorJoin, ActorRequest, ActorSend, InstanceSpot, LogicalMulticast,
-    NodeFence, RequestHeader, RouteFence, SpotRequest, SpotSend, UserSpotClose, UserSpotCreate,
+    NodeFence, RelocationCutover, RelocationData, RelocationFailed, RelocationPrepare,
+    RelocationReady, RelocationState, ReplyRelayAck, RequestHeader, RouteFence, SpotRequest,
+    SpotSend, UserSpotClose, UserSpotCreate,
 };
 use zlink_protocol::metadata::Metadata;
 
@@ -55,6 +57,21 @@ pub enum ObjectCommand {
     UserSpotClose(UserSpotClose),
     /// `actorCreate` (49): run the factory of an Actor the source reserved here.
     ActorCreate(ActorCreate),
+    /// `relocationPrepare` (40, request leg): a source asks this node to take one object
+    /// (wire §9 "Relocation manifest와 direct chunk transfer").
+    RelocationPrepare(RelocationPrepare),
+    /// `relocationState` (52): one payload chunk of a prepared transfer.
+    RelocationState(RelocationState),
+    /// `relocationReady` (30, reply leg): the target restored the object and waits for cutover.
+    RelocationReady(RelocationReady),
+    /// `relocationFailed` (53, reply leg): the target refused or failed the transfer.
+    RelocationFailed(RelocationFailed),
+    /// `relocationData` (31): one held or followed record, with its original frames.
+    RelocationData(RelocationData),
+    /// `relocationCutover` (34): the boundary after the relayed prefix.
+    RelocationCutover(RelocationCutover),
+    /// `replyRelayAck` (46, reply leg): the requester accepted a relayed terminal.
+    ReplyRelayAck(ReplyRelayAck),
 }
 
 impl ObjectCommand {
@@ -73,7 +90,14 @@ impl ObjectCommand {
             | Self::InstanceSpot(..)
             | Self::UserSpotCreate(_)
             | Self::UserSpotClose(_)
-            | Self::ActorCreate(_) => None,
+            | Self::ActorCreate(_)
+            | Self::RelocationPrepare(_)
+            | Self::RelocationState(_)
+            | Self::RelocationReady(_)
+            | Self::RelocationFailed(_)
+            | Self::RelocationData(_)
+            | Self::RelocationCutover(_)
+            | Self::ReplyRelayAck(_) => None,
         }
     }
 
@@ -90,7 +114,16 @@ impl ObjectCommand {
             Self::UserSpotClose(b) => Some(b.request.clone()),
             Self::ActorCreate(b) => Some(b.request.clone()),
             Self::InstanceSpot(i, _) => instance_request(i),
-            Self::SpotSend(..) | Self::ActorSend(..) | Self::LogicalMulticast(..) => None,
+            Self::SpotSend(..)
+            | Self::ActorSend(..)
+            | Self::LogicalMulticast(..)
+            | Self::RelocationPrepare(_)
+            | Self::RelocationState(_)
+            | Self::RelocationReady(_)
+            | Self::RelocationFailed(_)
+            | Self::RelocationData(_)
+            | Self::RelocationCutover(_)
+            | Self::ReplyRelayAck(_) => None,
         }
     }
 
@@ -108,6 +141,13 @@ impl ObjectCommand {
             Self::UserSpotCreate(_) => "userSpotCreate",
             Self::UserSpotClose(_) => "userSpotClose",
             Self::ActorCreate(_) => "actorCreate",
+            Self::RelocationPrepare(_) => "relocationPrepare",
+            Self::RelocationState(_) => "relocationState",
+            Self::RelocationReady(_) => "relocationReady",
+            Self::RelocationFailed(_) => "relocationFailed",
+            Self::RelocationData(_) => "relocationData",
+            Self::RelocationCutover(_) => "relocationCutover",
+            Self::ReplyRelayAck(_) => "replyRelayAck",
         }
     }
 }

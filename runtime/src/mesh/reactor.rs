@@ -1100,26 +1100,101 @@ impl Reactor {
             // Commands of later capabilities (relocation, sessions, lookups) are not served by
             // this node version: counted, never dispatched. Each is named, so a command added to
             // the schema does not compile until it is handled here.
+            CommandBody::RelocationPrepare(b) => {
+                if b.source != *conn.peer() {
+                    // The body names another sender than the connection's peer.
+                    self.inner.metrics.protocol_error("source_mismatch");
+                    self.consumed(&conn, stamp.charge);
+                    return;
+                }
+                self.take_object(conn, stamp.charge, ObjectCommand::RelocationPrepare(b));
+            }
+            CommandBody::RelocationState(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::RelocationState(b));
+            }
+            CommandBody::RelocationReady(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::RelocationReady(b));
+            }
+            CommandBody::RelocationFailed(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::RelocationFailed(b));
+            }
+            CommandBody::RelocationData(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::RelocationData(b));
+            }
+            CommandBody::RelocationCutover(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::RelocationCutover(b));
+            }
+            CommandBody::ReplyRelayAck(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::ReplyRelayAck(b));
+            }
+            CommandBody::ReplyRelay(r) => {
+                self.consumed(&conn, stamp.charge);
+                self.on_reply_relay(&conn, r, record.payload);
+            }
             CommandBody::ActorLookup(_)
             | CommandBody::ActorLeft(_)
-            | CommandBody::RelocationReady(_)
-            | CommandBody::RelocationData(_)
-            | CommandBody::ReplyRelay(_)
-            | CommandBody::RelocationCutover(_)
             | CommandBody::BoundSessionSend(_)
             | CommandBody::ActorJoined(_)
             | CommandBody::BoundSessionBind(_)
-            | CommandBody::RelocationPrepare(_)
             | CommandBody::SessionRelocationSeal(_)
             | CommandBody::SessionRelocationSealed(_)
             | CommandBody::SessionRelocationRoute(_)
-            | CommandBody::ReplyRelayAck(_)
             | CommandBody::MessageFollow(_)
-            | CommandBody::BoundSessionReplaced(_)
-            | CommandBody::RelocationState(_)
-            | CommandBody::RelocationFailed(_) => {
+            | CommandBody::BoundSessionReplaced(_) => {
                 inc(&self.inner.metrics.unserved_commands);
             }
+        }
+    }
+
+    /// A relayed terminal (`replyRelay`, 33; wire §11): the owner of a request this node carried
+    /// into a relocation answers it from wherever the object lives now. It completes the
+    /// pending request it names, whichever peer it comes from, and is acknowledged (46) when it
+    /// names this node's current lease — also when the request was already terminal, so the
+    /// relaying node stops resending. A 33 naming another lease is dropped, counted.
+    fn on_reply_relay(
+        &mut self,
+        conn: &Arc<Connection>,
+        r: zlink_protocol::generated::ReplyRelay,
+        payload: Option<TypedPayload>,
+    ) {
+        let my_lease = self
+            .inner
+            .lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|t| t.lease_generation);
+        if r.source_lease.owner_node != self.inner.fence()
+            || Some(r.source_lease.owner_lease_generation) != my_lease
+        {
+            inc(&self.inner.metrics.reply_relays_dropped);
+            return;
+        }
+        let outcome = match CallError::from_status(r.status, r.detail.clone()) {
+            None => Ok(payload.unwrap_or_default()),
+            Some(err) => Err(err),
+        };
+        let fields = ReplyFields {
+            operation_id: r.operation_id.clone(),
+            reply_route_id: r.reply_route_id,
+            correlation_id: r.correlation_id.clone(),
+            outcome,
+        };
+        let from_peer = PeerRef::new(conn.peer().rid.clone(), conn.peer().lifecycle_generation);
+        let delivered = self.inner.pending().on_reply(fields, &from_peer);
+        if let Delivered::Completed(c) = delivered {
+            let _ = c.waker.send(c.outcome);
+        }
+        inc(&self.inner.metrics.reply_relays_accepted);
+        let ack = Record::new(CommandBody::ReplyRelayAck(
+            zlink_protocol::generated::ReplyRelayAck {
+                relocation_id: r.relocation_id,
+                operation_id: r.operation_id,
+                reply_route_id: r.reply_route_id,
+            },
+        ));
+        if let Ok(frames) = ack.encode(WireContext::route_mesh(WireLeg::Reply)) {
+            conn.send_control(Leg::Reply, frames);
         }
     }
 

@@ -59,6 +59,10 @@ pub struct MeshMetrics {
     pub reply_unroutable: AtomicU64,
     /// Commands this node does not serve (yet) that arrived anyway.
     pub unserved_commands: AtomicU64,
+    /// Relayed terminals (`replyRelay`, 33) accepted and acknowledged.
+    pub reply_relays_accepted: AtomicU64,
+    /// Relayed terminals naming another lease of this node (dropped).
+    pub reply_relays_dropped: AtomicU64,
     /// Spot / Actor records whose route named an earlier lifecycle of this node (a sender's
     /// stale cache; answered `StaleRoute` for requests, dropped for sends).
     pub stale_object_routes: AtomicU64,

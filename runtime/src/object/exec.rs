@@ -624,6 +624,100 @@ fn take_captured(
     out
 }
 
+/// One not-yet-run application item of a capture, by reference, in run order: what a move
+/// carries to the target (see [`CapturedQueue::carried`]).
+pub(crate) struct CarriedRef<'a> {
+    /// Its queue sequence.
+    pub(crate) seq: u64,
+    /// The payload.
+    pub(crate) payload: &'a TypedPayload,
+    /// Its metadata snapshot.
+    pub(crate) metadata: Option<&'a Metadata>,
+    /// A request (its terminal is relayed back); otherwise a one-way message.
+    pub(crate) request: bool,
+}
+
+impl CapturedQueue {
+    /// Every captured application item in run order — the one-way messages (due ticks
+    /// included) and the requests — for a move.
+    ///
+    /// # Errors
+    /// `Unavailable` when the capture holds work no move can carry yet: a membership
+    /// notification, a queue hold or the first message of a cold activation (the object is
+    /// not idle; wire §9 "Retiring seal").
+    pub(crate) fn carried(&self) -> Result<Vec<CarriedRef<'_>>, CallError> {
+        let mut out = Vec::with_capacity(self.kept.len() + self.bound.len());
+        for b in self.kept.iter().chain(&self.bound) {
+            match &b.work {
+                Work::Send(p, m) => out.push(CarriedRef {
+                    seq: b.seq,
+                    payload: p,
+                    metadata: m.as_ref(),
+                    request: false,
+                }),
+                Work::Request(p, m, _) => out.push(CarriedRef {
+                    seq: b.seq,
+                    payload: p,
+                    metadata: m.as_ref(),
+                    request: true,
+                }),
+                Work::SendNotify(..) | Work::Member { .. } | Work::Hold { .. } | Work::Tick(_) => {
+                    return Err(CallError::new(
+                        ErrorKind::Unavailable,
+                        "the object is not idle (a notification, hold or first message is queued)",
+                    ));
+                }
+            }
+        }
+        out.sort_by_key(|c| c.seq);
+        Ok(out)
+    }
+
+    /// The captured requests' reply senders by queue sequence, consuming the capture (the
+    /// move handed the object over: their terminals come back relayed).
+    pub(crate) fn into_replies(self) -> Vec<(u64, super::work::Reply)> {
+        self.bound
+            .into_iter()
+            .filter_map(|b| match b.work {
+                Work::Request(_, _, reply) => Some((b.seq, reply)),
+                Work::Send(..)
+                | Work::SendNotify(..)
+                | Work::Member { .. }
+                | Work::Hold { .. }
+                | Work::Tick(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// Work a move carried to this node, decoded, in run order (see
+/// [`crate::object::registry::ObjectType::restore_moved`]).
+pub struct MovedWork(pub(crate) Vec<super::queue::Captured<Work>>);
+
+impl std::fmt::Debug for MovedWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MovedWork")
+            .field("items", &self.0.len())
+            .finish()
+    }
+}
+
+impl MovedWork {
+    /// Wrap decoded items (run order).
+    pub(crate) fn new(items: Vec<(u64, Work)>) -> Self {
+        Self(
+            items
+                .into_iter()
+                .map(|(seq, item)| super::queue::Captured {
+                    seq,
+                    lane: Lane::Application,
+                    item,
+                })
+                .collect(),
+        )
+    }
+}
+
 /// One connection-bound queue item left out of a capture (see [`CapturedQueue::bound`]).
 pub struct BoundWork {
     seq: u64,
@@ -794,6 +888,28 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         let items = restore_saved(&home.key, saved)?;
         let exec = Self::start_gated(home, state, handlers, mode, gate);
         exec.shared.restore(items, timers)?;
+        exec.shared.wake.notify_one();
+        Ok(exec)
+    }
+
+    /// Start an executor restored by a move (the target side): `moved` goes into the queue
+    /// ahead of anything that arrives later, in its order, and the timers are re-armed with
+    /// their remaining time. It runs once `home` is Ready.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for inconsistent timers; `Unavailable` when `home`'s queue is not
+    /// open.
+    pub fn start_moved(
+        home: Binding,
+        state: S,
+        handlers: ObjectHandlers<S>,
+        mode: ExecMode,
+        gate: Option<SpotGate>,
+        moved: MovedWork,
+        timers: &[zlink_protocol::generated::CapturedTimer],
+    ) -> Result<Self, CallError> {
+        let exec = Self::start_gated(home, state, handlers, mode, gate);
+        exec.shared.restore(moved.0, timers)?;
         exec.shared.wake.notify_one();
         Ok(exec)
     }

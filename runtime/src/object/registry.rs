@@ -209,6 +209,18 @@ pub trait ObjectType: Send + Sync + 'static {
         state: Option<Bytes>,
         home: Binding,
     ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>>;
+    /// Restore an instance a move brought here (the target side, wire §9): its state per the
+    /// policy (`None` with `RecreateOnRelocation`: the factory runs), then `moved` ahead of
+    /// anything that arrives later and the timers re-armed. Nothing runs before `home` is
+    /// Ready.
+    fn restore_moved(
+        &self,
+        input: FactoryInput,
+        state: Option<Bytes>,
+        home: Binding,
+        moved: crate::object::exec::MovedWork,
+        timers: Vec<zlink_protocol::generated::CapturedTimer>,
+    ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>>;
 }
 
 /// A running instance, erased.
@@ -235,6 +247,17 @@ pub trait LiveObject: Send + Sync + 'static {
     /// # Errors
     /// The adapter's error; `InvalidOperation` for `DisableRelocation`.
     fn capture_state(&self) -> Result<Option<Bytes>, CallError>;
+    /// Relocation source (wire §9): stop new turns at the next handler boundary and take the
+    /// not-yet-run work and the timers (see `ObjectExecutor::capture`). The object stays
+    /// paused until [`LiveObject::resume_moved`] or close.
+    fn capture_move(
+        &self,
+        route: zlink_protocol::generated::RouteFence,
+        source: zlink_protocol::generated::NodeFence,
+    ) -> BoxFuture<Result<crate::object::exec::CapturedQueue, CallError>>;
+    /// Undo [`LiveObject::capture_move`]: the captured work and timers go back in place and
+    /// turns run again.
+    fn resume_moved(&self, captured: crate::object::exec::CapturedQueue);
     /// Stop the instance (waiting requests end with `Unavailable`).
     fn close(&self) -> BoxFuture<()>;
     /// The execution gate its turns take: a SpotWide User Spot's own gate (shared with its
@@ -310,6 +333,17 @@ impl<S: Send + 'static> LiveObject for Live<S> {
             None => Ok(None),
         }
     }
+    fn capture_move(
+        &self,
+        route: zlink_protocol::generated::RouteFence,
+        source: zlink_protocol::generated::NodeFence,
+    ) -> BoxFuture<Result<crate::object::exec::CapturedQueue, CallError>> {
+        let exec = Arc::clone(&self.exec);
+        Box::pin(async move { exec.capture(&route, &source).await })
+    }
+    fn resume_moved(&self, captured: crate::object::exec::CapturedQueue) {
+        self.exec.resume_after_capture(captured);
+    }
     fn close(&self) -> BoxFuture<()> {
         let exec = Arc::clone(&self.exec);
         Box::pin(async move { exec.close().await })
@@ -342,15 +376,7 @@ impl<S: Send + 'static> LiveObject for Live<S> {
 
 impl<S: Send + 'static> Typed<S> {
     fn start(&self, state: S, home: Binding) -> Box<dyn LiveObject> {
-        let (adapter, disabled) = match &self.relocation {
-            Relocation::PreserveWith(a) => (Some(Arc::clone(a)), false),
-            Relocation::Recreate => (None, false),
-            Relocation::Disable => (None, true),
-        };
-        // A SpotWide User Spot and its member Actors share the Spot's gate.
-        let gate = (self.kind == ObjectTypeKind::UserSpot
-            && self.spot_execution == SpotExecution::SpotWide)
-            .then(new_gate);
+        let (adapter, disabled, gate) = self.live_parts();
         Box::new(Live {
             exec: Arc::new(ObjectExecutor::start_gated(
                 home,
@@ -362,6 +388,45 @@ impl<S: Send + 'static> Typed<S> {
             adapter,
             disabled,
         })
+    }
+
+    /// Start an instance a move brought here, with its carried work and timers.
+    fn start_moved(
+        &self,
+        state: S,
+        home: Binding,
+        moved: crate::object::exec::MovedWork,
+        timers: &[zlink_protocol::generated::CapturedTimer],
+    ) -> Result<Box<dyn LiveObject>, CallError> {
+        let (adapter, disabled, gate) = self.live_parts();
+        Ok(Box::new(Live {
+            exec: Arc::new(ObjectExecutor::start_moved(
+                home,
+                state,
+                (self.handlers)(),
+                self.exec_mode(),
+                gate,
+                moved,
+                timers,
+            )?),
+            adapter,
+            disabled,
+        }))
+    }
+
+    /// The adapter, the disabled flag and the gate of a new instance (a SpotWide User Spot and
+    /// its member Actors share the Spot's gate).
+    #[allow(clippy::type_complexity)]
+    fn live_parts(&self) -> (Option<Arc<dyn StateAdapter<S>>>, bool, Option<SpotGate>) {
+        let (adapter, disabled) = match &self.relocation {
+            Relocation::PreserveWith(a) => (Some(Arc::clone(a)), false),
+            Relocation::Recreate => (None, false),
+            Relocation::Disable => (None, true),
+        };
+        let gate = (self.kind == ObjectTypeKind::UserSpot
+            && self.spot_execution == SpotExecution::SpotWide)
+            .then(new_gate);
+        (adapter, disabled, gate)
     }
 
     fn exec_mode(&self) -> ExecMode {
@@ -433,6 +498,41 @@ impl<S: Send + 'static> ObjectType for Typed<S> {
                 Err(CallError::new(
                     ErrorKind::InvalidOperation,
                     "captured state does not match the relocation policy",
+                ))
+            }),
+        }
+    }
+    fn restore_moved(
+        &self,
+        input: FactoryInput,
+        state: Option<Bytes>,
+        home: Binding,
+        moved: crate::object::exec::MovedWork,
+        timers: Vec<zlink_protocol::generated::CapturedTimer>,
+    ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>> {
+        let this = self.clone_parts();
+        match (&self.relocation, state) {
+            (Relocation::PreserveWith(a), Some(bytes)) => {
+                let restored = a.restore(&bytes);
+                Box::pin(async move { this.start_moved(restored?, home, moved, &timers) })
+            }
+            (Relocation::Recreate, None) => {
+                let fut = (self.factory)(input);
+                Box::pin(async move {
+                    let state = fut.await?;
+                    this.start_moved(state, home, moved, &timers)
+                })
+            }
+            (Relocation::Disable, _) => Box::pin(async {
+                Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    "this type is registered with DisableRelocation",
+                ))
+            }),
+            _ => Box::pin(async {
+                Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    "the moved state does not match the relocation policy",
                 ))
             }),
         }

@@ -21,4 +21,6 @@
 pub mod follow;
 pub mod host;
 pub mod notify;
+pub mod relay;
+pub mod source;
 pub mod target;

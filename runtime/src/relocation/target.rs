@@ -156,6 +156,218 @@ impl Assembly {
     }
 }
 
+/// Why a target gave a unit up after Ready (wire §9 "Target CAS와 남은 Store 역할").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandon {
+    /// Another owner or generation holds the authority: a stale relocation.
+    Stale,
+    /// The store did not confirm the commit by the restore deadline (`location_update_failed`).
+    LocationUpdateFailed,
+}
+
+/// What the target's commit heard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitEvent {
+    /// A cutover (34) arrived; the staging's verdict on its boundary.
+    Cutover(super::relay::Boundary),
+    /// Time passed.
+    Tick,
+    /// The CAS committed.
+    CasOk,
+    /// The CAS was refused: the fence no longer matches.
+    CasStale,
+    /// The CAS may or may not have happened.
+    CasAmbiguous,
+    /// The CAS did not happen (the store did not answer); it may be retried.
+    CasRetryable,
+    /// A re-read found this target owning the unit.
+    ReadSelf,
+    /// A re-read found another owner or generation.
+    ReadOther,
+    /// A re-read did not answer.
+    ReadFailed,
+}
+
+/// What the target's shell does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitAction {
+    /// Run the one `commit_aggregate` / transfer CAS.
+    StartCas,
+    /// Re-read the authority after an ambiguous answer.
+    Reread,
+    /// Open the unit here: saved work, staged relays, temporary-queue arrivals, then dispatch.
+    Switch,
+    /// Remove everything prepared; revive nothing.
+    Remove(Abandon),
+    /// Log `cutover_timeout` (the fallback started the CAS).
+    WarnCutoverTimeout,
+    /// Log `late_cutover` (nothing changes).
+    WarnLateCutover,
+    /// Log a cutover whose boundary did not match (counted as no cutover).
+    WarnBoundaryMismatch,
+}
+
+/// How long a failed CAS waits before the next try.
+pub const CAS_RETRY_MS: u64 = 100;
+
+/// The target's commit of one unit, from Ready to the switch (wire §9–§10): the CAS runs on a
+/// matching cutover or `cutover_wait_ms` after Ready, is retried until `deadline_ms`, re-reads
+/// after an ambiguous answer, and is never undone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetCommit {
+    /// Ready was sent at `ready_at_ms`; waiting for the cutover.
+    AwaitingCutover {
+        /// When Ready was sent.
+        ready_at_ms: u64,
+    },
+    /// The CAS runs.
+    Committing {
+        /// A CAS or re-read is in flight.
+        in_flight: bool,
+        /// When the next try may start.
+        next_try_ms: u64,
+    },
+    /// This target owns the unit.
+    Committed,
+    /// Given up.
+    Abandoned(Abandon),
+}
+
+impl TargetCommit {
+    /// Ready sent at `now_ms`.
+    pub fn new(now_ms: u64) -> Self {
+        Self::AwaitingCutover {
+            ready_at_ms: now_ms,
+        }
+    }
+
+    /// Apply `event` at `now_ms`, with the cutover wait and the restore deadline.
+    pub fn step(
+        &mut self,
+        event: CommitEvent,
+        now_ms: u64,
+        cutover_wait_ms: u64,
+        deadline_ms: u64,
+    ) -> Vec<CommitAction> {
+        use super::relay::Boundary as B;
+        use CommitAction as A;
+        use CommitEvent as E;
+        let committing = Self::Committing {
+            in_flight: true,
+            next_try_ms: now_ms,
+        };
+        match (self.clone(), event) {
+            (Self::AwaitingCutover { .. }, E::Cutover(B::Matches)) => {
+                *self = committing;
+                vec![A::StartCas]
+            }
+            (Self::AwaitingCutover { .. }, E::Cutover(B::Incomplete | B::ChecksumMismatch)) => {
+                vec![A::WarnBoundaryMismatch]
+            }
+            (Self::AwaitingCutover { ready_at_ms }, E::Tick) => {
+                if now_ms >= ready_at_ms.saturating_add(cutover_wait_ms) {
+                    *self = committing;
+                    vec![A::WarnCutoverTimeout, A::StartCas]
+                } else {
+                    Vec::new()
+                }
+            }
+            (
+                Self::AwaitingCutover { .. },
+                E::CasOk
+                | E::CasStale
+                | E::CasAmbiguous
+                | E::CasRetryable
+                | E::ReadSelf
+                | E::ReadOther
+                | E::ReadFailed,
+            ) => Vec::new(),
+            (Self::Committing { .. }, E::CasOk | E::ReadSelf) => {
+                *self = Self::Committed;
+                vec![A::Switch]
+            }
+            (Self::Committing { .. }, E::CasStale | E::ReadOther) => {
+                *self = Self::Abandoned(Abandon::Stale);
+                vec![A::Remove(Abandon::Stale)]
+            }
+            (Self::Committing { .. }, E::CasAmbiguous) => vec![A::Reread],
+            (Self::Committing { .. }, E::CasRetryable | E::ReadFailed) => {
+                if now_ms >= deadline_ms {
+                    *self = Self::Abandoned(Abandon::LocationUpdateFailed);
+                    vec![A::Remove(Abandon::LocationUpdateFailed)]
+                } else {
+                    *self = Self::Committing {
+                        in_flight: false,
+                        next_try_ms: now_ms.saturating_add(CAS_RETRY_MS),
+                    };
+                    Vec::new()
+                }
+            }
+            (
+                Self::Committing {
+                    in_flight,
+                    next_try_ms,
+                },
+                E::Tick,
+            ) => {
+                if in_flight || now_ms < next_try_ms {
+                    Vec::new()
+                } else if now_ms >= deadline_ms {
+                    *self = Self::Abandoned(Abandon::LocationUpdateFailed);
+                    vec![A::Remove(Abandon::LocationUpdateFailed)]
+                } else {
+                    *self = committing;
+                    vec![A::StartCas]
+                }
+            }
+            (Self::Committing { .. } | Self::Committed, E::Cutover(_)) => {
+                vec![A::WarnLateCutover]
+            }
+            (
+                Self::Committed,
+                E::Tick
+                | E::CasOk
+                | E::CasStale
+                | E::CasAmbiguous
+                | E::CasRetryable
+                | E::ReadSelf
+                | E::ReadOther
+                | E::ReadFailed,
+            ) => Vec::new(),
+            (
+                Self::Abandoned(_),
+                E::Cutover(_)
+                | E::Tick
+                | E::CasOk
+                | E::CasStale
+                | E::CasAmbiguous
+                | E::CasRetryable
+                | E::ReadSelf
+                | E::ReadOther
+                | E::ReadFailed,
+            ) => Vec::new(),
+        }
+    }
+
+    /// When the shell should feed a tick next.
+    pub fn next_tick_ms(&self, cutover_wait_ms: u64) -> Option<u64> {
+        match self {
+            Self::AwaitingCutover { ready_at_ms } => {
+                Some(ready_at_ms.saturating_add(cutover_wait_ms))
+            }
+            Self::Committing {
+                in_flight: false,
+                next_try_ms,
+            } => Some(*next_try_ms),
+            Self::Committing {
+                in_flight: true, ..
+            }
+            | Self::Committed
+            | Self::Abandoned(_) => None,
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -316,6 +528,196 @@ mod tests {
         match &a.state {
             State::Receiving { buf, .. } => assert!(buf.capacity() < 1024, "grows with arrivals"),
             State::Finished => panic!("still receiving"),
+        }
+    }
+
+    mod commit {
+        use super::super::*;
+        use crate::relocation::relay::Boundary as B;
+        use CommitAction as A;
+        use CommitEvent as E;
+
+        const WAIT: u64 = 1_000;
+        const DEADLINE: u64 = 10_000;
+
+        fn committing(in_flight: bool, next: u64) -> TargetCommit {
+            TargetCommit::Committing {
+                in_flight,
+                next_try_ms: next,
+            }
+        }
+
+        /// Every state × event.
+        #[test]
+        fn table_of_every_state_and_event() {
+            let wait = TargetCommit::new(100);
+            let all = [
+                E::Cutover(B::Matches),
+                E::Cutover(B::Incomplete),
+                E::Cutover(B::ChecksumMismatch),
+                E::Tick,
+                E::CasOk,
+                E::CasStale,
+                E::CasAmbiguous,
+                E::CasRetryable,
+                E::ReadSelf,
+                E::ReadOther,
+                E::ReadFailed,
+            ];
+            let cases: Vec<(TargetCommit, E, u64, TargetCommit, Vec<A>)> = vec![
+                (
+                    wait.clone(),
+                    E::Cutover(B::Matches),
+                    200,
+                    committing(true, 200),
+                    vec![A::StartCas],
+                ),
+                (
+                    wait.clone(),
+                    E::Cutover(B::Incomplete),
+                    200,
+                    wait.clone(),
+                    vec![A::WarnBoundaryMismatch],
+                ),
+                (
+                    wait.clone(),
+                    E::Cutover(B::ChecksumMismatch),
+                    200,
+                    wait.clone(),
+                    vec![A::WarnBoundaryMismatch],
+                ),
+                (wait.clone(), E::Tick, 1_099, wait.clone(), vec![]),
+                (
+                    wait.clone(),
+                    E::Tick,
+                    1_100,
+                    committing(true, 1_100),
+                    vec![A::WarnCutoverTimeout, A::StartCas],
+                ),
+                (wait.clone(), E::CasOk, 200, wait.clone(), vec![]),
+                (wait.clone(), E::ReadOther, 200, wait.clone(), vec![]),
+                (
+                    committing(true, 0),
+                    E::CasOk,
+                    300,
+                    TargetCommit::Committed,
+                    vec![A::Switch],
+                ),
+                (
+                    committing(true, 0),
+                    E::ReadSelf,
+                    300,
+                    TargetCommit::Committed,
+                    vec![A::Switch],
+                ),
+                (
+                    committing(true, 0),
+                    E::CasStale,
+                    300,
+                    TargetCommit::Abandoned(Abandon::Stale),
+                    vec![A::Remove(Abandon::Stale)],
+                ),
+                (
+                    committing(true, 0),
+                    E::ReadOther,
+                    300,
+                    TargetCommit::Abandoned(Abandon::Stale),
+                    vec![A::Remove(Abandon::Stale)],
+                ),
+                (
+                    committing(true, 0),
+                    E::CasAmbiguous,
+                    300,
+                    committing(true, 0),
+                    vec![A::Reread],
+                ),
+                (
+                    committing(true, 0),
+                    E::CasRetryable,
+                    300,
+                    committing(false, 400),
+                    vec![],
+                ),
+                (
+                    committing(true, 0),
+                    E::ReadFailed,
+                    300,
+                    committing(false, 400),
+                    vec![],
+                ),
+                (
+                    committing(true, 0),
+                    E::CasRetryable,
+                    DEADLINE,
+                    TargetCommit::Abandoned(Abandon::LocationUpdateFailed),
+                    vec![A::Remove(Abandon::LocationUpdateFailed)],
+                ),
+                (
+                    committing(true, 0),
+                    E::Tick,
+                    300,
+                    committing(true, 0),
+                    vec![],
+                ),
+                (
+                    committing(false, 400),
+                    E::Tick,
+                    399,
+                    committing(false, 400),
+                    vec![],
+                ),
+                (
+                    committing(false, 400),
+                    E::Tick,
+                    400,
+                    committing(true, 400),
+                    vec![A::StartCas],
+                ),
+                (
+                    committing(false, 10_000),
+                    E::Tick,
+                    DEADLINE,
+                    TargetCommit::Abandoned(Abandon::LocationUpdateFailed),
+                    vec![A::Remove(Abandon::LocationUpdateFailed)],
+                ),
+                (
+                    committing(true, 0),
+                    E::Cutover(B::Matches),
+                    300,
+                    committing(true, 0),
+                    vec![A::WarnLateCutover],
+                ),
+                (
+                    TargetCommit::Committed,
+                    E::Cutover(B::Matches),
+                    300,
+                    TargetCommit::Committed,
+                    vec![A::WarnLateCutover],
+                ),
+            ];
+            for (from, event, now, to, actions) in cases {
+                let mut s = from.clone();
+                let got = s.step(event, now, WAIT, DEADLINE);
+                assert_eq!((&s, &got), (&to, &actions), "{from:?} + {event:?} at {now}");
+            }
+            // Terminal states ignore everything but a late cutover's warning.
+            for e in all {
+                let mut c = TargetCommit::Committed;
+                let got = c.step(e, 5, WAIT, DEADLINE);
+                assert_eq!(c, TargetCommit::Committed);
+                assert_eq!(got.is_empty(), !matches!(e, E::Cutover(_)), "{e:?}");
+                let mut a = TargetCommit::Abandoned(Abandon::Stale);
+                assert!(a.step(e, 5, WAIT, DEADLINE).is_empty(), "{e:?}");
+                assert_eq!(a, TargetCommit::Abandoned(Abandon::Stale));
+            }
+        }
+
+        #[test]
+        fn next_tick() {
+            assert_eq!(TargetCommit::new(100).next_tick_ms(WAIT), Some(1_100));
+            assert_eq!(committing(false, 7).next_tick_ms(WAIT), Some(7));
+            assert_eq!(committing(true, 7).next_tick_ms(WAIT), None);
+            assert_eq!(TargetCommit::Committed.next_tick_ms(WAIT), None);
         }
     }
 }

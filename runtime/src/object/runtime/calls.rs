@@ -162,14 +162,20 @@ impl<S: ObjectStore> Inner<S> {
                 "the route's owner lease is not this host's current lease",
             ));
         }
-        self.live()
+        let admitted = self
+            .live()
             .admit(
                 &key,
                 route.object_generation,
                 route.authority_owner_generation,
             )
-            .map(|e| Arc::clone(&e.obj))
-            .map_err(|refusal| stale(refusal.why()))
+            .map(|e| Arc::clone(&e.obj));
+        match admitted {
+            Ok(obj) => Ok(obj),
+            Err(refusal) => self
+                .temporary_admit(&key, route)
+                .ok_or_else(|| stale(refusal.why())),
+        }
     }
 }
 

@@ -62,6 +62,13 @@ impl<S: ObjectStore> Inner<S> {
         owner: OwnerToken,
         content: Option<zlink_store::types::ContentReceipt>,
     ) -> Result<zlink_store::types::Reservation, CallError> {
+        if self.relocations.relocating() && *target == self.mesh.fence() {
+            // Issue 17 item 1: a relocating (or relocated) host creates and activates nothing.
+            return Err(CallError::new(
+                ErrorKind::Unavailable,
+                format!("{} is relocating and takes no new object", self.mesh.rid()),
+            ));
+        }
         let reservation_id = self.new_reservation_id()?;
         let request = ReserveRequest {
             key: key.clone(),

@@ -105,6 +105,17 @@ impl<E: Incarnation> LiveTable<E> {
             .filter(|e| e.generation() == generation)
     }
 
+    /// The live entry of `key` if it is exactly incarnation `generation`, to change it.
+    pub(crate) fn get_incarnation_mut(
+        &mut self,
+        key: &AuthorityKey,
+        generation: u64,
+    ) -> Option<&mut E> {
+        self.entries
+            .get_mut(key)
+            .filter(|e| e.generation() == generation)
+    }
+
     /// Whether anything of `key` is live.
     pub(crate) fn contains_key(&self, key: &AuthorityKey) -> bool {
         self.entries.contains_key(key)
@@ -123,6 +134,11 @@ impl<E: Incarnation> LiveTable<E> {
         } else {
             false
         }
+    }
+
+    /// Every live entry with its key.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&AuthorityKey, &E)> {
+        self.entries.iter()
     }
 
     /// Every live entry.

@@ -68,14 +68,22 @@ mod error;
 pub use calls::ObjectCalls;
 use error::store_error;
 pub use error::{ObjectError, RuntimeError};
+mod arriving;
 mod creation;
+mod intake;
 mod live;
 mod locks;
 mod membership;
+mod moving;
 mod multicast;
 mod placement;
+mod relocate;
+mod relocations;
 mod remote;
 mod removal;
+
+pub use relocate::{RelocatePlan, UnitReport};
+pub use relocations::{RelocationSettings, RelocationStats};
 
 pub use activation::{ACTIVATION_RETENTION, ActivationFault};
 
@@ -249,6 +257,8 @@ struct Inner<S> {
     /// Changes to one object's membership or existence (join, leave, close, destroy) run one
     /// at a time; changes to other objects run side by side, also across store round trips.
     changes: locks::KeyLocks,
+    /// Moves from and to this node (issue 17).
+    relocations: relocations::Relocations,
 }
 
 /// The object runtime attached to one MeshNode.
@@ -270,6 +280,18 @@ fn store_kind(k: WireKind) -> StoreKind {
         WireKind::Actor => StoreKind::Actor,
         WireKind::Spot => StoreKind::Spot,
     }
+}
+
+/// The kind and ID an authority key names (`None` for a key that is not one).
+fn key_parts(key: &AuthorityKey) -> Option<(StoreKind, String)> {
+    let (k, id) = zlink_protocol::keys::parse_authority_key(key.as_str()).ok()?;
+    Some((
+        match k {
+            zlink_protocol::keys::ObjectKindKey::Actor => StoreKind::Actor,
+            zlink_protocol::keys::ObjectKindKey::Spot => StoreKind::Spot,
+        },
+        id,
+    ))
 }
 
 fn wire_kind(k: StoreKind) -> WireKind {
@@ -517,6 +539,60 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
                     inner.create_for(&d).await
                 });
             }
+            ObjectCommand::RelocationPrepare(p) => match self.runtime.upgrade() {
+                Some(inner) => inner.on_prepare(p),
+                None => {
+                    if let Some(mesh) = self.mesh.upgrade() {
+                        let _ = mesh.relocation_record(
+                            &source,
+                            crate::mesh::connection::Leg::Reply,
+                            zlink_protocol::generated::CommandBody::RelocationFailed(
+                                zlink_protocol::generated::RelocationFailed {
+                                    relocation_id: p.relocation_id,
+                                    target_attempt_generation: p.target_attempt_generation,
+                                    reason: zlink_protocol::generated::RelocationFailureReason::ShuttingDown,
+                                    detail: "the object runtime stopped".into(),
+                                },
+                            ),
+                            None,
+                        );
+                    }
+                }
+            },
+            ObjectCommand::RelocationState(c) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_chunk(c);
+                }
+            }
+            ObjectCommand::RelocationData(d) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_relay(d);
+                }
+            }
+            ObjectCommand::RelocationCutover(c) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_cutover(c);
+                }
+            }
+            ObjectCommand::RelocationReady(r) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_prepare_answer(&source, r.relocation_id, moving::PrepareAnswer::Ready);
+                }
+            }
+            ObjectCommand::RelocationFailed(f) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_prepare_answer(
+                        &source,
+                        f.relocation_id,
+                        moving::PrepareAnswer::Failed(f.reason),
+                    );
+                }
+            }
+            ObjectCommand::ReplyRelayAck(a) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_reply_relay_ack(a);
+                }
+            }
         }
     }
 }
@@ -621,6 +697,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             scan_interval_ms: AtomicU64::new(1000),
             publish_seq: AtomicU64::new(0),
             changes: locks::KeyLocks::default(),
+            relocations: relocations::Relocations::default(),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.

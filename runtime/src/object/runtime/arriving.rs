@@ -1,0 +1,795 @@
+//! The target side of a move (issue 17 item 5; wire §9 "Relocation manifest와 direct chunk
+//! transfer", "Target CAS와 남은 Store 역할", §10 "Commit 뒤 queue와 Ready"), driven by the
+//! pure [`Assembly`], [`RelayStaging`] and [`TargetCommit`].
+//!
+//! - **Prepare (40).** Refused with `relocationFailed` (53): `shuttingDown` when this host does
+//!   not serve or relocates itself; `restoreFailed` for a `base` stage; `stale` when the
+//!   authority row (Ready, kind, generation, owner node, owner generation, lease) does not match
+//!   the Prepare's route; `unknownStableType` when the row's stable type is not registered
+//!   here, `stale` when the envelope names another.
+//! - **Chunks (52)** are copied on arrival; any assembly failure answers 53. No partial restore.
+//! - **Restore** runs no handler: the instance is built from the state (or the factory, for
+//!   `RecreateOnRelocation`) with its saved work and timers in its queue, which stays closed.
+//!   Then `relocationReady` (30).
+//! - **Relays (31)** are staged by ordinal; the **cutover (34)** starts the commit when its
+//!   boundary matches, else the fallback does `RelocationCutoverWaitTimeout` after Ready.
+//! - **Commit**: the one target-only transfer CAS, retried until the restore deadline; an
+//!   ambiguous answer is re-read (self = done, other = stale). On failure everything prepared is
+//!   removed and nothing revived.
+//! - **Switch**, in one step: the live entry, then the staged relays, then the temporary queue,
+//!   then the queue opens (saved work first, then relays, then the rest). Later relays apply once
+//!   by ordinal. A carried request's terminal goes back as `replyRelay` (33), resent until its
+//!   `replyRelayAck` (46).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    CommandBody, LeaseFence, NodeFence, RelocationCutover, RelocationData, RelocationEnvelopeV1,
+    RelocationFailed, RelocationFailureReason, RelocationPolicy, RelocationPrepare,
+    RelocationReady, RelocationStage, RelocationState, ReplyRelay, ReplyRelayAck, RequestHeader,
+    RouteFence, RuntimeState, TerminalStatus,
+};
+use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
+use zlink_store::StoreError;
+use zlink_store::types::{
+    AuthorityKey, AuthorityRead, AuthoritySnapshot, AuthorityState, NodeRef, OwnerFence,
+    TargetFence, TransferOwner,
+};
+
+use super::intake::Intake;
+use super::relocations::TemporaryQueue;
+use super::{Inner, LiveEntry, ObjectStore, store_kind};
+use crate::call::error::{CallError, ErrorKind};
+use crate::mesh::connection::Leg;
+use crate::object::exec::{Binding, MovedWork, ObjectCaller};
+use crate::object::registry::{FactoryInput, LiveObject};
+use crate::object::work::Work;
+use crate::relocation::relay::{Boundary, RelayStaging};
+use crate::relocation::target::{
+    Abandon, Assembly, CommitAction, CommitEvent, Manifest, Progress, TargetCommit,
+};
+
+/// What the unit's driver hears from the records.
+enum Signal {
+    Payload(Result<Vec<u8>, RelocationFailureReason>),
+    Cutover(Boundary),
+}
+
+struct Parts {
+    assembly: Assembly,
+    staging: RelayStaging,
+    /// After the switch: the object later relays go to.
+    obj: Option<Arc<dyn LiveObject>>,
+}
+
+/// One unit arriving here (see the module docs).
+pub(crate) struct Arriving {
+    id: [u8; 16],
+    attempt: u64,
+    source: NodeFence,
+    route: RouteFence,
+    key: AuthorityKey,
+    kind: zlink_store::types::ObjectKind,
+    id_str: String,
+    parts: Mutex<Parts>,
+    signal: mpsc::UnboundedSender<Signal>,
+}
+
+impl Arriving {
+    fn parts(&self) -> std::sync::MutexGuard<'_, Parts> {
+        self.parts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A decoded relayed or saved record: a one-way message, or a request whose terminal goes
+/// back to `source` as a `replyRelay`.
+struct CarriedIn {
+    payload: TypedPayload,
+    metadata: Option<zlink_protocol::metadata::Metadata>,
+    request: Option<(RequestHeader, NodeFence, u64)>,
+}
+
+/// Decode one carried record of object `key` (a Spot / Actor send or request).
+fn decode_carried(
+    kind: zlink_store::types::ObjectKind,
+    id: &str,
+    frames: &[Bytes],
+) -> Result<CarriedIn, String> {
+    let record = Record::decode_shared(frames, WireContext::route_mesh(WireLeg::Send))
+        .or_else(|_| Record::decode_shared(frames, WireContext::route_mesh(WireLeg::Request)))
+        .map_err(|e| format!("a carried record does not decode: {e}"))?;
+    let (route, request, source) = match record.body {
+        CommandBody::SpotSend(b) => (b.route, None, b.source),
+        CommandBody::ActorSend(b) => (b.route, None, b.source),
+        CommandBody::SpotRequest(b) => (b.route, Some(b.request), b.source),
+        CommandBody::ActorRequest(b) => (b.route, Some(b.request), b.source),
+        other => {
+            return Err(format!(
+                "a carried record is a {:?}, not a Spot / Actor message",
+                other.command()
+            ));
+        }
+    };
+    if store_kind(route.object_kind) != kind || route.object_id != id {
+        return Err(format!(
+            "a carried record names {}, not {id}",
+            route.object_id
+        ));
+    }
+    Ok(CarriedIn {
+        payload: record.payload.unwrap_or_default(),
+        metadata: record.metadata,
+        request: request.map(|h| (h, source, route.owner_lease_generation)),
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl<S: ObjectStore> Inner<S> {
+    /// A `relocationPrepare` (40) from `source` (the reactor checked that the body names the
+    /// connection's peer).
+    pub(super) fn on_prepare(self: &Arc<Self>, p: RelocationPrepare) {
+        let refuse = |reason: RelocationFailureReason, detail: String| {
+            self.relocations.refused.fetch_add(1, Ordering::Relaxed);
+            self.answer_failed(
+                &p.source,
+                p.relocation_id,
+                p.target_attempt_generation,
+                reason,
+                detail,
+            );
+        };
+        let state = self.mesh.descriptor().state;
+        if state != RuntimeState::Serving || self.relocations.relocating() {
+            return refuse(
+                RelocationFailureReason::ShuttingDown,
+                format!("{} is {} and takes no unit", self.mesh.rid(), state.name()),
+            );
+        }
+        if p.stage == RelocationStage::Base {
+            return refuse(
+                RelocationFailureReason::RestoreFailed,
+                "base-stage pre-copy is not supported".into(),
+            );
+        }
+        let key = match AuthorityKey::new(
+            store_kind(p.object_route.object_kind),
+            &p.object_route.object_id,
+        ) {
+            Ok(k) => k,
+            Err(e) => return refuse(RelocationFailureReason::Stale, e.to_string()),
+        };
+        let assembly = match Assembly::new(Manifest {
+            total_length: p.payload_total_length,
+            chunk_count: p.payload_chunk_count,
+            crc32c: p.payload_checksum_crc32c,
+        }) {
+            Ok(a) => a,
+            Err(r) => return refuse(r, "the manifest cannot be met".into()),
+        };
+        if let Some(existing) = self.relocations.arriving(&p.relocation_id) {
+            // The same identity again: a resend after a lost epoch replaces a transfer that is
+            // still assembling, and is ignored once the payload is complete.
+            if existing.attempt == p.target_attempt_generation {
+                let mut parts = existing.parts();
+                if !parts.assembly.is_finished() {
+                    parts.assembly = assembly;
+                }
+            }
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let unit = Arc::new(Arriving {
+            id: p.relocation_id,
+            attempt: p.target_attempt_generation,
+            source: p.source.clone(),
+            route: p.object_route.clone(),
+            key,
+            kind: store_kind(p.object_route.object_kind),
+            id_str: p.object_route.object_id.clone(),
+            parts: Mutex::new(Parts {
+                assembly,
+                staging: RelayStaging::new(),
+                obj: None,
+            }),
+            signal: tx,
+        });
+        self.relocations
+            .arriving_map()
+            .insert(p.relocation_id, Arc::clone(&unit));
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.run_arrival(unit, rx).await });
+    }
+
+    /// A `relocationState` (52) chunk.
+    pub(super) fn on_chunk(&self, c: RelocationState) {
+        let Some(unit) = self.relocations.arriving(&c.relocation_id) else {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if unit.attempt != c.target_attempt_generation
+            || c.object_id != unit.id_str
+            || store_kind(c.object_kind) != unit.kind
+            || c.object_generation != unit.route.object_generation
+        {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let progress = unit
+            .parts()
+            .assembly
+            .push(c.chunk.chunk_ordinal, &c.chunk.data);
+        match progress {
+            Ok(Progress::More) => {}
+            Ok(Progress::Complete(bytes)) => {
+                let _ = unit.signal.send(Signal::Payload(Ok(bytes)));
+            }
+            Err(r) => {
+                let _ = unit.signal.send(Signal::Payload(Err(r)));
+            }
+        }
+    }
+
+    /// A `relocationData` (31): staged before the switch, applied once in order after it.
+    pub(super) fn on_relay(&self, d: RelocationData) {
+        let Some(unit) = self.relocations.arriving(&d.relocation_id) else {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if unit.attempt != d.target_attempt_generation {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let (ready, obj) = {
+            let mut parts = unit.parts();
+            let ready = parts.staging.accept(d.relay_ordinal, d.frames);
+            (ready, parts.obj.clone())
+        };
+        if let Some(obj) = obj {
+            for frames in ready {
+                self.apply_carried(&unit, &obj, &frames);
+            }
+        }
+    }
+
+    /// A `relocationCutover` (34).
+    pub(super) fn on_cutover(&self, c: RelocationCutover) {
+        let Some(unit) = self.relocations.arriving(&c.relocation_id) else {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if unit.attempt != c.target_attempt_generation {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let boundary = unit
+            .parts()
+            .staging
+            .boundary(c.boundary_record_count, c.boundary_checksum_crc32c);
+        let _ = unit.signal.send(Signal::Cutover(boundary));
+    }
+
+    /// A `replyRelayAck` (46): the relayed terminal arrived.
+    pub(super) fn on_reply_relay_ack(&self, a: ReplyRelayAck) {
+        let k = (
+            a.relocation_id,
+            a.operation_id.high,
+            a.operation_id.low,
+            a.reply_route_id,
+        );
+        match self.relocations.acks().remove(&k) {
+            Some(tx) => {
+                let _ = tx.send(());
+            }
+            None => {
+                self.relocations
+                    .unknown_records
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn answer_failed(
+        &self,
+        source: &NodeFence,
+        id: [u8; 16],
+        attempt: u64,
+        reason: RelocationFailureReason,
+        detail: String,
+    ) {
+        tracing::warn!(reason = reason.name(), %detail, "relocation refused");
+        let _ = self.mesh.relocation_record(
+            source,
+            Leg::Reply,
+            CommandBody::RelocationFailed(RelocationFailed {
+                relocation_id: id,
+                target_attempt_generation: attempt,
+                reason,
+                detail: detail.chars().take(1024).collect(),
+            }),
+            None,
+        );
+    }
+
+    /// Put one carried record into `obj`'s queue (a request's terminal is relayed back).
+    fn apply_carried(&self, unit: &Arriving, obj: &Arc<dyn LiveObject>, frames: &[Bytes]) {
+        match decode_carried(unit.kind, &unit.id_str, frames) {
+            Ok(c) => match c.request {
+                None => {
+                    if let Err(e) = obj.send(c.payload, c.metadata) {
+                        tracing::warn!(error = %e, "a relayed message was refused");
+                    }
+                }
+                Some((header, source, lease)) => match obj.request_start(c.payload, c.metadata) {
+                    Ok(rx) => self.relay_terminal(unit.id, header, source, lease, rx),
+                    Err(e) => {
+                        let (tx, rx) = oneshot::channel();
+                        let _ = tx.send(Err(e));
+                        self.relay_terminal(unit.id, header, source, lease, rx);
+                    }
+                },
+            },
+            Err(why) => {
+                self.relocations
+                    .unknown_records
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%why, "a relayed record was dropped");
+            }
+        }
+    }
+
+    /// Send the terminal of a carried request back to the node that carries its caller, as a
+    /// `replyRelay` (33), until it is acknowledged (46) or the request's deadline passes.
+    fn relay_terminal(
+        &self,
+        relocation_id: [u8; 16],
+        header: RequestHeader,
+        source: NodeFence,
+        lease_generation: u64,
+        rx: oneshot::Receiver<Result<TypedPayload, CallError>>,
+    ) {
+        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        tokio::spawn(async move {
+            let result = rx
+                .await
+                .unwrap_or_else(|_| Err(CallError::new(ErrorKind::Unavailable, "object closed")));
+            let (status, detail, payload) = match result {
+                Ok(p) => (TerminalStatus::Ok, String::new(), Some(p)),
+                Err(e) => (
+                    e.kind().to_status(),
+                    e.detail().chars().take(1024).collect(),
+                    None,
+                ),
+            };
+            let body = ReplyRelay {
+                relocation_id,
+                source_lease: LeaseFence {
+                    owner_node: source.clone(),
+                    owner_lease_generation: lease_generation,
+                },
+                operation_id: header.operation_id.clone(),
+                reply_route_id: header.reply_route_id,
+                correlation_id: header.correlation_id.clone(),
+                status,
+                detail,
+            };
+            let k = (
+                relocation_id,
+                header.operation_id.high,
+                header.operation_id.low,
+                header.reply_route_id,
+            );
+            let (ack_tx, mut ack_rx) = oneshot::channel();
+            this.relocations.acks().insert(k, ack_tx);
+            loop {
+                let _ = this.mesh.relocation_record(
+                    &source,
+                    Leg::Request,
+                    CommandBody::ReplyRelay(body.clone()),
+                    payload.clone(),
+                );
+                this.relocations
+                    .reply_relays_sent
+                    .fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    _ = &mut ack_rx => break,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                if super::now_unix_ms() >= header.deadline_unix_ms {
+                    this.relocations.acks().remove(&k);
+                    tracing::warn!("a relayed terminal was not acknowledged by its deadline");
+                    break;
+                }
+            }
+        });
+    }
+
+    /// The authority row must be exactly the one the Prepare's route names.
+    fn row_matches(&self, a: &AuthoritySnapshot, route: &RouteFence) -> bool {
+        a.state == AuthorityState::Ready
+            && a.allocation.object_kind == store_kind(route.object_kind)
+            && a.object_generation == route.object_generation
+            && a.owner_node.rid == route.target_node.rid
+            && a.owner_node.lifecycle_generation == route.target_node.lifecycle_generation
+            && a.authority_owner_generation == route.authority_owner_generation
+            && a.owner.lease_generation == route.owner_lease_generation
+    }
+
+    #[allow(clippy::too_many_lines)]
+    async fn run_arrival(
+        self: Arc<Self>,
+        unit: Arc<Arriving>,
+        mut signals: mpsc::UnboundedReceiver<Signal>,
+    ) {
+        let started = Instant::now();
+        let settings = self.relocations.settings();
+        let restore_deadline = started + settings.restore_timeout;
+        let fail = |reason: RelocationFailureReason, detail: String| {
+            self.relocations.arriving_map().remove(&unit.id);
+            self.relocations.refused.fetch_add(1, Ordering::Relaxed);
+            self.answer_failed(&unit.source, unit.id, unit.attempt, reason, detail);
+        };
+        // The authority row and the type it names.
+        let row = match self.store.read_authority(&unit.key).await {
+            Ok(AuthorityRead::Found(a)) if self.row_matches(&a, &unit.route) => a,
+            Ok(_) => {
+                return fail(
+                    RelocationFailureReason::Stale,
+                    format!(
+                        "the authority of {} does not match the Prepare's route",
+                        unit.id_str
+                    ),
+                );
+            }
+            Err(e) => {
+                return fail(
+                    RelocationFailureReason::RestoreFailed,
+                    format!("the authority of {} could not be read: {e}", unit.id_str),
+                );
+            }
+        };
+        let Some(ty) = self.types.get(&row.allocation.stable_type).cloned() else {
+            return fail(
+                RelocationFailureReason::UnknownStableType,
+                format!(
+                    "stable type {:?} is not registered here",
+                    row.allocation.stable_type
+                ),
+            );
+        };
+        // The payload.
+        let bytes = loop {
+            let sig = tokio::select! {
+                s = signals.recv() => s,
+                () = tokio::time::sleep_until(restore_deadline.into()) => None,
+            };
+            match sig {
+                Some(Signal::Payload(Ok(b))) => break b,
+                Some(Signal::Payload(Err(r))) => {
+                    return fail(
+                        r,
+                        format!("the payload of {} did not assemble", unit.id_str),
+                    );
+                }
+                Some(Signal::Cutover(_)) => {}
+                None => {
+                    return fail(
+                        RelocationFailureReason::ChunkOrdinal,
+                        format!(
+                            "the payload of {} did not arrive by the restore deadline",
+                            unit.id_str
+                        ),
+                    );
+                }
+            }
+        };
+        let env = match RelocationEnvelopeV1::decode(&bytes) {
+            Ok(e) => e,
+            Err(e) => {
+                return fail(
+                    RelocationFailureReason::RestoreFailed,
+                    format!("the envelope does not decode: {e}"),
+                );
+            }
+        };
+        if env.stable_type != row.allocation.stable_type
+            || env.object_id != unit.id_str
+            || env.object_generation != unit.route.object_generation
+            || env.relocation_id != unit.id
+        {
+            return fail(
+                RelocationFailureReason::Stale,
+                "the envelope names another object, type or relocation".into(),
+            );
+        }
+        let mut moved = Vec::with_capacity(env.saved_queue.len());
+        for w in &env.saved_queue {
+            match decode_carried(unit.kind, &unit.id_str, &w.frames) {
+                Ok(c) => {
+                    let item = match c.request {
+                        None => Work::Send(c.payload, c.metadata),
+                        Some((header, source, lease)) => {
+                            let (tx, rx) = oneshot::channel();
+                            self.relay_terminal(unit.id, header, source, lease, rx);
+                            Work::Request(c.payload, c.metadata, tx)
+                        }
+                    };
+                    moved.push((w.sequence, item));
+                }
+                Err(why) => return fail(RelocationFailureReason::RestoreFailed, why),
+            }
+        }
+        // Restore: the queue stays closed until the switch.
+        let generation = unit.route.object_generation;
+        if let Err(e) = self.objects.open(&unit.key, generation) {
+            return fail(
+                RelocationFailureReason::RestoreFailed,
+                format!("the queue could not open: {e}"),
+            );
+        }
+        let caller = self
+            .this
+            .get()
+            .cloned()
+            .map(|w| w as std::sync::Weak<dyn ObjectCaller>);
+        let mut home = Binding::new(Arc::clone(&self.objects), unit.key.clone(), generation);
+        if let Some(c) = caller {
+            home = home.with_caller(c);
+        }
+        let state = (env.relocation_policy == RelocationPolicy::PreserveState)
+            .then(|| env.application_state.clone());
+        let restored =
+            futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(ty.restore_moved(
+                FactoryInput {
+                    id: unit.id_str.clone(),
+                    stable_type: ty.stable_type().to_owned(),
+                    object_generation: generation,
+                    init: None,
+                },
+                state,
+                home,
+                MovedWork::new(moved),
+                env.timers.clone(),
+            )))
+            .await
+            .unwrap_or_else(|_| {
+                Err(CallError::new(
+                    ErrorKind::HandlerFailed,
+                    "the restore panicked",
+                ))
+            });
+        let obj: Arc<dyn LiveObject> = match restored {
+            Ok(o) => Arc::from(o),
+            Err(e) => {
+                let _ = self.objects.remove(&unit.key, generation);
+                let reason = if env.relocation_policy == RelocationPolicy::RecreateOnRelocation {
+                    RelocationFailureReason::FactoryFailed
+                } else {
+                    RelocationFailureReason::RestoreFailed
+                };
+                return fail(
+                    reason,
+                    format!("the restore of {} failed: {}", unit.id_str, e.detail()),
+                );
+            }
+        };
+        // The temporary queue: arrivals on the committed route before the switch.
+        let Some(my_lease) = self.mesh.owner_token() else {
+            obj.close().await;
+            let _ = self.objects.remove(&unit.key, generation);
+            return fail(
+                RelocationFailureReason::ShuttingDown,
+                "this host holds no owner lease".into(),
+            );
+        };
+        let temp = Intake::new(obj.gate());
+        self.relocations.temporary().insert(
+            unit.key.clone(),
+            TemporaryQueue {
+                intake: Arc::clone(&temp),
+                source_owner_generation: row.authority_owner_generation,
+                lease_generation: my_lease.lease_generation,
+            },
+        );
+        let me = self.mesh.fence();
+        let _ = self.mesh.relocation_record(
+            &unit.source,
+            Leg::Reply,
+            CommandBody::RelocationReady(RelocationReady {
+                relocation_id: unit.id,
+                target_attempt_generation: unit.attempt,
+                target: me.clone(),
+                receive_chunk_limit_bytes: u32::try_from(settings.chunk_limit).unwrap_or(u32::MAX),
+            }),
+            None,
+        );
+        // The commit.
+        let ready_at = Instant::now();
+        let ms = |at: Instant| millis(at.saturating_duration_since(ready_at));
+        let wait_ms = millis(settings.cutover_wait);
+        let deadline_ms =
+            ms(restore_deadline.max(ready_at + settings.cutover_wait + Duration::from_millis(1)));
+        let mut commit = TargetCommit::new(0);
+        let transfer = TransferOwner {
+            source: OwnerFence {
+                key: unit.key.clone(),
+                store_version: row.store_version,
+                object_generation: row.object_generation,
+                authority_owner_generation: row.authority_owner_generation,
+                owner: row.owner.clone(),
+            },
+            target: TargetFence {
+                node: NodeRef {
+                    mesh: self.mesh.descriptor().mesh_name,
+                    rid: me.rid.clone(),
+                    lifecycle_generation: me.lifecycle_generation,
+                },
+                owner: my_lease.clone(),
+            },
+            payload: None,
+        };
+        let mut new_owner_generation = None;
+        let mut pending: Vec<CommitEvent> = Vec::new();
+        let end = loop {
+            let event = if let Some(e) = pending.pop() {
+                e
+            } else {
+                let next = commit
+                    .next_tick_ms(wait_ms)
+                    .map(|t| ready_at + Duration::from_millis(t));
+                tokio::select! {
+                    s = signals.recv() => match s {
+                        Some(Signal::Cutover(b)) => CommitEvent::Cutover(b),
+                        Some(Signal::Payload(_)) | None => CommitEvent::Tick,
+                    },
+                    () = async {
+                        match next {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    } => CommitEvent::Tick,
+                }
+            };
+            let now = ms(Instant::now());
+            let mut done = None;
+            for action in commit.step(event, now, wait_ms, deadline_ms) {
+                match action {
+                    CommitAction::StartCas => match self.store.transfer_owner(&transfer).await {
+                        Ok(a) => {
+                            new_owner_generation = Some(a.authority_owner_generation);
+                            pending.push(CommitEvent::CasOk);
+                        }
+                        Err(StoreError::StoreFailure {
+                            ambiguous: true, ..
+                        }) => {
+                            pending.push(CommitEvent::CasAmbiguous);
+                        }
+                        Err(StoreError::StoreFailure { .. }) => {
+                            pending.push(CommitEvent::CasRetryable)
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, object = %unit.id_str, "the relocation CAS was refused");
+                            pending.push(CommitEvent::CasStale);
+                        }
+                    },
+                    CommitAction::Reread => match self.store.read_authority(&unit.key).await {
+                        Ok(AuthorityRead::Found(a))
+                            if a.owner_node.rid == me.rid
+                                && a.owner_node.lifecycle_generation == me.lifecycle_generation
+                                && a.owner.lease_generation == my_lease.lease_generation =>
+                        {
+                            new_owner_generation = Some(a.authority_owner_generation);
+                            pending.push(CommitEvent::ReadSelf);
+                        }
+                        Ok(_) => pending.push(CommitEvent::ReadOther),
+                        Err(_) => pending.push(CommitEvent::ReadFailed),
+                    },
+                    CommitAction::Switch => done = Some(Ok(())),
+                    CommitAction::Remove(why) => done = Some(Err(why)),
+                    CommitAction::WarnCutoverTimeout => {
+                        self.relocations
+                            .cutover_timeouts
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(object = %unit.id_str, "cutover_timeout: committing without a cutover");
+                    }
+                    CommitAction::WarnLateCutover => {
+                        self.relocations
+                            .late_cutovers
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(object = %unit.id_str, "late_cutover");
+                    }
+                    CommitAction::WarnBoundaryMismatch => {
+                        tracing::warn!(object = %unit.id_str, "a cutover whose boundary does not match the relays: waiting");
+                    }
+                }
+            }
+            if let Some(d) = done {
+                break d;
+            }
+        };
+        match (end, new_owner_generation) {
+            (Ok(()), Some(aog)) => {
+                // The switch, in one step per queue: live entry, staged relays, temporary
+                // queue, then dispatch opens.
+                self.live().insert(
+                    unit.key.clone(),
+                    LiveEntry {
+                        generation,
+                        authority_owner_generation: aog,
+                        obj: Arc::clone(&obj),
+                        ty: Arc::clone(&ty),
+                    },
+                );
+                let staged = {
+                    let mut parts = unit.parts();
+                    parts.obj = Some(Arc::clone(&obj));
+                    parts.staging.switch()
+                };
+                for frames in staged {
+                    self.apply_carried(&unit, &obj, &frames);
+                }
+                temp.redirect(Vec::new(), Arc::clone(&obj));
+                self.relocations.temporary().remove(&unit.key);
+                let _ = self.objects.mark_ready(&unit.key, generation);
+                self.relocations.arrived.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(object = %unit.id_str, from = %unit.source.rid, "relocated here");
+                // Later relays (Message Follow) apply by ordinal until the source's window ends.
+                let keep =
+                    settings.message_follow + settings.cutover_wait * 2 + Duration::from_secs(5);
+                tokio::time::sleep(keep).await;
+                self.relocations.arriving_map().remove(&unit.id);
+            }
+            (end, _) => {
+                let why = match end {
+                    Err(Abandon::Stale) => "stale",
+                    Err(Abandon::LocationUpdateFailed) | Ok(()) => "location_update_failed",
+                };
+                self.relocations.abandoned.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(object = %unit.id_str, reason = why, "a relocation was given up after Ready; everything prepared is removed");
+                self.relocations.temporary().remove(&unit.key);
+                temp.end_with(ErrorKind::Unavailable, "the relocation was given up");
+                obj.close().await;
+                let _ = self.objects.remove(&unit.key, generation);
+                self.relocations.arriving_map().remove(&unit.id);
+            }
+        }
+    }
+
+    /// Admission of a route that names this node for a unit still arriving (wire §9 "CAS
+    /// reply in flight"): its temporary queue, when the route names this lease and an owner
+    /// generation above the source's.
+    pub(super) fn temporary_admit(
+        &self,
+        key: &AuthorityKey,
+        route: &RouteFence,
+    ) -> Option<Arc<dyn LiveObject>> {
+        let temp = self.relocations.temporary();
+        let t = temp.get(key)?;
+        (route.owner_lease_generation == t.lease_generation
+            && route.authority_owner_generation > t.source_owner_generation)
+            .then(|| Arc::clone(&t.intake) as Arc<dyn LiveObject>)
+    }
+}

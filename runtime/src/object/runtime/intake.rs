@@ -1,0 +1,241 @@
+//! The intake of an object that is moving (issue 17 items 3–5 and 7): what stands in the live
+//! table for it while its executor is captured (the source) or not yet switched in (the
+//! target's temporary queue).
+//!
+//! Every admitted arrival — a one-way message or a request, from the mesh or from a local
+//! caller — is taken in order and kept as a [`Carried`] item: the source relays them to the
+//! target (`relocationData`, 31) and, after the handover, follows them there (Message Follow);
+//! the target puts them behind the staged relays at its switch. When the move is undone the
+//! intake redirects to the restored object after handing it what it holds, so the order of
+//! arrivals is kept across the hand-back too.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::{Notify, oneshot};
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::metadata::Metadata;
+
+use crate::call::error::{CallError, ErrorKind};
+use crate::mesh::handler::BoxFuture;
+use crate::object::exec::{CapturedQueue, ReplyReceiver, SpotGate};
+use crate::object::registry::LiveObject;
+use crate::object::work::Reply;
+
+/// One arrival taken by an intake.
+pub(crate) struct Carried {
+    pub(crate) payload: TypedPayload,
+    pub(crate) metadata: Option<Metadata>,
+    /// A request's terminal; `None` for a one-way message.
+    pub(crate) reply: Option<Reply>,
+}
+
+impl Carried {
+    /// Hand it to `obj` in arrival order (a request's terminal is forwarded to its caller).
+    pub(crate) fn deliver_to(self, obj: &Arc<dyn LiveObject>) {
+        match self.reply {
+            None => {
+                if let Err(e) = obj.send(self.payload, self.metadata) {
+                    tracing::warn!(error = %e, "a held message was refused by the restored object");
+                }
+            }
+            Some(reply) => match obj.request_start(self.payload, self.metadata) {
+                Ok(rx) => {
+                    tokio::spawn(async move {
+                        let r = rx.await.unwrap_or_else(|_| {
+                            Err(CallError::new(ErrorKind::Unavailable, "object closed"))
+                        });
+                        let _ = reply.send(r);
+                    });
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+        }
+    }
+}
+
+enum State {
+    /// Arrivals wait here in order.
+    Holding(VecDeque<Carried>),
+    /// Arrivals go straight to this object (the move was undone, or the switch happened).
+    Redirect(Arc<dyn LiveObject>),
+    /// Arrivals are refused with this error kind (the follow window ended, or the move was
+    /// abandoned).
+    Closed(ErrorKind, &'static str),
+}
+
+/// See the module docs.
+pub(crate) struct Intake {
+    state: Mutex<State>,
+    arrived: Notify,
+    gate: Option<SpotGate>,
+}
+
+impl Intake {
+    /// An intake holding arrivals; `gate` is what the object's turns take (reported to
+    /// callers that compare gates, never taken here).
+    pub(crate) fn new(gate: Option<SpotGate>) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State::Holding(VecDeque::new())),
+            arrived: Notify::new(),
+            gate,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Take everything held so far, in arrival order (empty unless holding).
+    pub(crate) fn take(&self) -> Vec<Carried> {
+        match &mut *self.lock() {
+            State::Holding(q) => q.drain(..).collect(),
+            State::Redirect(_) | State::Closed(..) => Vec::new(),
+        }
+    }
+
+    /// Wait until something arrives (returns at once when something is held already).
+    pub(crate) async fn arrived(&self) {
+        let notified = self.arrived.notified();
+        if matches!(&*self.lock(), State::Holding(q) if !q.is_empty()) {
+            return;
+        }
+        notified.await;
+    }
+
+    /// Hand `first` (in order), then everything held, to `obj`, and send later arrivals
+    /// straight to it. One step under the intake's lock, so no arrival overtakes another.
+    pub(crate) fn redirect(&self, first: Vec<Carried>, obj: Arc<dyn LiveObject>) {
+        let mut st = self.lock();
+        let held = match std::mem::replace(&mut *st, State::Redirect(Arc::clone(&obj))) {
+            State::Holding(q) => q,
+            State::Redirect(_) | State::Closed(..) => VecDeque::new(),
+        };
+        for c in first.into_iter().chain(held) {
+            c.deliver_to(&obj);
+        }
+    }
+
+    /// Refuse later arrivals with `kind`; what is held is ended the same way.
+    pub(crate) fn end_with(&self, kind: ErrorKind, why: &'static str) {
+        let held = match std::mem::replace(&mut *self.lock(), State::Closed(kind, why)) {
+            State::Holding(q) => q,
+            State::Redirect(_) | State::Closed(..) => VecDeque::new(),
+        };
+        for c in held {
+            if let Some(reply) = c.reply {
+                let _ = reply.send(Err(CallError::new(kind, why)));
+            }
+        }
+        self.arrived.notify_waiters();
+    }
+
+    fn admit(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        reply: Option<Reply>,
+    ) -> Result<(), CallError> {
+        let mut st = self.lock();
+        match &mut *st {
+            State::Holding(q) => {
+                q.push_back(Carried {
+                    payload,
+                    metadata,
+                    reply,
+                });
+                drop(st);
+                self.arrived.notify_one();
+                Ok(())
+            }
+            State::Redirect(obj) => {
+                let obj = Arc::clone(obj);
+                drop(st);
+                Carried {
+                    payload,
+                    metadata,
+                    reply,
+                }
+                .deliver_to(&obj);
+                Ok(())
+            }
+            State::Closed(kind, why) => Err(CallError::new(*kind, *why)),
+        }
+    }
+}
+
+impl LiveObject for Intake {
+    fn send(&self, payload: TypedPayload, metadata: Option<Metadata>) -> Result<(), CallError> {
+        self.admit(payload, metadata, None)
+    }
+    fn request(&self, payload: TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>> {
+        let rx = self.request_start(payload, None);
+        Box::pin(async move {
+            rx?.await
+                .unwrap_or_else(|_| Err(CallError::new(ErrorKind::Unavailable, "object closed")))
+        })
+    }
+    fn request_start(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<ReplyReceiver, CallError> {
+        let (tx, rx) = oneshot::channel();
+        self.admit(payload, metadata, Some(tx))?;
+        Ok(rx)
+    }
+    fn capture_state(&self) -> Result<Option<Bytes>, CallError> {
+        Err(moving())
+    }
+    fn capture_move(
+        &self,
+        _route: zlink_protocol::generated::RouteFence,
+        _source: zlink_protocol::generated::NodeFence,
+    ) -> BoxFuture<Result<CapturedQueue, CallError>> {
+        Box::pin(async { Err(moving()) })
+    }
+    fn resume_moved(&self, _captured: CapturedQueue) {}
+    fn close(&self) -> BoxFuture<()> {
+        self.end_with(
+            ErrorKind::Unavailable,
+            "the object closed while it was moving",
+        );
+        Box::pin(async {})
+    }
+    fn gate(&self) -> Option<SpotGate> {
+        self.gate.clone()
+    }
+    fn set_gate(&self, _gate: Option<SpotGate>) {}
+    fn notify_member(&self, _joined: bool, _actor: String) -> Result<(), CallError> {
+        Err(moving())
+    }
+    fn pending(&self) -> usize {
+        match &*self.lock() {
+            State::Holding(q) => q.len(),
+            State::Redirect(_) | State::Closed(..) => 0,
+        }
+    }
+    fn hold(&self) -> BoxFuture<Result<oneshot::Sender<()>, CallError>> {
+        Box::pin(async { Err(moving()) })
+    }
+    fn first_message(
+        &self,
+        _payload: TypedPayload,
+        _metadata: Option<Metadata>,
+        _request: bool,
+    ) -> Result<ReplyReceiver, CallError> {
+        Err(moving())
+    }
+}
+
+fn moving() -> CallError {
+    CallError::new(
+        ErrorKind::Unavailable,
+        "the object is moving to another node",
+    )
+}

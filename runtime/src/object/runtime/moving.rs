@@ -1,0 +1,811 @@
+//! The source side of moving one unit to another node (issue 17 items 2–4, 6 and 7; wire §9
+//! "Relocation manifest와 direct chunk transfer", §10, §11), driven by the pure
+//! [`SourceUnit`](crate::relocation::source::SourceUnit).
+//!
+//! 1. The unit's live entry is replaced by an [`Intake`]: from here on every arrival, remote or
+//!    local, is held in order while the object keeps its state.
+//! 2. The executor is captured at its next handler boundary: not-yet-run messages and requests
+//!    in run order, timers with their remaining time, and the state through the type's adapter.
+//! 3. One `relocation-envelope-v1` (ZRE1) goes to the target as a `relocationPrepare` (40) and
+//!    its `relocationState` (52) chunks. A captured request travels with a terminal identity
+//!    this node registers (wire §11, ours: the source is the requester of record for what it
+//!    carries — its caller keeps waiting here, and the target relays the terminal back as a
+//!    `replyRelay`, 33).
+//! 4. On `relocationReady` (30) the held arrivals go as `relocationData` (31) with ordinals from
+//!    0 (copies kept), then the `relocationCutover` (34) naming that batch. Later arrivals keep
+//!    being relayed with the next ordinals (Message Follow).
+//! 5. After the window the source reads the authority: the target named → handed over (the
+//!    copies are dropped, the old executor closes, the intake follows arrivals to the target for
+//!    the Message Follow duration and then refuses them); the target's lease dead and the row
+//!    unchanged → everything is put back in order. An explicit 53 before Ready restores at once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    ActorRequest, ActorSend, CommandBody, NodeFence, ObjectKind as WireKind, RelocationCutover,
+    RelocationData, RelocationDataChunkV1, RelocationEnvelopeV1, RelocationFailureReason,
+    RelocationPolicy, RelocationPrepare, RelocationStage, RelocationState, RequestHeader,
+    RouteFence, SavedWork, SenderRole, SpotRequest, SpotSend,
+};
+use zlink_protocol::metadata::Metadata;
+use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
+use zlink_store::types::{AuthorityKey, AuthorityRead, DescriptorKind};
+
+use super::intake::{Carried, Intake};
+use super::{Inner, ObjectStore, wire_kind};
+use crate::call::error::{CallError, ErrorKind};
+use crate::call::pending::PendingKey;
+use crate::mesh::connection::Leg;
+use crate::object::registry::LiveObject;
+use crate::object::work::Reply;
+use crate::relocation::host::{StayReason, UnitOutcome};
+use crate::relocation::relay::boundary_crc;
+use crate::relocation::source::{
+    AuthorityView, SourceAction, SourceEvent, SourceOutcome, SourceTimings, SourceUnit,
+};
+
+/// What the target answered a Prepare with (routed here by relocation ID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PrepareAnswer {
+    Ready,
+    Failed(RelocationFailureReason),
+}
+
+/// A request this node carries into a move: the caller's reply sender, and the pending entry
+/// the target's `replyRelay` completes.
+struct CarriedRequest {
+    key: PendingKey,
+    relayed: oneshot::Receiver<Result<TypedPayload, CallError>>,
+}
+
+/// One relayed arrival, kept until the unit's outcome is known.
+struct RelayCopy {
+    frames: Vec<Bytes>,
+    payload: TypedPayload,
+    metadata: Option<Metadata>,
+    request: Option<(CarriedRequest, Reply)>,
+}
+
+/// A unit's result as the relocation sees it: the outcome, and for a handover the moment its
+/// Message Follow window ends (this node's clock).
+#[derive(Debug, Clone)]
+pub(crate) struct Moved {
+    pub(crate) outcome: UnitOutcome,
+    pub(crate) follow_until: Option<Instant>,
+}
+
+fn now_unix_ms() -> u64 {
+    super::now_unix_ms()
+}
+
+/// The service record one carried item travels as (wire §9: requests with their terminal
+/// identity, one-way messages as sends), from `source` on the object's own route.
+fn carried_record(
+    route: &RouteFence,
+    source: &NodeFence,
+    request: Option<RequestHeader>,
+    payload: TypedPayload,
+    metadata: Option<Metadata>,
+) -> Result<Vec<Bytes>, CallError> {
+    let (body, leg) = match (route.object_kind, request) {
+        (WireKind::Actor, None) => (
+            CommandBody::ActorSend(ActorSend {
+                route: route.clone(),
+                source: source.clone(),
+            }),
+            WireLeg::Send,
+        ),
+        (WireKind::Spot, None) => (
+            CommandBody::SpotSend(SpotSend {
+                route: route.clone(),
+                source: source.clone(),
+            }),
+            WireLeg::Send,
+        ),
+        (WireKind::Actor, Some(request)) => (
+            CommandBody::ActorRequest(ActorRequest {
+                request,
+                route: route.clone(),
+                source: source.clone(),
+            }),
+            WireLeg::Request,
+        ),
+        (WireKind::Spot, Some(request)) => (
+            CommandBody::SpotRequest(SpotRequest {
+                request,
+                route: route.clone(),
+                source: source.clone(),
+            }),
+            WireLeg::Request,
+        ),
+    };
+    let mut record = Record::new(body).with_payload(payload);
+    record.metadata = metadata;
+    record
+        .encode(WireContext::route_mesh(leg))
+        .map(|f| f.into_iter().map(Bytes::from).collect())
+        .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))
+}
+
+/// The deadline a carried request keeps on this node: the relocation's, at least a minute.
+fn carried_deadline_unix_ms() -> u64 {
+    now_unix_ms().saturating_add(60_000)
+}
+
+impl<S: ObjectStore> Inner<S> {
+    /// Move the live unit `key` to node `target` (see the module docs). Returns when the
+    /// outcome is known — or, still pending at `deadline`, as `Unresolved` while resolution
+    /// goes on in the background.
+    pub(super) async fn move_unit(
+        self: &Arc<Self>,
+        key: AuthorityKey,
+        target: NodeFence,
+        deadline: Instant,
+    ) -> Moved {
+        let (tx, rx) = oneshot::channel();
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.run_move(key, target, deadline, tx).await });
+        rx.await.unwrap_or(Moved {
+            outcome: UnitOutcome::Unresolved,
+            follow_until: None,
+        })
+    }
+
+    #[allow(clippy::too_many_lines)]
+    async fn run_move(
+        self: Arc<Self>,
+        key: AuthorityKey,
+        target: NodeFence,
+        deadline: Instant,
+        report: oneshot::Sender<Moved>,
+    ) {
+        let stayed = |r| Moved {
+            outcome: UnitOutcome::Stayed(r),
+            follow_until: None,
+        };
+        let failed = |why: String| Moved {
+            outcome: UnitOutcome::Failed(why),
+            follow_until: None,
+        };
+        let Some((obj, generation, aog, ty)) = self.live().get(&key).map(|e| {
+            (
+                Arc::clone(&e.obj),
+                e.generation,
+                e.authority_owner_generation,
+                Arc::clone(&e.ty),
+            )
+        }) else {
+            let _ = report.send(failed("the object is no longer live here".into()));
+            return;
+        };
+        if ty.policy() == RelocationPolicy::DisableRelocation {
+            let _ = report.send(stayed(StayReason::Disabled));
+            return;
+        }
+        let Some(lease) = self.mesh.owner_token() else {
+            let _ = report.send(failed("this host holds no owner lease".into()));
+            return;
+        };
+        let me = self.mesh.fence();
+        let Some((kind, id)) = super::key_parts(&key) else {
+            let _ = report.send(failed("not an object key".into()));
+            return;
+        };
+        let route = RouteFence {
+            object_kind: wire_kind(kind),
+            object_id: id.clone(),
+            object_generation: generation,
+            target_node: me.clone(),
+            authority_owner_generation: aog,
+            owner_lease_generation: lease.lease_generation,
+        };
+        // 1. Arrivals are held from here on.
+        let intake = Intake::new(obj.gate());
+        {
+            let mut live = self.live();
+            match live.get_incarnation_mut(&key, generation) {
+                Some(e) => e.obj = Arc::clone(&intake) as Arc<dyn LiveObject>,
+                None => {
+                    drop(live);
+                    let _ = report.send(failed("the object is no longer live here".into()));
+                    return;
+                }
+            }
+        }
+        let give_back = |first: Vec<Carried>| {
+            intake.redirect(first, Arc::clone(&obj));
+            if let Some(e) = self.live().get_incarnation_mut(&key, generation) {
+                e.obj = Arc::clone(&obj);
+            }
+        };
+        // 2. Capture at the next idle handler boundary (retried until the deadline).
+        let (captured, state) = loop {
+            let captured = match obj.capture_move(route.clone(), me.clone()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    give_back(Vec::new());
+                    let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
+                    return;
+                }
+            };
+            if captured.carried().is_err() {
+                obj.resume_moved(captured);
+                if Instant::now() >= deadline {
+                    give_back(Vec::new());
+                    let _ = report.send(stayed(StayReason::Deadline));
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            match obj.capture_state() {
+                Ok(state) => break (captured, state),
+                Err(e) => {
+                    obj.resume_moved(captured);
+                    give_back(Vec::new());
+                    let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
+                    return;
+                }
+            }
+        };
+        // 3. The envelope: saved work in run order, requests with a terminal identity.
+        let mut carried_requests: Vec<(u64, CarriedRequest)> = Vec::new();
+        let mut saved_queue = Vec::new();
+        let undo_carried = |reqs: &mut Vec<(u64, CarriedRequest)>| {
+            for (_, c) in reqs.drain(..) {
+                let _ = self.mesh.uncarry(&c.key);
+            }
+        };
+        // The idle check passed on this same capture just above.
+        let items = captured.carried().unwrap_or_default();
+        let mut encode_failed = None;
+        for item in items {
+            let header = if item.request {
+                let (ptx, prx) = oneshot::channel();
+                match self
+                    .mesh
+                    .carry_request(&target, ptx, carried_deadline_unix_ms())
+                {
+                    Ok((h, k)) => {
+                        carried_requests.push((
+                            item.seq,
+                            CarriedRequest {
+                                key: k,
+                                relayed: prx,
+                            },
+                        ));
+                        Some(h)
+                    }
+                    Err(e) => {
+                        encode_failed = Some(e);
+                        break;
+                    }
+                }
+            } else {
+                None
+            };
+            match carried_record(
+                &route,
+                &me,
+                header,
+                item.payload.clone(),
+                item.metadata.cloned(),
+            ) {
+                Ok(frames) => saved_queue.push(SavedWork {
+                    sequence: item.seq,
+                    frames,
+                }),
+                Err(e) => {
+                    encode_failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let relocation_id = match crate::mesh::auth::random_bytes::<16>() {
+            Ok(mut id) => {
+                if id.iter().all(|b| *b == 0) {
+                    id[15] = 1;
+                }
+                id
+            }
+            Err(_) => {
+                encode_failed = Some(CallError::new(
+                    ErrorKind::Unavailable,
+                    "no randomness for a relocation ID",
+                ));
+                [1; 16]
+            }
+        };
+        let policy = ty.policy();
+        self.relocations.saved_work.fetch_add(
+            saved_queue.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let envelope = RelocationEnvelopeV1 {
+            relocation_id,
+            object_kind: wire_kind(kind),
+            object_id: id.clone(),
+            stable_type: ty.stable_type().to_owned(),
+            object_generation: generation,
+            relocation_policy: policy,
+            application_state: state.unwrap_or_default(),
+            saved_queue,
+            timers: captured.timers.clone(),
+        };
+        let bytes = match (encode_failed, envelope.encode()) {
+            (None, Ok(b)) => b,
+            (Some(e), _) => {
+                undo_carried(&mut carried_requests);
+                obj.resume_moved(captured);
+                give_back(Vec::new());
+                let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
+                return;
+            }
+            (None, Err(e)) => {
+                undo_carried(&mut carried_requests);
+                obj.resume_moved(captured);
+                give_back(Vec::new());
+                let _ = report.send(failed(format!("CaptureFailed: {e}")));
+                return;
+            }
+        };
+        let settings = self.relocations.settings();
+        let chunk_limit = settings.chunk_limit.max(1);
+        let chunks: Vec<Bytes> = bytes
+            .chunks(chunk_limit)
+            .map(Bytes::copy_from_slice)
+            .collect();
+        let prepare = RelocationPrepare {
+            relocation_id,
+            target_attempt_generation: 1,
+            coordinator_fence: lease.lease_generation,
+            object_route: route.clone(),
+            source: me.clone(),
+            stage: RelocationStage::Final,
+            payload_total_length: bytes.len() as u64,
+            payload_chunk_count: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
+            payload_checksum_crc32c: zlink_protocol::crc::crc32c(&bytes),
+        };
+        let send_transfer = || -> Result<(), CallError> {
+            self.mesh.relocation_record(
+                &target,
+                Leg::Request,
+                CommandBody::RelocationPrepare(prepare.clone()),
+                None,
+            )?;
+            for (i, c) in chunks.iter().enumerate() {
+                self.mesh.relocation_record(
+                    &target,
+                    Leg::Send,
+                    CommandBody::RelocationState(RelocationState {
+                        relocation_id,
+                        target_attempt_generation: 1,
+                        coordinator_fence: lease.lease_generation,
+                        object_kind: wire_kind(kind),
+                        object_id: id.clone(),
+                        object_generation: generation,
+                        sender_role: SenderRole::Source,
+                        chunk: RelocationDataChunkV1 {
+                            chunk_ordinal: u32::try_from(i).unwrap_or(u32::MAX),
+                            data: c.clone(),
+                        },
+                    }),
+                    None,
+                )?;
+            }
+            Ok(())
+        };
+        let (answer_tx, mut answers) = mpsc::unbounded_channel();
+        self.relocations.expect_answers(relocation_id, answer_tx);
+        let transfer_at = Instant::now();
+        if let Err(e) = send_transfer() {
+            // Nothing reached the target that it could restore from: put everything back.
+            self.relocations.forget_answers(&relocation_id);
+            undo_carried(&mut carried_requests);
+            obj.resume_moved(captured);
+            give_back(Vec::new());
+            let _ = report.send(stayed_or_failed(&e));
+            return;
+        }
+        self.relocations
+            .moves_started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // 4.–5. The machine.
+        let ms = |at: Instant| {
+            u64::try_from(at.duration_since(transfer_at).as_millis()).unwrap_or(u64::MAX)
+        };
+        let deadline_ms = ms(deadline.max(transfer_at));
+        let timings = SourceTimings {
+            prepare_timeout_ms: millis(settings.restore_timeout + settings.cutover_wait),
+            cutover_wait_ms: millis(settings.cutover_wait),
+            deadline_ms,
+        };
+        let mut unit = SourceUnit::new(0);
+        let mut copies: Vec<RelayCopy> = Vec::new();
+        let mut cutover_sent = false;
+        let mut report = Some(report);
+        let send_relay = |ordinal: u64, frames: Vec<Bytes>| {
+            let _ = self.mesh.relocation_record(
+                &target,
+                Leg::Send,
+                CommandBody::RelocationData(RelocationData {
+                    relocation_id,
+                    target_attempt_generation: 1,
+                    relay_ordinal: ordinal,
+                    frames,
+                }),
+                None,
+            );
+        };
+        let relay = |copies: &mut Vec<RelayCopy>, c: Carried| {
+            let ordinal = copies.len() as u64;
+            let (header, request) = match c.reply {
+                None => (None, None),
+                Some(reply) => {
+                    let (ptx, prx) = oneshot::channel();
+                    match self
+                        .mesh
+                        .carry_request(&target, ptx, carried_deadline_unix_ms())
+                    {
+                        Ok((h, k)) => (
+                            Some(h),
+                            Some((
+                                CarriedRequest {
+                                    key: k,
+                                    relayed: prx,
+                                },
+                                reply,
+                            )),
+                        ),
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+            };
+            let frames =
+                match carried_record(&route, &me, header, c.payload.clone(), c.metadata.clone()) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        if let Some((cr, reply)) = request {
+                            let _ = self.mesh.uncarry(&cr.key);
+                            let _ = reply.send(Err(e));
+                        }
+                        return;
+                    }
+                };
+            send_relay(ordinal, frames.clone());
+            self.relocations
+                .relayed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            copies.push(RelayCopy {
+                frames,
+                payload: c.payload,
+                metadata: c.metadata,
+                request,
+            });
+        };
+        let send_cutover = |copies: &Vec<RelayCopy>| {
+            let _ = self.mesh.relocation_record(
+                &target,
+                Leg::Send,
+                CommandBody::RelocationCutover(RelocationCutover {
+                    relocation_id,
+                    target_attempt_generation: 1,
+                    coordinator_fence: lease.lease_generation,
+                    boundary_record_count: copies.len() as u64,
+                    boundary_checksum_crc32c: boundary_crc(
+                        copies.iter().map(|c| c.frames.as_slice()),
+                    ),
+                }),
+                None,
+            );
+        };
+        let outcome = loop {
+            let next = unit
+                .next_tick_ms(&timings)
+                .map(|t| transfer_at + Duration::from_millis(t));
+            let event = tokio::select! {
+                a = answers.recv() => match a {
+                    Some(PrepareAnswer::Ready) => SourceEvent::Ready,
+                    Some(PrepareAnswer::Failed(r)) => SourceEvent::Failed(r),
+                    None => SourceEvent::Tick,
+                },
+                () = intake.arrived(), if cutover_sent => {
+                    for c in intake.take() {
+                        relay(&mut copies, c);
+                    }
+                    continue;
+                }
+                () = sleep_until_opt(next) => SourceEvent::Tick,
+            };
+            let now = ms(Instant::now());
+            let mut actions = unit.step(event, now, &timings);
+            let mut i = 0;
+            while i < actions.len() {
+                match actions[i] {
+                    SourceAction::SendCutover => {
+                        for c in intake.take() {
+                            relay(&mut copies, c);
+                        }
+                        send_cutover(&copies);
+                        cutover_sent = true;
+                    }
+                    SourceAction::ResendPrepare => {
+                        let _ = send_transfer();
+                    }
+                    SourceAction::ResendRelaysAndCutover => {
+                        for (ordinal, c) in copies.iter().enumerate() {
+                            send_relay(ordinal as u64, c.frames.clone());
+                        }
+                        send_cutover(&copies);
+                    }
+                    SourceAction::ReadAuthority => {
+                        let view = self.authority_view(&key, generation, aog, &target).await;
+                        let now = ms(Instant::now());
+                        actions.extend(unit.step(SourceEvent::Authority(view), now, &timings));
+                    }
+                    SourceAction::ReportUnresolved => {
+                        if let Some(r) = report.take() {
+                            let _ = r.send(Moved {
+                                outcome: UnitOutcome::Unresolved,
+                                follow_until: None,
+                            });
+                        }
+                    }
+                    SourceAction::Restore | SourceAction::DropCopies => {}
+                }
+                i += 1;
+            }
+            if let Some(o) = unit.outcome() {
+                break o;
+            }
+        };
+        self.relocations.forget_answers(&relocation_id);
+        let moved = match outcome {
+            SourceOutcome::HandedOver => {
+                // Followed records continue the relay ordinals.
+                let mut next_ordinal = copies.len() as u64;
+                // The terminals of carried requests come back relayed: forward them.
+                let mut replies: std::collections::HashMap<u64, Reply> =
+                    captured.into_replies().into_iter().collect();
+                for (seq, c) in carried_requests {
+                    if let Some(reply) = replies.remove(&seq) {
+                        forward(c.relayed, reply);
+                    }
+                }
+                for c in copies.drain(..) {
+                    if let Some((cr, reply)) = c.request {
+                        forward(cr.relayed, reply);
+                    }
+                }
+                obj.close().await;
+                let _ = self.objects.remove(&key, generation);
+                self.relocations
+                    .handed_over
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let follow_until = Instant::now() + settings.message_follow + settings.cutover_wait;
+                // Message Follow: arrivals on the old route keep going to the target.
+                let this = Arc::clone(&self);
+                let follow_intake = Arc::clone(&intake);
+                let (follow_route, follow_target, follow_me) =
+                    (route.clone(), target.clone(), me.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            () = follow_intake.arrived() => {}
+                            () = tokio::time::sleep_until(follow_until.into()) => break,
+                        }
+                        for c in follow_intake.take() {
+                            this.follow_one(
+                                &follow_route,
+                                &follow_me,
+                                &follow_target,
+                                relocation_id,
+                                next_ordinal,
+                                c,
+                            );
+                            next_ordinal += 1;
+                        }
+                    }
+                    this.live().forget_incarnation(&key, generation);
+                    follow_intake.end_with(
+                        ErrorKind::StaleRoute,
+                        "the object moved to another node and its follow window ended",
+                    );
+                });
+                Moved {
+                    outcome: UnitOutcome::HandedOver,
+                    follow_until: Some(follow_until),
+                }
+            }
+            SourceOutcome::Failed(_) | SourceOutcome::RestoredTargetGone => {
+                undo_carried(&mut carried_requests);
+                obj.resume_moved(captured);
+                let back: Vec<Carried> = copies
+                    .into_iter()
+                    .map(|c| Carried {
+                        payload: c.payload,
+                        metadata: c.metadata,
+                        reply: c.request.map(|(cr, reply)| {
+                            let _ = self.mesh.uncarry(&cr.key);
+                            reply
+                        }),
+                    })
+                    .collect();
+                give_back(back);
+                self.relocations
+                    .restored
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Moved {
+                    outcome: match outcome {
+                        SourceOutcome::Failed(r) => UnitOutcome::Failed(r.name().to_owned()),
+                        SourceOutcome::RestoredTargetGone | SourceOutcome::HandedOver => {
+                            UnitOutcome::RestoredTargetGone
+                        }
+                    },
+                    follow_until: None,
+                }
+            }
+        };
+        if let Some(r) = report.take() {
+            let _ = r.send(moved);
+        }
+    }
+
+    /// A Ready (30) or Failed (53) answer to one of this node's Prepares.
+    pub(super) fn on_prepare_answer(&self, from: &NodeFence, id: [u8; 16], answer: PrepareAnswer) {
+        if !self.relocations.answer(&id, answer) {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(from = %from.rid, ?answer, "an answer to an unknown relocation was dropped");
+        }
+    }
+
+    /// Relay one arrival on the old route after the handover (Message Follow, wire §3.1): the
+    /// same record, ordinal after the last one; a request's terminal comes back relayed.
+    fn follow_one(
+        &self,
+        route: &RouteFence,
+        me: &NodeFence,
+        target: &NodeFence,
+        relocation_id: [u8; 16],
+        ordinal: u64,
+        c: Carried,
+    ) {
+        let header = match c.reply {
+            None => None,
+            Some(reply) => {
+                let (ptx, prx) = oneshot::channel();
+                match self
+                    .mesh
+                    .carry_request(target, ptx, carried_deadline_unix_ms())
+                {
+                    Ok((h, _)) => {
+                        forward(prx, reply);
+                        Some(h)
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        };
+        let sent = carried_record(route, me, header, c.payload, c.metadata).and_then(|frames| {
+            self.mesh.relocation_record(
+                target,
+                Leg::Send,
+                CommandBody::RelocationData(RelocationData {
+                    relocation_id,
+                    target_attempt_generation: 1,
+                    relay_ordinal: ordinal,
+                    frames,
+                }),
+                None,
+            )
+        });
+        match sent {
+            Ok(()) => {
+                self.relocations
+                    .followed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.relocations
+                    .follow_drops
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(error = %e, object = %route.object_id, "a followed record could not be relayed");
+            }
+        }
+    }
+
+    /// What the authority of a moving unit says (the source's only store access: a read).
+    async fn authority_view(
+        &self,
+        key: &AuthorityKey,
+        generation: u64,
+        aog: u64,
+        target: &NodeFence,
+    ) -> AuthorityView {
+        let me = self.mesh.fence();
+        match self.store.read_authority(key).await {
+            Ok(AuthorityRead::Found(a)) => {
+                if a.owner_node.rid == target.rid
+                    && a.owner_node.lifecycle_generation == target.lifecycle_generation
+                {
+                    AuthorityView::Target
+                } else if a.owner_node.rid == me.rid
+                    && a.owner_node.lifecycle_generation == me.lifecycle_generation
+                    && a.object_generation == generation
+                    && a.authority_owner_generation == aog
+                {
+                    AuthorityView::Unchanged {
+                        target_lease_live: self.node_is_live(target).await,
+                    }
+                } else {
+                    AuthorityView::Other
+                }
+            }
+            Ok(AuthorityRead::Missing { .. }) => AuthorityView::Other,
+            Err(_) => AuthorityView::ReadFailed,
+        }
+    }
+
+    /// Whether node lifecycle `node` still publishes its descriptor (descriptors disappear
+    /// with their host's lease). A store that does not answer counts as live: a dead target
+    /// must be proven.
+    async fn node_is_live(&self, node: &NodeFence) -> bool {
+        let mesh = self.mesh.descriptor().mesh_name;
+        match self
+            .store
+            .list_descriptors(DescriptorKind::MeshNode, &mesh)
+            .await
+        {
+            Ok(list) => list.iter().any(|d| {
+                d.key.rid == node.rid && d.lifecycle_generation == node.lifecycle_generation
+            }),
+            Err(_) => true,
+        }
+    }
+}
+
+/// Forward a relayed terminal to the caller that waits for it here.
+fn forward(relayed: oneshot::Receiver<Result<TypedPayload, CallError>>, reply: Reply) {
+    tokio::spawn(async move {
+        let r = relayed.await.unwrap_or_else(|_| {
+            Err(CallError::new(
+                ErrorKind::Unavailable,
+                "the relayed terminal of a moved request was lost",
+            ))
+        });
+        let _ = reply.send(r);
+    });
+}
+
+fn stayed_or_failed(e: &CallError) -> Moved {
+    Moved {
+        outcome: match e.kind() {
+            ErrorKind::Unavailable => UnitOutcome::Stayed(StayReason::NoTarget),
+            _ => UnitOutcome::Failed(format!("CaptureFailed: {}", e.detail())),
+        },
+        follow_until: None,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,391 @@
+//! Moving every unit off this node (issue 17 items 1 and 2): which objects are units, which
+//! peers may take each one, and running the moves.
+//!
+//! The pure core is [`may_take`]: a target is a Ready peer that is a `Serving` Object Server
+//! with a positive weight and the unit's kind and stable type, in another maintenance wave when
+//! this node has one, and of the right application version — this node's own for
+//! `PlannedMaintenance`, exactly the requested one for `RollingUpdate` (never higher) — and on
+//! the caller's allow-list when it gave one. Among those, units are spread by placement weight
+//! (smooth weighted round-robin, one selector per relocation).
+//!
+//! Units here: Instance Spots and User Spots without members. Entry Spots stay (they are the
+//! node's own). Actors (their Entry-Spot membership moves with them) and User Spots with members
+//! end `Failed` with the reason, so a relocation holding them is not `Completed` and an operator
+//! does not delete the pod (issue 17 keeps them open).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use zlink_protocol::generated::{
+    NodeDescriptor, ObjectKind as WireKind, ObjectRole, RelocationPolicy, RuntimeState,
+};
+use zlink_store::types::{AuthorityKey, ObjectKind as StoreKind};
+
+use super::{ObjectRuntime, ObjectStore, wire_kind};
+use crate::mesh::peer::PeerState;
+use crate::object::registry::ObjectTypeKind;
+use crate::relocation::host::{RelocationMode, StayReason, UnitOutcome};
+use crate::select::SmoothWeighted;
+
+/// What a relocation asks of the object runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelocatePlan {
+    /// Why it runs.
+    pub mode: RelocationMode,
+    /// `RollingUpdate`: the exact application version of the targets (ignored otherwise).
+    pub target_version: u64,
+    /// When units still pending are reported `Unresolved`.
+    pub deadline: Duration,
+    /// When not empty: only these peers may take units.
+    pub target_rids: Vec<String>,
+    /// Units moved at the same time.
+    pub concurrency: usize,
+}
+
+impl Default for RelocatePlan {
+    fn default() -> Self {
+        Self {
+            mode: RelocationMode::PlannedMaintenance,
+            target_version: 0,
+            deadline: Duration::from_secs(60),
+            target_rids: Vec::new(),
+            concurrency: 32,
+        }
+    }
+}
+
+/// How one unit's move ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitReport {
+    /// Actor or Spot.
+    pub kind: StoreKind,
+    /// Its global ID.
+    pub id: String,
+    /// Its stable type.
+    pub stable_type: String,
+    /// The peer chosen (none when it stayed before a target was picked).
+    pub target: Option<String>,
+    /// The outcome.
+    pub outcome: UnitOutcome,
+    /// A handover: when its Message Follow window ends (this node's clock).
+    pub follow_until: Option<Instant>,
+}
+
+/// Whether peer descriptor `d` may take a unit of `kind` / `stable_type` from `me` (see the
+/// module docs).
+pub fn may_take(
+    me: &NodeDescriptor,
+    d: &NodeDescriptor,
+    kind: WireKind,
+    stable_type: &str,
+    policy: RelocationPolicy,
+    plan: &RelocatePlan,
+) -> bool {
+    d.node != me.node
+        && d.object_role == ObjectRole::Server
+        && d.state == RuntimeState::Serving
+        && d.placement_weight > 0
+        && (me.maintenance_wave.is_empty() || d.maintenance_wave != me.maintenance_wave)
+        && match plan.mode {
+            RelocationMode::PlannedMaintenance => d.application_version == me.application_version,
+            RelocationMode::RollingUpdate => d.application_version == plan.target_version,
+        }
+        && (plan.target_rids.is_empty() || plan.target_rids.contains(&d.node.rid))
+        && d.object_capabilities.iter().any(|c| {
+            c.object_kind == kind && c.stable_type == stable_type && c.relocation_policy == policy
+        })
+}
+
+impl<S: ObjectStore> ObjectRuntime<S> {
+    /// Relocation settings (chunk limit, cutover wait, restore timeout, follow duration).
+    pub fn set_relocation_settings(&self, s: super::RelocationSettings) {
+        self.inner.relocations.set_settings(s);
+    }
+
+    /// The relocation settings in force.
+    pub fn relocation_settings(&self) -> super::RelocationSettings {
+        self.inner.relocations.settings()
+    }
+
+    /// Counters of the moves from and to this node.
+    pub fn relocation_stats(&self) -> &super::RelocationStats {
+        &self.inner.relocations.stats
+    }
+
+    /// Mark this host as relocating (or relocated): it takes no unit from other nodes and
+    /// creates or activates nothing new (`Unavailable`).
+    pub fn set_relocating(&self, on: bool) {
+        self.inner.relocations.set_relocating(on);
+    }
+
+    /// Move every unit off this node (see the module docs); one report per unit, in ID order.
+    pub async fn relocate(&self, plan: &RelocatePlan) -> Vec<UnitReport> {
+        let inner = Arc::clone(&self.inner);
+        let deadline = Instant::now() + plan.deadline;
+        let me = inner.mesh.descriptor();
+        let peers: Vec<NodeDescriptor> = inner
+            .mesh
+            .peers()
+            .into_iter()
+            .filter(|p| p.state == PeerState::Ready)
+            .filter_map(|p| p.descriptor)
+            .collect();
+        // The units, in ID order.
+        #[allow(clippy::type_complexity)]
+        let mut units: Vec<(
+            AuthorityKey,
+            StoreKind,
+            String,
+            String,
+            ObjectTypeKind,
+            RelocationPolicy,
+        )> = {
+            let live = inner.live();
+            live.iter()
+                .filter(|(_, e)| e.ty.kind() != ObjectTypeKind::EntrySpot)
+                .filter_map(|(key, e)| {
+                    let (kind, id) = super::key_parts(key)?;
+                    Some((
+                        key.clone(),
+                        kind,
+                        id,
+                        e.ty.stable_type().to_owned(),
+                        e.ty.kind(),
+                        e.ty.policy(),
+                    ))
+                })
+                .collect()
+        };
+        units.sort_by(|a, b| (a.1 as u8, &a.2).cmp(&(b.1 as u8, &b.2)));
+        let mut selector: SmoothWeighted<String> = SmoothWeighted::default();
+        let mut jobs = Vec::new();
+        let mut reports = Vec::new();
+        for (key, store_kind, id, stable_type, kind, policy) in units {
+            let report = |target: Option<String>, outcome| UnitReport {
+                kind: store_kind,
+                id: id.clone(),
+                stable_type: stable_type.clone(),
+                target,
+                outcome,
+                follow_until: None,
+            };
+            let blocked = match kind {
+                ObjectTypeKind::Actor => Some(
+                    "Actor units (an Entry-Spot membership moving with the Actor) are not \
+                     movable by this version",
+                ),
+                ObjectTypeKind::UserSpot
+                    if inner.live().members_of(&id).is_some_and(|m| !m.is_empty()) =>
+                {
+                    Some("User Spots with members are not movable by this version")
+                }
+                ObjectTypeKind::UserSpot
+                | ObjectTypeKind::InstanceSpot
+                | ObjectTypeKind::EntrySpot => None,
+            };
+            if policy == RelocationPolicy::DisableRelocation {
+                reports.push(report(None, UnitOutcome::Stayed(StayReason::Disabled)));
+                continue;
+            }
+            if let Some(why) = blocked {
+                reports.push(report(None, UnitOutcome::Failed(why.to_owned())));
+                continue;
+            }
+            let wk = wire_kind(store_kind);
+            let candidates: Vec<&NodeDescriptor> = peers
+                .iter()
+                .filter(|d| may_take(&me, d, wk, &stable_type, policy, plan))
+                .collect();
+            let _ = selector.set_candidates(
+                candidates
+                    .iter()
+                    .map(|d| (d.node.rid.clone(), d.placement_weight)),
+            );
+            let Some(rid) = (!candidates.is_empty()).then(|| selector.pick()).flatten() else {
+                reports.push(report(None, UnitOutcome::Stayed(StayReason::NoTarget)));
+                continue;
+            };
+            let Some(target) = candidates
+                .iter()
+                .find(|d| d.node.rid == rid)
+                .map(|d| d.node.clone())
+            else {
+                reports.push(report(None, UnitOutcome::Stayed(StayReason::NoTarget)));
+                continue;
+            };
+            jobs.push((key, store_kind, id, stable_type, target));
+        }
+        let moved: Vec<UnitReport> = futures::stream::iter(jobs)
+            .map(|(key, store_kind, id, stable_type, target)| {
+                let inner = Arc::clone(&inner);
+                async move {
+                    let m = inner.move_unit(key, target.clone(), deadline).await;
+                    UnitReport {
+                        kind: store_kind,
+                        id,
+                        stable_type,
+                        target: Some(target.rid),
+                        outcome: m.outcome,
+                        follow_until: m.follow_until,
+                    }
+                }
+            })
+            .buffer_unordered(plan.concurrency.max(1))
+            .collect()
+            .await;
+        reports.extend(moved);
+        reports.sort_by(|a, b| (a.kind as u8, &a.id).cmp(&(b.kind as u8, &b.id)));
+        reports
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use zlink_protocol::generated::{NodeFence, ObjectCapability};
+
+    const P: RelocationPolicy = RelocationPolicy::PreserveState;
+
+    fn desc(rid: &str, version: u64, wave: &str) -> NodeDescriptor {
+        NodeDescriptor {
+            mesh_name: "m".into(),
+            node: NodeFence {
+                rid: rid.into(),
+                lifecycle_generation: 1,
+            },
+            descriptor_revision: 1,
+            endpoint: "tcp://127.0.0.1:1".into(),
+            security_identity: String::new(),
+            object_role: ObjectRole::Server,
+            state: RuntimeState::Serving,
+            application_version: version,
+            maintenance_wave: wave.into(),
+            placement_weight: 100,
+            entry_spot_id: format!("entry-{rid}"),
+            channels: Vec::new(),
+            object_capabilities: vec![ObjectCapability {
+                object_kind: WireKind::Spot,
+                stable_type: "counter".into(),
+                relocation_policy: P,
+                capacity_limit: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn targets_by_state_role_weight_wave_version_type_and_allow_list() {
+        let me = desc("a", 3, "");
+        let pm = RelocatePlan::default();
+        let ru = RelocatePlan {
+            mode: RelocationMode::RollingUpdate,
+            target_version: 4,
+            ..RelocatePlan::default()
+        };
+        let ok = desc("b", 3, "");
+        assert!(may_take(&me, &ok, WireKind::Spot, "counter", P, &pm));
+        assert!(
+            !may_take(
+                &me,
+                &ok,
+                WireKind::Spot,
+                "counter",
+                RelocationPolicy::RecreateOnRelocation,
+                &pm
+            ),
+            "policy"
+        );
+        assert!(
+            !may_take(&me, &me, WireKind::Spot, "counter", P, &pm),
+            "not itself"
+        );
+        assert!(!may_take(&me, &ok, WireKind::Spot, "room", P, &pm), "type");
+        assert!(
+            !may_take(&me, &ok, WireKind::Actor, "counter", P, &pm),
+            "kind"
+        );
+        let mut d = ok.clone();
+        d.state = RuntimeState::Relocating;
+        assert!(
+            !may_take(&me, &d, WireKind::Spot, "counter", P, &pm),
+            "state"
+        );
+        let mut d = ok.clone();
+        d.object_role = ObjectRole::Client;
+        assert!(
+            !may_take(&me, &d, WireKind::Spot, "counter", P, &pm),
+            "role"
+        );
+        let mut d = ok.clone();
+        d.placement_weight = 0;
+        assert!(
+            !may_take(&me, &d, WireKind::Spot, "counter", P, &pm),
+            "weight"
+        );
+        assert!(
+            !may_take(&me, &desc("b", 4, ""), WireKind::Spot, "counter", P, &pm),
+            "higher version for PM"
+        );
+        assert!(may_take(
+            &me,
+            &desc("b", 4, ""),
+            WireKind::Spot,
+            "counter",
+            P,
+            &ru
+        ));
+        assert!(
+            !may_take(&me, &desc("b", 5, ""), WireKind::Spot, "counter", P, &ru),
+            "never higher"
+        );
+        assert!(
+            !may_take(&me, &desc("b", 3, ""), WireKind::Spot, "counter", P, &ru),
+            "RU needs the requested one"
+        );
+        let waved = desc("a", 3, "w1");
+        assert!(
+            !may_take(
+                &waved,
+                &desc("b", 3, "w1"),
+                WireKind::Spot,
+                "counter",
+                P,
+                &pm
+            ),
+            "same wave"
+        );
+        assert!(may_take(
+            &waved,
+            &desc("b", 3, "w2"),
+            WireKind::Spot,
+            "counter",
+            P,
+            &pm
+        ));
+        assert!(may_take(
+            &waved,
+            &desc("b", 3, ""),
+            WireKind::Spot,
+            "counter",
+            P,
+            &pm
+        ));
+        let only_c = RelocatePlan {
+            target_rids: vec!["c".into()],
+            ..RelocatePlan::default()
+        };
+        assert!(
+            !may_take(&me, &ok, WireKind::Spot, "counter", P, &only_c),
+            "allow-list"
+        );
+        assert!(may_take(
+            &me,
+            &desc("c", 3, ""),
+            WireKind::Spot,
+            "counter",
+            P,
+            &only_c
+        ));
+    }
+}

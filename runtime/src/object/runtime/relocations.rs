@@ -1,0 +1,164 @@
+//! What one object runtime keeps about the moves it runs (as a source) and receives (as a
+//! target): settings, the routing of Prepare answers and relay acknowledgements, the units
+//! arriving here, their temporary queues, and counters.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use zlink_store::types::AuthorityKey;
+
+use super::arriving::Arriving;
+use super::intake::Intake;
+use super::moving::PrepareAnswer;
+use crate::config::defaults;
+
+/// Relocation settings of one runtime (issue 17 items 1, 4, 5 and 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelocationSettings {
+    /// `RelocationPayloadChunkLimit`: the largest `relocationState` chunk sent (bytes).
+    pub chunk_limit: usize,
+    /// `RelocationCutoverWaitTimeout`: the target's fallback after Ready and the source's
+    /// retransmission window after the cutover.
+    pub cutover_wait: Duration,
+    /// `relocation.restore_timeout_ms`: how long a target retries its CAS after the Prepare.
+    pub restore_timeout: Duration,
+    /// `MessageFollowDuration`: how long an old owner follows arrivals to the new one
+    /// (`ZERO`: off).
+    pub message_follow: Duration,
+}
+
+impl Default for RelocationSettings {
+    fn default() -> Self {
+        Self {
+            chunk_limit: usize::try_from(defaults::RELOCATION_PAYLOAD_CHUNK_LIMIT)
+                .unwrap_or(256 * 1024),
+            cutover_wait: defaults::RELOCATION_CUTOVER_WAIT_TIMEOUT,
+            restore_timeout: Duration::from_secs(10),
+            message_follow: defaults::MESSAGE_FOLLOW_DURATION,
+        }
+    }
+}
+
+/// Counters of the moves of one runtime.
+#[derive(Debug, Default)]
+pub struct RelocationStats {
+    /// Units whose transfer was sent (this node as source).
+    pub moves_started: AtomicU64,
+    /// Not-yet-run items carried in envelopes (source).
+    pub saved_work: AtomicU64,
+    /// Held arrivals relayed before and at the cutover (source).
+    pub relayed: AtomicU64,
+    /// Units handed over (source).
+    pub handed_over: AtomicU64,
+    /// Units put back after a failed or abandoned move (source).
+    pub restored: AtomicU64,
+    /// Records followed to a new owner after a handover (source).
+    pub followed: AtomicU64,
+    /// Followed records that could not be relayed (source).
+    pub follow_drops: AtomicU64,
+    /// Units committed and switched in here (target).
+    pub arrived: AtomicU64,
+    /// Prepares answered with `relocationFailed` (target).
+    pub refused: AtomicU64,
+    /// Units given up after Ready: stale or `location_update_failed` (target).
+    pub abandoned: AtomicU64,
+    /// Commits started by the cutover fallback (target).
+    pub cutover_timeouts: AtomicU64,
+    /// Cutovers that arrived after the commit started (target).
+    pub late_cutovers: AtomicU64,
+    /// Relocation records naming no known relocation (dropped).
+    pub unknown_records: AtomicU64,
+    /// Terminals relayed back to a source (target).
+    pub reply_relays_sent: AtomicU64,
+}
+
+/// A temporary queue of a unit arriving here: arrivals on a route naming this node, this lease
+/// and an owner generation above the source's join it instead of being refused (wire §9 "CAS
+/// reply in flight").
+pub(super) struct TemporaryQueue {
+    pub(super) intake: Arc<Intake>,
+    pub(super) source_owner_generation: u64,
+    pub(super) lease_generation: u64,
+}
+
+/// A relayed terminal's identity: (relocation, operation high, low, reply route).
+pub(super) type RelayKey = ([u8; 16], u64, u64, u64);
+
+/// See the module docs.
+#[derive(Default)]
+pub(super) struct Relocations {
+    settings: Mutex<RelocationSettings>,
+    answers: Mutex<HashMap<[u8; 16], mpsc::UnboundedSender<PrepareAnswer>>>,
+    pub(super) arriving: Mutex<HashMap<[u8; 16], Arc<Arriving>>>,
+    pub(super) temporary: Mutex<HashMap<AuthorityKey, TemporaryQueue>>,
+    /// Relayed terminals waiting for their `replyRelayAck` (46), by (relocation, operation
+    /// high, low, reply route).
+    pub(super) acks: Mutex<HashMap<RelayKey, oneshot::Sender<()>>>,
+    /// This host relocates (or relocated): it takes no unit and no new object.
+    relocating: AtomicBool,
+    pub(super) stats: RelocationStats,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl std::ops::Deref for Relocations {
+    type Target = RelocationStats;
+    fn deref(&self) -> &RelocationStats {
+        &self.stats
+    }
+}
+
+impl Relocations {
+    pub(super) fn settings(&self) -> RelocationSettings {
+        *lock(&self.settings)
+    }
+
+    pub(super) fn set_settings(&self, s: RelocationSettings) {
+        *lock(&self.settings) = s;
+    }
+
+    pub(super) fn set_relocating(&self, on: bool) {
+        self.relocating.store(on, Ordering::Release);
+    }
+
+    pub(super) fn relocating(&self) -> bool {
+        self.relocating.load(Ordering::Acquire)
+    }
+
+    pub(super) fn expect_answers(&self, id: [u8; 16], tx: mpsc::UnboundedSender<PrepareAnswer>) {
+        lock(&self.answers).insert(id, tx);
+    }
+
+    pub(super) fn forget_answers(&self, id: &[u8; 16]) {
+        lock(&self.answers).remove(id);
+    }
+
+    /// Route a Ready / Failed answer to its move; `false` for an unknown relocation.
+    pub(super) fn answer(&self, id: &[u8; 16], a: PrepareAnswer) -> bool {
+        match lock(&self.answers).get(id) {
+            Some(tx) => tx.send(a).is_ok(),
+            None => false,
+        }
+    }
+
+    pub(super) fn arriving(&self, id: &[u8; 16]) -> Option<Arc<Arriving>> {
+        lock(&self.arriving).get(id).cloned()
+    }
+
+    pub(super) fn temporary(&self) -> MutexGuard<'_, HashMap<AuthorityKey, TemporaryQueue>> {
+        lock(&self.temporary)
+    }
+
+    pub(super) fn acks(&self) -> MutexGuard<'_, HashMap<RelayKey, oneshot::Sender<()>>> {
+        lock(&self.acks)
+    }
+
+    pub(super) fn arriving_map(&self) -> MutexGuard<'_, HashMap<[u8; 16], Arc<Arriving>>> {
+        lock(&self.arriving)
+    }
+}

@@ -1,0 +1,440 @@
+//! Live relocation across real MeshNodes on the memory Location Store (issue 17; wire §9–§11;
+//! glossary §5 "Relocation"):
+//!
+//! - Instance Spots move with their state, their not-yet-run queue (one-way messages and
+//!   requests, in order) and their timers; calls made during the move are held, relayed and
+//!   answered; nothing is lost or applied twice, and the authority names the target;
+//! - arrivals on the old route after the handover are followed to the target (Message Follow);
+//! - a target that cannot restore answers `restoreFailed` (53) and the source puts everything
+//!   back in order;
+//! - `DisableRelocation` stays, and no eligible target stays `NoTarget`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::WAIT;
+use common::cluster::Cluster;
+use serde::{Deserialize, Serialize};
+use zlink::call::error::{CallError, ErrorKind};
+use zlink::mesh::JsonMessage;
+use zlink::object::exec::ObjectHandlers;
+use zlink::object::registry::{FactoryInput, JsonState, Registry, Relocation, StateAdapter};
+use zlink::object::runtime::{RelocatePlan, UnitReport};
+use zlink::relocation::host::{StayReason, UnitOutcome};
+use zlink_store::types::{AuthorityRead, ObjectKind};
+
+const T: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Add {
+    seq: u64,
+}
+impl JsonMessage for Add {
+    const PACKET_NAME: &'static str = "tally.Add";
+}
+
+/// A turn that takes `ms` (so work queues behind it).
+#[derive(Debug, Serialize, Deserialize)]
+struct Slow {
+    ms: u64,
+}
+impl JsonMessage for Slow {
+    const PACKET_NAME: &'static str = "tally.Slow";
+}
+
+/// A turn that waits for the test's [`GATE`] (so work queues behind it deterministically).
+#[derive(Debug, Serialize, Deserialize)]
+struct Gated {}
+impl JsonMessage for Gated {
+    const PACKET_NAME: &'static str = "tally.Gated";
+}
+
+/// Released by the test once everything it wants queued is queued.
+static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Tick {}
+impl JsonMessage for Tick {
+    const PACKET_NAME: &'static str = "tally.Tick";
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Read {}
+impl JsonMessage for Read {
+    const PACKET_NAME: &'static str = "tally.Read";
+}
+
+/// The state: every applied sequence number in order (so loss, duplication and reordering
+/// all show), and the timer ticks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Tally {
+    seqs: Vec<u64>,
+    ticks: u64,
+    armed: bool,
+}
+impl JsonMessage for Tally {
+    const PACKET_NAME: &'static str = "tally.Tally";
+}
+
+fn handlers() -> ObjectHandlers<Tally> {
+    let mut h: ObjectHandlers<Tally> = ObjectHandlers::new();
+    h.on_send(|ctx, a: Add| async move {
+        let arm = {
+            let mut s = ctx.state();
+            s.seqs.push(a.seq);
+            !std::mem::replace(&mut s.armed, true)
+        };
+        if arm {
+            ctx.timer_every(1, Duration::from_millis(40), &Tick {})?;
+        }
+        Ok(())
+    });
+    h.on_request(|ctx, a: Add| async move {
+        let mut s = ctx.state();
+        s.seqs.push(a.seq);
+        Ok::<_, CallError>(s.clone())
+    });
+    h.on_send(|_ctx, s: Slow| async move {
+        tokio::time::sleep(Duration::from_millis(s.ms)).await;
+        Ok(())
+    });
+    h.on_send(|_ctx, _g: Gated| async move {
+        GATE.acquire().await.unwrap().forget();
+        Ok(())
+    });
+    h.on_send(|ctx, _t: Tick| async move {
+        ctx.state().ticks += 1;
+        Ok(())
+    });
+    h.on_request(|ctx, _r: Read| async move { Ok::<_, CallError>(ctx.state().clone()) });
+    h
+}
+
+/// An adapter whose restores fail while `refuse` is set (the target's side of a refused move).
+struct Picky {
+    refuse: Arc<AtomicBool>,
+}
+impl StateAdapter<Tally> for Picky {
+    fn capture(&self, state: &Tally) -> Result<bytes::Bytes, CallError> {
+        <JsonState as StateAdapter<Tally>>::capture(&JsonState, state)
+    }
+    fn restore(&self, bytes: &[u8]) -> Result<Tally, CallError> {
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                "this version refuses the state",
+            ));
+        }
+        <JsonState as StateAdapter<Tally>>::restore(&JsonState, bytes)
+    }
+}
+
+fn registry(policy: Relocation<Tally>) -> Registry {
+    let mut reg = Registry::new();
+    reg.instance_spot(
+        "tally",
+        |_: FactoryInput| async { Ok(Tally::default()) },
+        handlers,
+    )
+    .relocation(policy)
+    .register();
+    reg
+}
+
+/// Three hosting nodes; every Instance Spot activates on node 0 (the others weigh 0 until
+/// `open_targets`).
+async fn cluster(policy: impl Fn(usize) -> Relocation<Tally> + 'static) -> Cluster {
+    Cluster::builder(3)
+        .registry(move |i| registry(policy(i)))
+        .placement_weights(&[100, 0, 0])
+        .start()
+        .await
+}
+
+/// Give nodes 1 and 2 weight and wait until node 0 sees it.
+async fn open_targets(c: &Cluster) {
+    for n in &c.nodes[1..] {
+        n.set_placement_weight(100).unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    while !c.nodes[1..].iter().all(|n| {
+        c.nodes[0]
+            .peer(n.rid())
+            .and_then(|p| p.descriptor)
+            .is_some_and(|d| d.placement_weight == 100)
+    }) {
+        assert!(t0.elapsed() < WAIT, "descriptors did not propagate");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn owner_of(c: &Cluster, id: &str) -> String {
+    match c.authority(ObjectKind::Spot, id).await {
+        AuthorityRead::Found(a) => a.owner_node.rid,
+        AuthorityRead::Missing { .. } => "missing".into(),
+    }
+}
+
+fn outcomes(r: &[UnitReport]) -> Vec<(String, UnitOutcome)> {
+    r.iter()
+        .map(|u| (u.id.clone(), u.outcome.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_spots_move_with_state_queue_timers_and_calls_in_flight() {
+    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    let caller = &c.rts[2];
+    let ids: Vec<String> = (0..8).map(|i| format!("t-{i}")).collect();
+    // Activate every tally on node 0 with seq 0 and arm its timer.
+    for id in &ids {
+        let s: Tally = caller
+            .request_to_instance_spot("tally", id, &Add { seq: 0 }, T)
+            .await
+            .unwrap();
+        assert_eq!(s.seqs, vec![0]);
+        assert_eq!(owner_of(&c, id).await, "node-0");
+    }
+    open_targets(&c).await;
+    // Queue work behind a gated turn, so the capture finds it not yet run: each tally holds
+    // the running gated turn and five sends (queued_work is the marker).
+    let rt0 = &c.rts[0];
+    for id in &ids {
+        caller
+            .send_to_instance_spot("tally", id, &Gated {})
+            .await
+            .unwrap();
+        for seq in 1..=5 {
+            caller
+                .send_to_instance_spot("tally", id, &Add { seq })
+                .await
+                .unwrap();
+        }
+    }
+    let t0 = std::time::Instant::now();
+    while rt0.queued_work() < ids.len() * 6 {
+        assert!(
+            t0.elapsed() < WAIT,
+            "work did not queue: {}",
+            rt0.queued_work()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let plan = RelocatePlan::default();
+    let relocate = rt0.relocate(&plan);
+    // Calls while the move runs: one-way sends and requests, each answered once.
+    let during = async {
+        // The moves wait for the gated turns: these calls arrive while they are sealed.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut sends = Vec::new();
+        for id in &ids {
+            sends.push(
+                caller
+                    .send_to_instance_spot("tally", id, &Add { seq: 6 })
+                    .await,
+            );
+        }
+        GATE.add_permits(ids.len());
+        let mut replies = Vec::new();
+        for id in &ids {
+            let r: Result<Tally, _> = caller
+                .request_to_instance_spot("tally", id, &Add { seq: 7 }, T)
+                .await;
+            replies.push(r);
+        }
+        (sends, replies)
+    };
+    let (reports, (sends, replies)) = tokio::join!(relocate, during);
+    assert!(sends.iter().all(Result::is_ok), "{sends:?}");
+    for r in &reports {
+        assert_eq!(
+            r.outcome,
+            UnitOutcome::HandedOver,
+            "{:?}",
+            outcomes(&reports)
+        );
+    }
+    assert_eq!(reports.len(), ids.len());
+    for r in replies {
+        let t = r.unwrap();
+        assert_eq!(
+            t.seqs,
+            vec![0, 1, 2, 3, 4, 5, 6, 7],
+            "a request's reply shows everything before it, once"
+        );
+    }
+    for id in &ids {
+        let owner = owner_of(&c, id).await;
+        assert!(
+            owner == "node-1" || owner == "node-2",
+            "{id} is owned by {owner}"
+        );
+        // The old route still works: Message Follow takes it to the new owner.
+        caller
+            .send_to_instance_spot("tally", id, &Add { seq: 8 })
+            .await
+            .unwrap();
+        let s: Tally = caller
+            .request_to_instance_spot("tally", id, &Read {}, T)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.seqs,
+            vec![0, 1, 2, 3, 4, 5, 6, 7, 8],
+            "{id}: nothing lost, duplicated or reordered"
+        );
+    }
+    // The timers moved too: they keep ticking on the target.
+    let before: Vec<u64> = {
+        let mut v = Vec::new();
+        for id in &ids {
+            let s: Tally = caller
+                .request_to_instance_spot("tally", id, &Read {}, T)
+                .await
+                .unwrap();
+            v.push(s.ticks);
+        }
+        v
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (id, b) in ids.iter().zip(before) {
+        let s: Tally = caller
+            .request_to_instance_spot("tally", id, &Read {}, T)
+            .await
+            .unwrap();
+        assert!(
+            s.ticks > b,
+            "{id}: the timer did not tick after the move ({} → {})",
+            b,
+            s.ticks
+        );
+    }
+    assert_eq!(
+        rt0.live_count(),
+        ids.len(),
+        "the source keeps follow routes until its window ends"
+    );
+    let arrived: u64 = c.rts[1..]
+        .iter()
+        .map(|r| r.relocation_stats().arrived.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(arrived, ids.len() as u64);
+    let stats = rt0.relocation_stats();
+    assert_eq!(stats.handed_over.load(Ordering::Relaxed), ids.len() as u64);
+    assert_eq!(
+        stats.saved_work.load(Ordering::Relaxed),
+        ids.len() as u64 * 5,
+        "the five queued sends of each tally travelled in its envelope"
+    );
+    assert!(
+        stats.relayed.load(Ordering::Relaxed) + stats.followed.load(Ordering::Relaxed)
+            >= 2 * ids.len() as u64,
+        "the calls made during the moves were relayed or followed"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_restore_puts_everything_back_in_order() {
+    let refuse = Arc::new(AtomicBool::new(true));
+    let r2 = Arc::clone(&refuse);
+    let c = cluster(move |i| {
+        if i == 0 {
+            Relocation::PreserveWith(Arc::new(JsonState))
+        } else {
+            Relocation::PreserveWith(Arc::new(Picky {
+                refuse: Arc::clone(&r2),
+            }))
+        }
+    })
+    .await;
+    let caller = &c.rts[2];
+    let _: Tally = caller
+        .request_to_instance_spot("tally", "p-1", &Add { seq: 0 }, T)
+        .await
+        .unwrap();
+    open_targets(&c).await;
+    caller
+        .send_to_instance_spot("tally", "p-1", &Slow { ms: 200 })
+        .await
+        .unwrap();
+    for seq in 1..=3 {
+        caller
+            .send_to_instance_spot("tally", "p-1", &Add { seq })
+            .await
+            .unwrap();
+    }
+    let plan = RelocatePlan::default();
+    let relocate = c.rts[0].relocate(&plan);
+    let during = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        caller
+            .send_to_instance_spot("tally", "p-1", &Add { seq: 4 })
+            .await
+            .unwrap();
+        caller
+            .request_to_instance_spot::<Add, Tally>("tally", "p-1", &Add { seq: 5 }, T)
+            .await
+    };
+    let (reports, reply) = tokio::join!(relocate, during);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("p-1".into(), UnitOutcome::Failed("restoreFailed".into()))]
+    );
+    assert_eq!(reply.unwrap().seqs, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(owner_of(&c, "p-1").await, "node-0");
+    let s: Tally = caller
+        .request_to_instance_spot("tally", "p-1", &Read {}, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(
+        c.rts[0].relocation_stats().restored.load(Ordering::Relaxed),
+        1
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_stays_serving_and_no_target_stays() {
+    let c = cluster(|_| Relocation::Disable).await;
+    let caller = &c.rts[2];
+    let _: Tally = caller
+        .request_to_instance_spot("tally", "d-1", &Add { seq: 0 }, T)
+        .await
+        .unwrap();
+    // Nobody else has weight yet: even a movable type would have no target.
+    let reports = c.rts[0].relocate(&RelocatePlan::default()).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("d-1".into(), UnitOutcome::Stayed(StayReason::Disabled))]
+    );
+    open_targets(&c).await;
+    let reports = c.rts[0].relocate(&RelocatePlan::default()).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("d-1".into(), UnitOutcome::Stayed(StayReason::Disabled))]
+    );
+    let s: Tally = caller
+        .request_to_instance_spot("tally", "d-1", &Read {}, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0]);
+    c.shutdown().await;
+
+    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "n-1", &Add { seq: 0 }, T)
+        .await
+        .unwrap();
+    let reports = c.rts[0].relocate(&RelocatePlan::default()).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("n-1".into(), UnitOutcome::Stayed(StayReason::NoTarget))]
+    );
+    c.shutdown().await;
+}
