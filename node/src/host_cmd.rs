@@ -9,7 +9,8 @@ use tonic::transport::Channel;
 use zlink_node::host::load::LoadConfig;
 use zlink_node::host::proto::host_admin_client::HostAdminClient;
 use zlink_node::host::proto::{
-    GetStatusRequest, HostStatus, SetChannelWeightRequest, ShutdownRequest, WatchStatusRequest,
+    GetStatusRequest, HostStatus, RelocateRequest, RelocationMode, RelocationState,
+    SetChannelWeightRequest, ShutdownRequest, WatchStatusRequest,
 };
 use zlink_node::host::{self, HostConfig, HostState};
 
@@ -73,6 +74,32 @@ enum CtlCmd {
         /// Drain deadline in milliseconds (default: the host's configured one).
         #[arg(long, default_value_t = 0)]
         deadline_ms: u64,
+        /// Relocate every object first and wait for SafeToShutdown (`true`/`false`; default:
+        /// the host's `relocation.on_shutdown`).
+        #[arg(long)]
+        relocate_first: Option<bool>,
+    },
+    /// Move this host's objects to other hosts (HostAdmin `Relocate`) and print the outcome of
+    /// every unit. Exits 0 when the relocation is Completed, 4 when it Failed.
+    Relocate {
+        /// `planned-maintenance` (keep the version) or `rolling-update` (needs --version).
+        #[arg(long, default_value = "planned-maintenance")]
+        mode: String,
+        /// RollingUpdate: the targets' exact application version.
+        #[arg(long, default_value_t = 0)]
+        version: u64,
+        /// Deadline in milliseconds (0: the host's `relocation.deadline_ms`).
+        #[arg(long, default_value_t = 0)]
+        deadline_ms: u64,
+        /// Idempotency key: the same id returns that relocation and starts nothing.
+        #[arg(long)]
+        id: Option<String>,
+        /// Only these peers may take units (repeatable).
+        #[arg(long = "target")]
+        targets: Vec<String>,
+        /// Then wait until the host reports SafeToShutdown (its Message Follow windows ended).
+        #[arg(long)]
+        wait_safe: bool,
     },
     /// Set this host's selection weight (0..=10000) in one of its Server channels.
     SetWeight {
@@ -100,6 +127,18 @@ fn status_json(s: &HostStatus) -> serde_json::Value {
         "channels": s.channels.iter().map(|c| serde_json::json!({"channel": c.channel, "role": c.role, "weight": c.weight})).collect::<Vec<_>>(),
         "safe_to_shutdown": s.safe_to_shutdown,
         "sequence": s.sequence,
+        "relocation": s.relocation.as_ref().map(relocation_json),
+    })
+}
+
+fn relocation_json(r: &zlink_node::host::proto::RelocationStatus) -> serde_json::Value {
+    serde_json::json!({
+        "relocation_id": r.relocation_id,
+        "mode": r.mode().as_str_name().trim_start_matches("RELOCATION_MODE_").to_ascii_lowercase(),
+        "version": r.target_application_version,
+        "state": r.state().as_str_name().trim_start_matches("RELOCATION_STATE_").to_ascii_lowercase(),
+        "reason": r.reason,
+        "units": r.units.iter().map(|c| (c.outcome.clone(), c.count)).collect::<std::collections::BTreeMap<_, _>>(),
     })
 }
 
@@ -135,6 +174,9 @@ fn print_status(s: &HostStatus, json: bool) {
             "channel {} ({}) weight {}\n",
             c.channel, c.role, c.weight
         ));
+    }
+    if let Some(r) = &s.relocation {
+        out.push_str(&format!("relocation: {}\n", relocation_json(r)));
     }
     crate::say_line(out.trim_end());
 }
@@ -185,9 +227,111 @@ pub async fn ctl(args: CtlArgs) -> Result<i32> {
                 }
             }
         }
-        CtlCmd::Drain { deadline_ms } => {
+        CtlCmd::Relocate {
+            mode,
+            version,
+            deadline_ms,
+            id,
+            targets,
+            wait_safe,
+        } => {
+            let mode = match mode.as_str() {
+                "planned-maintenance" => RelocationMode::PlannedMaintenance,
+                "rolling-update" => RelocationMode::RollingUpdate,
+                other => bail!("--mode {other:?}: planned-maintenance or rolling-update"),
+            };
             let r = client
-                .shutdown(ShutdownRequest { deadline_ms })
+                .relocate(RelocateRequest {
+                    mode: mode as i32,
+                    target_application_version: version,
+                    deadline_ms,
+                    relocation_id: id.unwrap_or_default(),
+                    target_rids: targets,
+                })
+                .await?
+                .into_inner();
+            let st = r.relocation.unwrap_or_default();
+            for u in &r.units {
+                if args.json {
+                    crate::say_line(
+                        &serde_json::json!({"kind": u.kind, "id": u.id, "stable_type": u.stable_type, "target": u.target_rid, "outcome": u.outcome, "detail": u.detail}).to_string(),
+                    );
+                } else {
+                    crate::say_line(&format!(
+                        "{} {} ({}) → {} {}{}",
+                        u.kind,
+                        u.id,
+                        u.stable_type,
+                        if u.target_rid.is_empty() {
+                            "-"
+                        } else {
+                            &u.target_rid
+                        },
+                        u.outcome,
+                        if u.detail.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", u.detail)
+                        }
+                    ));
+                }
+            }
+            let counts: Vec<String> = st
+                .units
+                .iter()
+                .map(|c| format!("{}={}", c.outcome, c.count))
+                .collect();
+            let state = st
+                .state()
+                .as_str_name()
+                .trim_start_matches("RELOCATION_STATE_")
+                .to_ascii_lowercase();
+            if args.json {
+                crate::say_line(
+                    &serde_json::json!({"relocation_id": st.relocation_id, "state": state, "version": st.target_application_version, "units": counts, "reason": st.reason}).to_string(),
+                );
+            } else {
+                crate::say_line(&format!(
+                    "relocation {} {state} (version {}): {}{}",
+                    st.relocation_id,
+                    st.target_application_version,
+                    counts.join(" "),
+                    if st.reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", st.reason)
+                    }
+                ));
+            }
+            if wait_safe {
+                let mut stream = client
+                    .watch_status(WatchStatusRequest {})
+                    .await?
+                    .into_inner();
+                while let Some(s) = stream.message().await? {
+                    if s.safe_to_shutdown {
+                        crate::say_line(if args.json {
+                            "{\"safe_to_shutdown\":true}"
+                        } else {
+                            "safe to shut down"
+                        });
+                        break;
+                    }
+                }
+            }
+            if st.state() != RelocationState::Completed {
+                return Ok(4);
+            }
+        }
+        CtlCmd::Drain {
+            deadline_ms,
+            relocate_first,
+        } => {
+            let r = client
+                .shutdown(ShutdownRequest {
+                    deadline_ms,
+                    relocate_first,
+                })
                 .await?
                 .into_inner();
             let state = HostState::from_proto(r.state).map_or("unspecified", HostState::name);

@@ -61,7 +61,10 @@ async fn admin_calls_without_or_with_a_wrong_token_are_rejected() {
     let e = wrong.get_status(GetStatusRequest {}).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
     let e = wrong
-        .shutdown(ShutdownRequest { deadline_ms: 1 })
+        .shutdown(ShutdownRequest {
+            deadline_ms: 1,
+            relocate_first: None,
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
@@ -136,7 +139,10 @@ async fn watch_status_streams_the_drain_within_one_second() {
 
     let t0 = Instant::now();
     let r = admin
-        .shutdown(ShutdownRequest { deadline_ms: 3_000 })
+        .shutdown(ShutdownRequest {
+            deadline_ms: 3_000,
+            relocate_first: None,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -582,7 +588,10 @@ async fn a_draining_host_is_not_selected_while_it_is_still_up() {
     let mut admin_a = a.admin(Some(TOKEN)).await;
     let t0 = Instant::now();
     admin_a
-        .shutdown(ShutdownRequest { deadline_ms: 5_000 })
+        .shutdown(ShutdownRequest {
+            deadline_ms: 5_000,
+            relocate_first: None,
+        })
         .await
         .unwrap();
     // The Draining update reaches the client quickly; from then on only b is picked.

@@ -80,7 +80,7 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
     assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
     assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
-    assert_eq!(FIELDS.len(), 31);
+    assert_eq!(FIELDS.len(), 40);
     let mut c = valid();
     c.apply_env(env(&[
         ("ZLINK_MESH_NAME", "staging"),
@@ -92,9 +92,18 @@ fn environment_variables_override_every_kind_of_field() {
         ("ZLINK_ADMIN_HTTP_LISTEN", "127.0.0.1:9999"),
         ("ZLINK_APPLICATION_VERSION", "9"),
         ("ZLINK_LOG_LEVEL", "debug"),
+        ("ZLINK_RELOCATION_ON_SHUTDOWN", "none"),
+        ("ZLINK_RELOCATION_MESSAGE_FOLLOW_MS", "8000"),
+        ("ZLINK_RELOCATION_ROUTE_CACHE_MAX_AGE_MS", "3000"),
+        ("ZLINK_RELOCATION_MAINTENANCE_WAVE", "wave-b"),
     ]))
     .unwrap();
     c.validate().unwrap();
+    assert_eq!(c.relocation.on_shutdown, "none");
+    assert_eq!(c.relocation.message_follow_ms, 8_000);
+    assert_eq!(c.relocation.route_cache_max_age_ms, 3_000);
+    let secret = zlink::mesh::auth::MeshSecret::from_bytes(b"0123456789abcdef0123").unwrap();
+    assert_eq!(c.mesh_node_config(secret).maintenance_wave, "wave-b");
     assert_eq!(c.mesh.name, "staging");
     assert_eq!(c.mesh.port, 7200);
     assert_eq!(c.mesh.advertise_host.as_deref(), Some("other.svc"));
@@ -348,6 +357,22 @@ fn each_invalid_field_yields_an_error_naming_it() {
             "log_level",
             |c| c.log_level = "loud".into(),
             "error, warn, info, debug or trace",
+        ),
+        (
+            "relocation.on_shutdown",
+            |c| c.relocation.on_shutdown = "always".into(),
+            "planned_maintenance or none",
+        ),
+        (
+            "relocation.chunk_limit_bytes",
+            |c| c.relocation.chunk_limit_bytes = 10,
+            "1024..=16777216",
+        ),
+        (
+            // A cached route must expire 5 s before the old owner stops following (routing §2.5).
+            "relocation.route_cache_max_age_ms",
+            |c| c.relocation.message_follow_ms = 6_000,
+            "MessageFollowDuration",
         ),
     ];
     for (field, edit, allowed) in table {

@@ -421,3 +421,123 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
         body.to_owned(),
     )
 }
+
+/// Issue 17 "Drain without loss": three `zlink-node run` hosts on a real redis-server under
+/// `zlink-node load` (one-way sends and requests to counter Instance Spots); SIGTERM one host
+/// mid-load. SIGTERM relocates first (`relocation.on_shutdown: planned_maintenance`, the
+/// default): the host moves its counters to the other two (state, queued work, calls in
+/// flight), waits for SafeToShutdown (its Message Follow windows), drains and exits 0. The load
+/// run then reports every numbered message applied exactly once and no failed call — before
+/// the mover, this same run lost the whole state of every counter on the drained host.
+#[test]
+fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-reloc", std::process::id());
+    let namespace = format!("hostreloc-{tag}");
+    let dir = std::env::temp_dir().join(format!("zlink-hostreloc-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "mesh:\n  name: relocs\n  rid_prefix: yaml\n\
+             redis:\n  url: {}\n  namespace: {namespace}\n\
+             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n  status_poll_ms: 50\n  drain_seal_ms: 300\n\
+             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
+             relocation:\n  shutdown_deadline_ms: 8000\n  cutover_wait_ms: 300\n  message_follow_ms: 6000\n  route_cache_max_age_ms: 1000\n\
+             drain_deadline_ms: 20000\napplication_version: 7\nlog_level: warn\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| Host::spawn(&config, &format!("r{i}")))
+        .collect();
+    for h in &hosts {
+        h.wait_status("two ready peers", |s| s["peers_ready"] == 2);
+    }
+    let mut load = Command::new(BIN)
+        .args(["load", "--json", "--config"])
+        .arg(&config)
+        .args([
+            "--counters",
+            "30",
+            "--messages-per-counter",
+            "300",
+            "--request-every",
+            "3",
+            "--concurrency",
+            "8",
+        ])
+        .env("ZLINK_MESH_SECRET", SECRET)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Mid-load: the victim hosts counters (its Entry Spot is one Spot more).
+    let victim = 0;
+    let s = hosts[victim].wait_status("counters on the victim", |s| {
+        s["objects"]["spot"].as_u64().unwrap_or(0) >= 6
+    });
+    let hosted = s["objects"]["spot"].as_u64().unwrap() - 1;
+    assert!(
+        load.try_wait().unwrap().is_none(),
+        "the load finished before the SIGTERM: make it longer"
+    );
+    let ok = Command::new("kill")
+        .args(["-TERM", &hosts[victim].child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let status = hosts[victim].wait_exit();
+    assert!(status.success(), "the drained host exited with {status}");
+    let out = load.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "load failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(r["ids"], 30, "{r}");
+    assert_eq!(r["sent"], 30 * 300, "{r}");
+    assert_eq!(
+        r["applied"],
+        30 * 300,
+        "every message applied, state intact: {r}"
+    );
+    assert_eq!(r["gaps"], 0, "{r}");
+    assert_eq!(r["duplicates"], 0, "{r}");
+    assert_eq!(r["failed_calls"], 0, "{r}");
+    // The counters the victim hosted live on the others now.
+    let live: u64 = hosts
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .map(|(_, h)| h.status()["objects"]["spot"].as_u64().unwrap() - 1)
+        .sum();
+    assert_eq!(
+        live, 30,
+        "all 30 counters live on the two survivors ({hosted} moved)"
+    );
+    for (i, h) in hosts.iter_mut().enumerate() {
+        if i == victim {
+            continue;
+        }
+        let out = h.ctl(&[
+            "drain",
+            "--deadline-ms",
+            "3000",
+            "--relocate-first",
+            "false",
+        ]);
+        assert!(out.status.success());
+        assert!(h.wait_exit().success());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

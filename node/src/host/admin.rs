@@ -19,9 +19,10 @@ use tonic::{Request, Response, Status};
 
 use super::proto::host_admin_server::{HostAdmin, HostAdminServer};
 use super::proto::{
-    GetStatusRequest, HostStatus, SetChannelWeightRequest, SetChannelWeightResponse,
-    ShutdownRequest, ShutdownResponse, WatchStatusRequest,
+    GetStatusRequest, HostStatus, RelocateRequest, RelocateResponse, SetChannelWeightRequest,
+    SetChannelWeightResponse, ShutdownRequest, ShutdownResponse, WatchStatusRequest,
 };
+use super::relocate::{RelocateArgs, RelocateRefusal, unit_result};
 use super::{Host, HostState};
 use zlink::call::error::ErrorKind;
 
@@ -139,7 +140,8 @@ impl HostAdmin for AdminService {
         &self,
         req: Request<ShutdownRequest>,
     ) -> Result<Response<ShutdownResponse>, Status> {
-        let ms = req.into_inner().deadline_ms;
+        let req = req.into_inner();
+        let ms = req.deadline_ms;
         if ms > super::config::MAX_INTERVAL_MS {
             return Err(Status::invalid_argument(format!(
                 "deadline_ms {ms} must be 0 (configured drain deadline) or 1..={}",
@@ -147,10 +149,75 @@ impl HostAdmin for AdminService {
             )));
         }
         let deadline = (ms > 0).then(|| Duration::from_millis(ms));
-        let started = self.host.request_drain(deadline);
+        let started = self.host.request_drain(deadline, req.relocate_first);
         Ok(Response::new(ShutdownResponse {
             started,
             state: self.host.state().to_proto() as i32,
+        }))
+    }
+
+    async fn relocate(
+        &self,
+        req: Request<RelocateRequest>,
+    ) -> Result<Response<RelocateResponse>, Status> {
+        let req = req.into_inner();
+        let mode = match super::proto::RelocationMode::try_from(req.mode) {
+            Ok(super::proto::RelocationMode::PlannedMaintenance) => {
+                zlink::relocation::host::RelocationMode::PlannedMaintenance
+            }
+            Ok(super::proto::RelocationMode::RollingUpdate) => {
+                zlink::relocation::host::RelocationMode::RollingUpdate
+            }
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "mode {} is not PLANNED_MAINTENANCE (0) or ROLLING_UPDATE (1)",
+                    req.mode
+                )));
+            }
+        };
+        if req.deadline_ms > super::config::MAX_INTERVAL_MS {
+            return Err(Status::invalid_argument(format!(
+                "deadline_ms {} must be 0 (relocation.deadline_ms) or 1..={}",
+                req.deadline_ms,
+                super::config::MAX_INTERVAL_MS
+            )));
+        }
+        if req.relocation_id.len() > 128 {
+            return Err(Status::invalid_argument(
+                "relocation_id is at most 128 bytes",
+            ));
+        }
+        if let Some(bad) = req
+            .target_rids
+            .iter()
+            .find(|r| zlink_protocol::ids::validate_rid(r).is_err())
+        {
+            return Err(Status::invalid_argument(format!(
+                "target_rids: {bad:?} is not a RID"
+            )));
+        }
+        let deadline = Duration::from_millis(if req.deadline_ms == 0 {
+            self.host.config().relocation.deadline_ms
+        } else {
+            req.deadline_ms
+        });
+        let r = self
+            .host
+            .relocate(RelocateArgs {
+                mode,
+                target_version: req.target_application_version,
+                deadline,
+                relocation_id: (!req.relocation_id.is_empty()).then_some(req.relocation_id),
+                target_rids: req.target_rids,
+            })
+            .await
+            .map_err(|e| match e {
+                RelocateRefusal::InvalidArgument(m) => Status::invalid_argument(m),
+                RelocateRefusal::FailedPrecondition(m) => Status::failed_precondition(m),
+            })?;
+        Ok(Response::new(RelocateResponse {
+            relocation: Some(r.status),
+            units: r.units.iter().map(unit_result).collect(),
         }))
     }
 

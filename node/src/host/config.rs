@@ -195,6 +195,51 @@ impl Default for ObjectsSection {
     }
 }
 
+/// `relocation:` — moving this host's objects away (issue 17; glossary §5 "Relocation").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelocationSection {
+    /// What SIGTERM, SIGINT and an admin `Shutdown` without `relocate_first` do before the
+    /// drain: `planned_maintenance` (relocate every unit, wait for SafeToShutdown) or `none`.
+    pub on_shutdown: String,
+    /// How long the relocation before a drain may take.
+    pub shutdown_deadline_ms: u64,
+    /// The default deadline of an admin `Relocate`.
+    pub deadline_ms: u64,
+    /// How long a target retries its commit after a Prepare (`relocation.restore_timeout_ms`).
+    pub restore_timeout_ms: u64,
+    /// `RelocationCutoverWaitTimeout`: the target's fallback after Ready, and the source's
+    /// retransmission window after its cutover.
+    pub cutover_wait_ms: u64,
+    /// `MessageFollowDuration`: how long an old owner follows arrivals to the new one (0: off).
+    pub message_follow_ms: u64,
+    /// `RelocationPayloadChunkLimit`: the largest state chunk sent, in bytes.
+    pub chunk_limit_bytes: u64,
+    /// This host's maintenance wave (empty: none); units never move to a host of the same wave.
+    pub maintenance_wave: String,
+    /// How long a cached route lives (routing §2.2); with Message Follow on it must be at least
+    /// 5 s shorter than `message_follow_ms`, so a cached route to an old owner expires before
+    /// the detour closes.
+    pub route_cache_max_age_ms: u64,
+}
+
+impl Default for RelocationSection {
+    fn default() -> Self {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            on_shutdown: "planned_maintenance".into(),
+            shutdown_deadline_ms: 30_000,
+            deadline_ms: 60_000,
+            restore_timeout_ms: 10_000,
+            cutover_wait_ms: ms(defaults::RELOCATION_CUTOVER_WAIT_TIMEOUT),
+            message_follow_ms: ms(defaults::MESSAGE_FOLLOW_DURATION),
+            chunk_limit_bytes: defaults::RELOCATION_PAYLOAD_CHUNK_LIMIT,
+            maintenance_wave: String::new(),
+            route_cache_max_age_ms: ms(defaults::ROUTE_CACHE_MAX_AGE),
+        }
+    }
+}
+
 /// `timings:` — every interval and deadline, in milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -276,8 +321,12 @@ pub struct HostConfig {
     pub timings: TimingsSection,
     /// Admin API and HTTP endpoints.
     pub admin: AdminSection,
-    /// How long a drain (SIGTERM, SIGINT or `Shutdown` without a deadline) may take before the
-    /// host force-stops.
+    /// Relocation.
+    pub relocation: RelocationSection,
+    /// How long a shutdown (SIGTERM, SIGINT or `Shutdown` without a deadline) may take before
+    /// the host force-stops: the relocation first (`relocation.on_shutdown`), the wait for
+    /// SafeToShutdown, then the drain of accepted work. The default (95 s) covers the defaults
+    /// of the three (30 s + 31 s + 30 s); a pod's `terminationGracePeriodSeconds` must exceed it.
     pub drain_deadline_ms: u64,
     /// Application version announced in the descriptor (rollout ordering).
     pub application_version: u64,
@@ -293,7 +342,8 @@ impl Default for HostConfig {
             objects: ObjectsSection::default(),
             timings: TimingsSection::default(),
             admin: AdminSection::default(),
-            drain_deadline_ms: 30_000,
+            relocation: RelocationSection::default(),
+            drain_deadline_ms: 95_000,
             application_version: 0,
             log_level: "info".into(),
         }
@@ -330,6 +380,15 @@ pub const FIELDS: &[&str] = &[
     "admin.http_listen",
     "admin.token_file",
     "admin.token_env",
+    "relocation.on_shutdown",
+    "relocation.shutdown_deadline_ms",
+    "relocation.deadline_ms",
+    "relocation.restore_timeout_ms",
+    "relocation.cutover_wait_ms",
+    "relocation.message_follow_ms",
+    "relocation.chunk_limit_bytes",
+    "relocation.maintenance_wave",
+    "relocation.route_cache_max_age_ms",
     "drain_deadline_ms",
     "application_version",
     "log_level",
@@ -513,6 +572,29 @@ impl HostConfig {
             "admin.http_listen" => raw.clone_into(&mut self.admin.http_listen),
             "admin.token_file" => self.admin.token_file = opt_string(raw).map(PathBuf::from),
             "admin.token_env" => raw.clone_into(&mut self.admin.token_env),
+            "relocation.on_shutdown" => raw.clone_into(&mut self.relocation.on_shutdown),
+            "relocation.shutdown_deadline_ms" => {
+                self.relocation.shutdown_deadline_ms = parse_num(var, field, raw)?;
+            }
+            "relocation.deadline_ms" => self.relocation.deadline_ms = parse_num(var, field, raw)?,
+            "relocation.restore_timeout_ms" => {
+                self.relocation.restore_timeout_ms = parse_num(var, field, raw)?;
+            }
+            "relocation.cutover_wait_ms" => {
+                self.relocation.cutover_wait_ms = parse_num(var, field, raw)?;
+            }
+            "relocation.message_follow_ms" => {
+                self.relocation.message_follow_ms = parse_num(var, field, raw)?;
+            }
+            "relocation.chunk_limit_bytes" => {
+                self.relocation.chunk_limit_bytes = parse_num(var, field, raw)?;
+            }
+            "relocation.maintenance_wave" => {
+                raw.clone_into(&mut self.relocation.maintenance_wave);
+            }
+            "relocation.route_cache_max_age_ms" => {
+                self.relocation.route_cache_max_age_ms = parse_num(var, field, raw)?;
+            }
             "drain_deadline_ms" => self.drain_deadline_ms = parse_num(var, field, raw)?,
             "application_version" => self.application_version = parse_num(var, field, raw)?,
             "log_level" => raw.clone_into(&mut self.log_level),
@@ -755,6 +837,63 @@ impl HostConfig {
             1,
             MAX_INTERVAL_MS,
         )?;
+        let r = &self.relocation;
+        if !["planned_maintenance", "none"].contains(&r.on_shutdown.as_str()) {
+            return bad(
+                "relocation.on_shutdown",
+                &format!("{:?}", r.on_shutdown),
+                "planned_maintenance or none",
+            );
+        }
+        check_range(
+            "relocation.shutdown_deadline_ms",
+            r.shutdown_deadline_ms,
+            1,
+            MAX_INTERVAL_MS,
+        )?;
+        check_range("relocation.deadline_ms", r.deadline_ms, 1, MAX_INTERVAL_MS)?;
+        check_range(
+            "relocation.restore_timeout_ms",
+            r.restore_timeout_ms,
+            100,
+            MAX_INTERVAL_MS,
+        )?;
+        check_range("relocation.cutover_wait_ms", r.cutover_wait_ms, 10, 60_000)?;
+        check_range(
+            "relocation.message_follow_ms",
+            r.message_follow_ms,
+            0,
+            MAX_INTERVAL_MS,
+        )?;
+        check_range(
+            "relocation.chunk_limit_bytes",
+            r.chunk_limit_bytes,
+            1_024,
+            16 * 1024 * 1024,
+        )?;
+        check_range(
+            "relocation.route_cache_max_age_ms",
+            r.route_cache_max_age_ms,
+            0,
+            MAX_INTERVAL_MS,
+        )?;
+        if r.maintenance_wave.len() > 255 {
+            return bad(
+                "relocation.maintenance_wave",
+                &format!("{:?}", r.maintenance_wave),
+                "at most 255 bytes",
+            );
+        }
+        if let Err(e) = zlink::config::validate_route_cache_vs_follow(
+            Duration::from_millis(r.route_cache_max_age_ms),
+            Duration::from_millis(r.message_follow_ms),
+        ) {
+            return bad(
+                "relocation.route_cache_max_age_ms",
+                &r.route_cache_max_age_ms,
+                &e.to_string(),
+            );
+        }
         // The drain uses at most half the deadline for the seal, whatever is configured.
         check_range("timings.drain_seal_ms", t.drain_seal_ms, 0, 60_000)?;
         if !["error", "warn", "info", "debug", "trace"].contains(&self.log_level.as_str()) {
@@ -836,6 +975,8 @@ impl HostConfig {
         cfg.object_role = self.object_role();
         cfg.application_version = self.application_version;
         cfg.placement_weight = self.objects.placement_weight;
+        cfg.maintenance_wave
+            .clone_from(&self.relocation.maintenance_wave);
         cfg.channels = self
             .mesh
             .channels

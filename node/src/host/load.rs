@@ -221,7 +221,8 @@ pub async fn run(
         crate::refapp::registry(&RefAppConfig::default()),
         CacheConfig {
             fencing_margin,
-            ..CacheConfig::default()
+            max_age: Duration::from_millis(hc.relocation.route_cache_max_age_ms),
+            message_follow: Duration::from_millis(hc.relocation.message_follow_ms),
         },
     )
     .await

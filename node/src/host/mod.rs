@@ -30,6 +30,7 @@ pub mod http;
 pub mod load;
 pub mod metrics;
 mod process;
+pub mod relocate;
 
 pub use process::{
     EXIT_DRAIN_CUT, EXIT_START_FAILED, init_logs, main, run_from_config, termination,
@@ -144,13 +145,32 @@ pub struct Host {
     node: OnceLock<Arc<MeshNode>>,
     objects: OnceLock<ObjectRuntime<metrics::InstrumentedStore<RedisStore>>>,
     store_metrics: Arc<metrics::StoreMetrics>,
-    drain: watch::Sender<Option<Duration>>,
+    drain: watch::Sender<Option<DrainRequest>>,
     sequence: AtomicU64,
     cut: AtomicU64,
     auth_failures: AtomicU64,
     health: tonic_health::server::HealthReporter,
     /// Since when the node has been fenced (refreshed with the status).
     fenced_since: std::sync::Mutex<Option<Instant>>,
+    /// The relocation lifecycle's time base.
+    epoch: Instant,
+    /// The relocation lifecycle (issue 17).
+    relocation: std::sync::Mutex<zlink::relocation::host::HostRelocation>,
+    /// The units of the last relocation.
+    relocation_units: std::sync::Mutex<Vec<zlink::object::runtime::UnitReport>>,
+    /// Bumped on every relocation change (waiters of an idempotent `Relocate`).
+    relocation_changed: watch::Sender<u64>,
+    /// Units by outcome over every relocation (metrics).
+    relocation_outcomes: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+}
+
+/// A requested drain: its deadline and whether it relocates first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainRequest {
+    /// The whole shutdown's deadline.
+    pub deadline: Duration,
+    /// Relocate every unit and wait for SafeToShutdown before the drain.
+    pub relocate_first: bool,
 }
 
 impl std::fmt::Debug for Host {
@@ -222,10 +242,15 @@ impl Host {
         self.status.subscribe()
     }
 
-    /// Ask for a drain with `deadline` (`None`: the configured drain deadline). Returns whether
+    /// Ask for a drain with `deadline` (`None`: the configured drain deadline), relocating
+    /// first when `relocate_first` says so (`None`: `relocation.on_shutdown`). Returns whether
     /// this call started it (`false`: one was already requested; its deadline stays).
-    pub fn request_drain(&self, deadline: Option<Duration>) -> bool {
-        let d = deadline.unwrap_or_else(|| self.config.drain_deadline());
+    pub fn request_drain(&self, deadline: Option<Duration>, relocate_first: Option<bool>) -> bool {
+        let d = DrainRequest {
+            deadline: deadline.unwrap_or_else(|| self.config.drain_deadline()),
+            relocate_first: relocate_first
+                .unwrap_or(self.config.relocation.on_shutdown == "planned_maintenance"),
+        };
         self.drain.send_if_modified(|cur| {
             if cur.is_some() {
                 return false;
@@ -260,9 +285,8 @@ impl Host {
             state: state.to_proto() as i32,
             mesh_name: self.config.mesh.name.clone(),
             application_version: self.config.application_version,
-            // SafeToShutdown (glossary §5) is about relocation units this host started: it has
-            // none (the relocation issue adds `Relocate`), so it is always safe.
-            safe_to_shutdown: true,
+            safe_to_shutdown: self.safe_to_shutdown(),
+            relocation: self.relocation_status(),
             ..Default::default()
         };
         if let Some(n) = self.node() {
@@ -441,6 +465,13 @@ pub async fn run(
         auth_failures: AtomicU64::new(0),
         health,
         fenced_since: std::sync::Mutex::new(None),
+        epoch: Instant::now(),
+        relocation: std::sync::Mutex::new(zlink::relocation::host::HostRelocation::new(
+            config.application_version,
+        )),
+        relocation_units: std::sync::Mutex::new(Vec::new()),
+        relocation_changed: watch::channel(0).0,
+        relocation_outcomes: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         config,
     });
     host.refresh_status();
@@ -529,11 +560,20 @@ pub async fn run(
     // Serve until a signal or an admin Shutdown.
     let mut drain_rx = host.drain.subscribe();
     tokio::select! {
-        () = &mut signal => { host.request_drain(None); }
+        () = &mut signal => { host.request_drain(None, None); }
         _ = drain_rx.wait_for(Option::is_some) => {}
     }
-    let deadline = (*host.drain.borrow()).unwrap_or_else(|| host.config.drain_deadline());
-    let cut = drain(&host, deadline).await;
+    let req = (*host.drain.borrow()).unwrap_or(DrainRequest {
+        deadline: host.config.drain_deadline(),
+        relocate_first: false,
+    });
+    let shutdown_started = Instant::now();
+    if req.relocate_first {
+        // Item 11: a pod deleted by anyone moves its objects before the drain (no preStop).
+        host.relocate_before_drain(req.deadline).await;
+    }
+    let left = req.deadline.saturating_sub(shutdown_started.elapsed());
+    let cut = drain(&host, left.max(Duration::from_millis(1))).await;
     host.set_state(HostState::Stopped);
     refresher.abort();
     // Give WatchStatus streams a moment to deliver the final Stopped status.
@@ -590,18 +630,26 @@ async fn start_node(
             store,
             Arc::clone(&host.store_metrics),
         ));
+        let r = &c.relocation;
         let rt = ObjectRuntime::start(
             Arc::clone(&node),
             counted,
             registry,
             CacheConfig {
                 fencing_margin,
-                ..CacheConfig::default()
+                max_age: Duration::from_millis(r.route_cache_max_age_ms),
+                message_follow: Duration::from_millis(r.message_follow_ms),
             },
         )
         .await;
         match rt {
             Ok(rt) => {
+                rt.set_relocation_settings(zlink::object::runtime::RelocationSettings {
+                    chunk_limit: usize::try_from(r.chunk_limit_bytes).unwrap_or(256 * 1024),
+                    cutover_wait: Duration::from_millis(r.cutover_wait_ms),
+                    restore_timeout: Duration::from_millis(r.restore_timeout_ms),
+                    message_follow: Duration::from_millis(r.message_follow_ms),
+                });
                 let _ = host.objects.set(rt);
             }
             Err(e) => {
@@ -636,6 +684,10 @@ async fn refresh_loop(host: Arc<Host>) {
 async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
     let started = Instant::now();
     let until = started + deadline;
+    host.relocation
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .stopping();
     host.set_state(HostState::Draining);
     host.health
         .set_not_serving::<proto::host_admin_server::HostAdminServer<admin::AdminService>>()

@@ -1,8 +1,7 @@
 //! Host lifecycle state (glossary §5 "Drain과 draining", runtime state; issue 8 item 2).
 //!
-//! `Starting → Serving → Draining → Stopped`. `Relocating` and `Relocated` are named because
-//! the admin API and the metrics expose the closed set, but nothing in this host enters them:
-//! the relocation issue adds the `Relocate` operation that does.
+//! `Starting → Serving → Draining → Stopped`, and with `Relocate` (issue 17)
+//! `Serving | Relocated → Relocating → Relocated → Draining → Stopped`.
 
 use zlink_protocol::generated::RuntimeState;
 
@@ -18,9 +17,9 @@ pub enum HostState {
     /// Drain in progress: no new work is selected for this host; accepted work finishes until
     /// the drain deadline.
     Draining,
-    /// A relocation is moving objects away (entered only by the relocation issue's `Relocate`).
+    /// A relocation is moving objects away (`Relocate`, or SIGTERM before the drain).
     Relocating,
-    /// Objects were relocated (entered only by the relocation issue's `Relocate`).
+    /// The last relocation is terminal; nothing new is created here.
     Relocated,
     /// Descriptors and the owner lease are released; the process exits.
     Stopped,

@@ -82,7 +82,7 @@ mod relocations;
 mod remote;
 mod removal;
 
-pub use relocate::{RelocatePlan, UnitReport};
+pub use relocate::{RelocatePlan, UnitRef, UnitReport, may_take};
 pub use relocations::{RelocationSettings, RelocationStats};
 
 pub use activation::{ACTIVATION_RETENTION, ActivationFault};

@@ -55,6 +55,20 @@ impl Default for RelocatePlan {
     }
 }
 
+/// One unit a relocation may move (see [`ObjectRuntime::relocation_units`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitRef {
+    key: AuthorityKey,
+    /// Actor or Spot.
+    pub kind: StoreKind,
+    /// Its global ID.
+    pub id: String,
+    /// Its stable type.
+    pub stable_type: String,
+    type_kind: ObjectTypeKind,
+    policy: RelocationPolicy,
+}
+
 /// How one unit's move ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitReport {
@@ -121,6 +135,41 @@ impl<S: ObjectStore> ObjectRuntime<S> {
 
     /// Move every unit off this node (see the module docs); one report per unit, in ID order.
     pub async fn relocate(&self, plan: &RelocatePlan) -> Vec<UnitReport> {
+        let units = self.relocation_units();
+        self.relocate_units(&units, plan, |_, _| {}).await
+    }
+
+    /// The units a relocation started now would move (every live object but the Entry Spot),
+    /// in ID order.
+    pub fn relocation_units(&self) -> Vec<UnitRef> {
+        let live = self.inner.live();
+        let mut units: Vec<UnitRef> = live
+            .iter()
+            .filter(|(_, e)| e.ty.kind() != ObjectTypeKind::EntrySpot)
+            .filter_map(|(key, e)| {
+                let (kind, id) = super::key_parts(key)?;
+                Some(UnitRef {
+                    key: key.clone(),
+                    kind,
+                    id,
+                    stable_type: e.ty.stable_type().to_owned(),
+                    type_kind: e.ty.kind(),
+                    policy: e.ty.policy(),
+                })
+            })
+            .collect();
+        units.sort_by(|a, b| (a.kind as u8, &a.id).cmp(&(b.kind as u8, &b.id)));
+        units
+    }
+
+    /// Move `units` (from [`ObjectRuntime::relocation_units`]); `progress(i, report)` is called
+    /// as unit `i` ends. Returns one report per unit, in the order given.
+    pub async fn relocate_units(
+        &self,
+        units: &[UnitRef],
+        plan: &RelocatePlan,
+        progress: impl Fn(usize, &UnitReport) + Send + Sync,
+    ) -> Vec<UnitReport> {
         let inner = Arc::clone(&self.inner);
         let deadline = Instant::now() + plan.deadline;
         let me = inner.mesh.descriptor();
@@ -131,44 +180,28 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             .filter(|p| p.state == PeerState::Ready)
             .filter_map(|p| p.descriptor)
             .collect();
-        // The units, in ID order.
-        #[allow(clippy::type_complexity)]
-        let mut units: Vec<(
-            AuthorityKey,
-            StoreKind,
-            String,
-            String,
-            ObjectTypeKind,
-            RelocationPolicy,
-        )> = {
-            let live = inner.live();
-            live.iter()
-                .filter(|(_, e)| e.ty.kind() != ObjectTypeKind::EntrySpot)
-                .filter_map(|(key, e)| {
-                    let (kind, id) = super::key_parts(key)?;
-                    Some((
-                        key.clone(),
-                        kind,
-                        id,
-                        e.ty.stable_type().to_owned(),
-                        e.ty.kind(),
-                        e.ty.policy(),
-                    ))
-                })
-                .collect()
-        };
-        units.sort_by(|a, b| (a.1 as u8, &a.2).cmp(&(b.1 as u8, &b.2)));
         let mut selector: SmoothWeighted<String> = SmoothWeighted::default();
         let mut jobs = Vec::new();
-        let mut reports = Vec::new();
-        for (key, store_kind, id, stable_type, kind, policy) in units {
-            let report = |target: Option<String>, outcome| UnitReport {
-                kind: store_kind,
-                id: id.clone(),
-                stable_type: stable_type.clone(),
-                target,
-                outcome,
-                follow_until: None,
+        let mut reports: Vec<Option<UnitReport>> = vec![None; units.len()];
+        for (i, u) in units.iter().enumerate() {
+            let (store_kind, id, stable_type, kind, policy) = (
+                u.kind,
+                u.id.clone(),
+                u.stable_type.clone(),
+                u.type_kind,
+                u.policy,
+            );
+            let mut report = |target: Option<String>, outcome| {
+                let r = UnitReport {
+                    kind: store_kind,
+                    id: id.clone(),
+                    stable_type: stable_type.clone(),
+                    target,
+                    outcome,
+                    follow_until: None,
+                };
+                progress(i, &r);
+                reports[i] = Some(r);
             };
             let blocked = match kind {
                 ObjectTypeKind::Actor => Some(
@@ -185,11 +218,11 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 | ObjectTypeKind::EntrySpot => None,
             };
             if policy == RelocationPolicy::DisableRelocation {
-                reports.push(report(None, UnitOutcome::Stayed(StayReason::Disabled)));
+                report(None, UnitOutcome::Stayed(StayReason::Disabled));
                 continue;
             }
             if let Some(why) = blocked {
-                reports.push(report(None, UnitOutcome::Failed(why.to_owned())));
+                report(None, UnitOutcome::Failed(why.to_owned()));
                 continue;
             }
             let wk = wire_kind(store_kind);
@@ -203,7 +236,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                     .map(|d| (d.node.rid.clone(), d.placement_weight)),
             );
             let Some(rid) = (!candidates.is_empty()).then(|| selector.pick()).flatten() else {
-                reports.push(report(None, UnitOutcome::Stayed(StayReason::NoTarget)));
+                report(None, UnitOutcome::Stayed(StayReason::NoTarget));
                 continue;
             };
             let Some(target) = candidates
@@ -211,32 +244,36 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 .find(|d| d.node.rid == rid)
                 .map(|d| d.node.clone())
             else {
-                reports.push(report(None, UnitOutcome::Stayed(StayReason::NoTarget)));
+                report(None, UnitOutcome::Stayed(StayReason::NoTarget));
                 continue;
             };
-            jobs.push((key, store_kind, id, stable_type, target));
+            jobs.push((i, u.key.clone(), store_kind, id, stable_type, target));
         }
-        let moved: Vec<UnitReport> = futures::stream::iter(jobs)
-            .map(|(key, store_kind, id, stable_type, target)| {
+        let progress = &progress;
+        let moved: Vec<(usize, UnitReport)> = futures::stream::iter(jobs)
+            .map(|(i, key, store_kind, id, stable_type, target)| {
                 let inner = Arc::clone(&inner);
                 async move {
                     let m = inner.move_unit(key, target.clone(), deadline).await;
-                    UnitReport {
+                    let r = UnitReport {
                         kind: store_kind,
                         id,
                         stable_type,
                         target: Some(target.rid),
                         outcome: m.outcome,
                         follow_until: m.follow_until,
-                    }
+                    };
+                    progress(i, &r);
+                    (i, r)
                 }
             })
             .buffer_unordered(plan.concurrency.max(1))
             .collect()
             .await;
-        reports.extend(moved);
-        reports.sort_by(|a, b| (a.kind as u8, &a.id).cmp(&(b.kind as u8, &b.id)));
-        reports
+        for (i, r) in moved {
+            reports[i] = Some(r);
+        }
+        reports.into_iter().flatten().collect()
     }
 }
 
