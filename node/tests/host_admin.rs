@@ -390,6 +390,8 @@ const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("zlink_peers", "gauge", &["state"]),
     ("zlink_pending_requests", "gauge", &[]),
     ("zlink_queue_depth", "gauge", &["queue"]),
+    ("zlink_relocation_events_total", "counter", &["event"]),
+    ("zlink_relocation_units_total", "counter", &["outcome"]),
     ("zlink_request_latency_seconds", "histogram", &[]),
     ("zlink_requests_completed_total", "counter", &["result"]),
     ("zlink_route_cache_hits_total", "counter", &[]),
@@ -619,4 +621,241 @@ async fn a_draining_host_is_not_selected_while_it_is_still_up() {
     assert_eq!(out.cut, 0);
     client.shutdown().await;
     b.terminate().await;
+}
+
+/// A client node with an object runtime typed by the reference application (it hosts nothing).
+async fn object_client(
+    redis_url: &str,
+    namespace: &str,
+    secret_file: &std::path::Path,
+) -> (
+    std::sync::Arc<MeshNode>,
+    zlink::object::runtime::ObjectRuntime<zlink_store::redis::RedisStore>,
+) {
+    let mut hc = test_config(redis_url, namespace, "oc", secret_file, &[]);
+    hc.objects.role = "client".into();
+    let mut cfg =
+        hc.mesh_node_config(zlink::mesh::auth::MeshSecret::from_bytes(SECRET.as_bytes()).unwrap());
+    cfg.object_role = zlink_protocol::generated::ObjectRole::Client;
+    let store = std::sync::Arc::new(
+        zlink_store::redis::RedisStore::connect(
+            redis_url,
+            zlink_store::redis::RedisStoreConfig {
+                namespace: namespace.into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let backend = std::sync::Arc::clone(&store)
+        as std::sync::Arc<dyn zlink::mesh::discovery::DiscoveryBackend>;
+    let node = std::sync::Arc::new(
+        MeshNode::start(cfg, zlink::mesh::Handlers::new(), Some(backend))
+            .await
+            .unwrap(),
+    );
+    let rt = zlink::object::runtime::ObjectRuntime::start(
+        std::sync::Arc::clone(&node),
+        store,
+        zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig::default()),
+        zlink::routing::CacheConfig {
+            fencing_margin: Duration::from_millis(200),
+            max_age: Duration::from_millis(500),
+            message_follow: Duration::from_millis(6_000),
+        },
+    )
+    .await
+    .unwrap();
+    (node, rt)
+}
+
+/// Issue 17 item 1 over real gRPC: `Relocate` refuses bad arguments with `INVALID_ARGUMENT`;
+/// a `PlannedMaintenance` relocation moves every counter of host A to host B with its state
+/// (Relocating with `safe_to_shutdown: false` in the same status, then Relocated, pushed by
+/// `WatchStatus`), returns one `handed_over` outcome per unit, and the same `relocation_id`
+/// returns it again without starting anything; SafeToShutdown turns true once the follow
+/// windows end; the counters answer from B with their totals intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relocate_over_grpc_moves_the_counters_and_reports_every_unit() {
+    use zlink_node::host::proto::{RelocateRequest, RelocationMode, RelocationState};
+    use zlink_node::refapp::counter::{Add, Read, Total};
+    let redis = redis_server::RedisServer::start().await;
+    let dir = TempDir::new("reloc");
+    let secret = dir.write("secret", SECRET);
+    let namespace = ns("reloc");
+    let config = |prefix: &str| {
+        let mut c = test_config(&redis.url(), &namespace, prefix, &secret, &[]);
+        c.relocation.cutover_wait_ms = 200;
+        c.relocation.message_follow_ms = 6_000;
+        c.relocation.route_cache_max_age_ms = 500;
+        c.application_version = 3;
+        c
+    };
+    let a = TestHost::start(config("ra")).await;
+    let b = TestHost::start(config("rb")).await;
+    let (client, rt) = object_client(&redis.url(), &namespace, &secret).await;
+    wait_serving_peer(&client, a.rid()).await;
+    wait_serving_peer(&client, b.rid()).await;
+    let ids: Vec<String> = (0..12).map(|i| format!("rc-{i}")).collect();
+    for id in &ids {
+        for seq in 0..3 {
+            let _: Total = rt
+                .request_to_instance_spot(
+                    zlink_node::refapp::COUNTER,
+                    id,
+                    &Add {
+                        source: "t".into(),
+                        seq,
+                        by: 2,
+                    },
+                    WAIT,
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let mut admin = a.admin(Some(TOKEN)).await;
+    let status = admin
+        .get_status(GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let on_a = status
+        .objects
+        .iter()
+        .find(|o| o.kind == "spot")
+        .unwrap()
+        .count
+        - 1;
+    assert!(on_a > 0, "cold activation placed nothing on A: {status:?}");
+    assert!(status.relocation.is_none());
+
+    // Bad arguments.
+    let bad = |r: RelocateRequest| {
+        let mut admin = admin.clone();
+        async move { admin.relocate(r).await.unwrap_err().code() }
+    };
+    assert_eq!(
+        bad(RelocateRequest {
+            mode: 9,
+            ..Default::default()
+        })
+        .await,
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(
+        bad(RelocateRequest {
+            mode: RelocationMode::RollingUpdate as i32,
+            target_application_version: 3,
+            ..Default::default()
+        })
+        .await,
+        tonic::Code::InvalidArgument,
+        "RollingUpdate needs a higher version"
+    );
+    assert_eq!(
+        bad(RelocateRequest {
+            mode: RelocationMode::PlannedMaintenance as i32,
+            target_application_version: 4,
+            ..Default::default()
+        })
+        .await,
+        tonic::Code::InvalidArgument,
+        "PlannedMaintenance keeps the version"
+    );
+    assert_eq!(
+        bad(RelocateRequest {
+            target_rids: vec![String::new()],
+            ..Default::default()
+        })
+        .await,
+        tonic::Code::InvalidArgument
+    );
+
+    let mut watch = admin
+        .clone()
+        .watch_status(WatchStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let req = RelocateRequest {
+        mode: RelocationMode::PlannedMaintenance as i32,
+        relocation_id: "maint-1".into(),
+        ..Default::default()
+    };
+    let r = admin.relocate(req.clone()).await.unwrap().into_inner();
+    let st = r.relocation.clone().unwrap();
+    assert_eq!(st.relocation_id, "maint-1");
+    assert_eq!(st.state(), RelocationState::Completed, "{st:?}");
+    assert_eq!(st.target_application_version, 3);
+    assert_eq!(r.units.len() as u64, on_a);
+    for u in &r.units {
+        assert_eq!(u.outcome, "handed_over", "{u:?}");
+        assert_eq!(u.target_rid, b.rid());
+        assert_eq!(u.kind, "spot");
+        assert_eq!(u.stable_type, "counter");
+    }
+    // The watch saw Relocating (not safe) and then Relocated.
+    let mut saw_relocating_unsafe = false;
+    loop {
+        let s = tokio::time::timeout(WAIT, watch.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if s.state == ProtoState::Relocating as i32 {
+            assert!(!s.safe_to_shutdown, "{s:?}");
+            assert!(s.relocation.is_some());
+            saw_relocating_unsafe = true;
+        }
+        if s.state == ProtoState::Relocated as i32 {
+            break;
+        }
+    }
+    assert!(saw_relocating_unsafe);
+    // Idempotent: the same id returns the same relocation, nothing new starts.
+    let again = admin.relocate(req).await.unwrap().into_inner();
+    assert_eq!(again.relocation, r.relocation);
+    assert_eq!(again.units, r.units);
+    // The counters answer from B with their totals.
+    for id in &ids {
+        let t: Total = rt
+            .request_to_instance_spot(zlink_node::refapp::COUNTER, id, &Read, WAIT)
+            .await
+            .unwrap();
+        assert_eq!((t.value, t.adds, t.duplicates), (6, 3, 0), "{id}");
+    }
+    let s = admin
+        .get_status(GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(s.state, ProtoState::Relocated as i32);
+    // SafeToShutdown once the follow windows (6 s + 0.2 s) ended.
+    let t0 = Instant::now();
+    loop {
+        let s = admin
+            .get_status(GetStatusRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if s.safe_to_shutdown {
+            break;
+        }
+        assert!(t0.elapsed() < WAIT, "never safe to shut down: {s:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A second relocation from Relocated: nothing left to move, Completed at once.
+    let r2 = admin
+        .relocate(RelocateRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r2.relocation.unwrap().state(), RelocationState::Completed);
+    assert!(r2.units.is_empty());
+    rt.shutdown().await;
+    client.shutdown().await;
+    assert_eq!(a.terminate().await.cut, 0);
+    assert_eq!(b.terminate().await.cut, 0);
 }

@@ -355,6 +355,20 @@ impl Collector for MeshFamilies {
     }
 }
 
+/// Every unit outcome name, each always exposed (0 until it happens).
+const RELOCATION_OUTCOMES: [&str; 10] = [
+    "handed_over",
+    "stayed_disabled",
+    "stayed_no_target",
+    "stayed_not_signaled",
+    "stayed_deadline",
+    "stayed_follow_chain_full",
+    "stayed_too_many_participants",
+    "failed",
+    "restored_target_gone",
+    "unresolved",
+];
+
 /// The object runtime: live objects, calls, creations, activations, stale routes, the route
 /// cache and the resolver. Nothing on a host without an object runtime.
 #[derive(Debug)]
@@ -411,6 +425,46 @@ impl Collector for ObjectFamilies {
             "Object calls answered StaleRoute.",
             &[(&[], load(&s.stale_routes))],
         )?;
+        let r = o.relocation_stats();
+        counter(
+            &mut enc,
+            "zlink_relocation_events_total",
+            "Relocation events of this host as source (moves_started, saved_work, relayed, handed_over, restored, followed, follow_drops) and as target (arrived, refused, abandoned, cutover_timeouts, late_cutovers, reply_relays_sent), and records naming no known relocation (unknown_records).",
+            &[
+                (&[("event", "moves_started")], load(&r.moves_started)),
+                (&[("event", "saved_work")], load(&r.saved_work)),
+                (&[("event", "relayed")], load(&r.relayed)),
+                (&[("event", "handed_over")], load(&r.handed_over)),
+                (&[("event", "restored")], load(&r.restored)),
+                (&[("event", "followed")], load(&r.followed)),
+                (&[("event", "follow_drops")], load(&r.follow_drops)),
+                (&[("event", "arrived")], load(&r.arrived)),
+                (&[("event", "refused")], load(&r.refused)),
+                (&[("event", "abandoned")], load(&r.abandoned)),
+                (&[("event", "cutover_timeouts")], load(&r.cutover_timeouts)),
+                (&[("event", "late_cutovers")], load(&r.late_cutovers)),
+                (&[("event", "unknown_records")], load(&r.unknown_records)),
+                (
+                    &[("event", "reply_relays_sent")],
+                    load(&r.reply_relays_sent),
+                ),
+            ],
+        )?;
+        let totals = self.0.relocation_outcome_totals();
+        {
+            let mut units = counters(
+                &mut enc,
+                "zlink_relocation_units_total",
+                "Relocation units of this host by outcome, over every relocation.",
+            )?;
+            for outcome in RELOCATION_OUTCOMES {
+                let v = totals
+                    .iter()
+                    .find(|(k, _)| *k == outcome)
+                    .map_or(0, |(_, v)| *v);
+                units.sample(&[("outcome", outcome)], v)?;
+            }
+        }
         let resolver = o.resolver();
         let cache = resolver.cache().stats();
         counter(
