@@ -21,6 +21,7 @@ use common::cluster::Cluster;
 use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
 use zlink::mesh::JsonMessage;
+use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, JsonState, Registry, Relocation, StateAdapter};
 use zlink::object::runtime::{RelocatePlan, UnitReport};
@@ -436,5 +437,119 @@ async fn disabled_stays_serving_and_no_target_stays() {
         outcomes(&reports),
         vec![("n-1".into(), UnitOutcome::Stayed(StayReason::NoTarget))]
     );
+    c.shutdown().await;
+}
+
+/// Membership notifications one node's Entry Spot saw: (joined, actor).
+type Notes = Arc<std::sync::Mutex<Vec<(bool, String)>>>;
+
+/// An Actor registry: the `tally` handlers as an Actor type, and an Entry Spot type whose
+/// member notifications are recorded per node.
+fn actor_registry(joined: Notes) -> Registry {
+    let mut reg = Registry::new();
+    reg.actor(
+        "walker",
+        |_: FactoryInput| async { Ok(Tally::default()) },
+        handlers,
+    )
+    .relocation(Relocation::PreserveWith(Arc::new(JsonState)))
+    .register();
+    reg.entry_spot(
+        "entry",
+        |_: FactoryInput| async { Ok(Tally::default()) },
+        move || {
+            let mut h: ObjectHandlers<Tally> = ObjectHandlers::new();
+            let j = Arc::clone(&joined);
+            h.on_member_joined(move |_ctx, actor| {
+                j.lock().unwrap().push((true, actor));
+                async { Ok(()) }
+            });
+            let l = Arc::clone(&joined);
+            h.on_member_left(move |_ctx, actor| {
+                l.lock().unwrap().push((false, actor));
+                async { Ok(()) }
+            });
+            h
+        },
+    )
+    .register();
+    reg
+}
+
+/// Issue 17 "In-process: Entry-Spot Actor": Actors created on node 0 (a member of its Entry
+/// Spot) move with their state; the commit moves the membership atomically to the target's
+/// Entry Spot (the authority payload names it), the target's Entry Spot sees them join and the
+/// source's sees them leave; calls keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_spot_actors_move_with_their_membership() {
+    let notes: Vec<Notes> = (0..3).map(|_| Arc::default()).collect();
+    let n2 = notes.clone();
+    let c = Cluster::builder(3)
+        .registry(move |i| actor_registry(Arc::clone(&n2[i])))
+        .entry_spots()
+        .placement_weights(&[100, 0, 0])
+        .start()
+        .await;
+    let ids: Vec<String> = (0..4).map(|i| format!("w-{i}")).collect();
+    for id in &ids {
+        c.rts[0].create_actor("walker", id, None).await.unwrap();
+        c.rts[2].send_to_actor(id, &Add { seq: 0 }).await.unwrap();
+        let t: Tally = c.rts[2]
+            .request_to_actor(id, &Add { seq: 1 }, T)
+            .await
+            .unwrap();
+        assert_eq!(t.seqs, vec![0, 1]);
+    }
+    open_targets(&c).await;
+    let reports = c.rts[0].relocate(&RelocatePlan::default()).await;
+    assert_eq!(reports.len(), ids.len(), "{:?}", outcomes(&reports));
+    for r in &reports {
+        assert_eq!(
+            r.outcome,
+            UnitOutcome::HandedOver,
+            "{:?}",
+            outcomes(&reports)
+        );
+    }
+    for id in &ids {
+        let AuthorityRead::Found(a) = c.authority(ObjectKind::Actor, id).await else {
+            panic!("{id} is missing");
+        };
+        let owner = c
+            .nodes
+            .iter()
+            .position(|n| n.rid() == a.owner_node.rid)
+            .unwrap();
+        assert!(owner == 1 || owner == 2, "{id} on node {owner}");
+        let entry = c.rts[owner].entry_spot_id();
+        assert_eq!(
+            zlink::object::runtime::membership_of(&a.payload).as_deref(),
+            Some(entry.as_str()),
+            "{id}: the membership moved with the owner"
+        );
+        let t: Tally = c.rts[2]
+            .request_to_actor(id, &Add { seq: 2 }, T)
+            .await
+            .unwrap();
+        assert_eq!(
+            t.seqs,
+            vec![0, 1, 2],
+            "{id}: state moved, nothing lost or repeated"
+        );
+    }
+    // Membership notifications: left on the source's Entry Spot, joined on the targets'.
+    let t0 = std::time::Instant::now();
+    loop {
+        let left = notes[0].lock().unwrap().iter().filter(|(j, _)| !*j).count();
+        let joined: usize = notes[1..]
+            .iter()
+            .map(|n| n.lock().unwrap().iter().filter(|(j, _)| *j).count())
+            .sum();
+        if left == ids.len() && joined == ids.len() {
+            break;
+        }
+        assert!(t0.elapsed() < WAIT, "left {left}, joined {joined}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     c.shutdown().await;
 }

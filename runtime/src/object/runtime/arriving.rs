@@ -480,6 +480,37 @@ impl<S: ObjectStore> Inner<S> {
                 ),
             );
         };
+        // An Actor comes from the source's Entry Spot and joins this node's in the commit.
+        let entry = match unit.kind {
+            zlink_store::types::ObjectKind::Spot => None,
+            zlink_store::types::ObjectKind::Actor => {
+                let mine = self.mesh.descriptor().entry_spot_id;
+                let theirs = self
+                    .mesh
+                    .peer(&unit.source.rid)
+                    .and_then(|p| p.descriptor)
+                    .map(|d| d.entry_spot_id)
+                    .unwrap_or_default();
+                let member_of = super::membership_of(&row.payload).unwrap_or_default();
+                if mine.is_empty() || !self.live().spot_is_open(&mine) {
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        "this node has no open Entry Spot for the Actor".into(),
+                    );
+                }
+                if theirs.is_empty() || member_of != theirs {
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        format!(
+                            "{} is a member of {member_of:?}, not of the source's Entry Spot: it \
+                             moves with its Spot",
+                            unit.id_str
+                        ),
+                    );
+                }
+                Some(mine)
+            }
+        };
         // The payload.
         let bytes = loop {
             let sig = tokio::select! {
@@ -677,24 +708,26 @@ impl<S: ObjectStore> Inner<S> {
             let mut done = None;
             for action in commit.step(event, now, wait_ms, deadline_ms) {
                 match action {
-                    CommitAction::StartCas => match self.store.transfer_owner(&transfer).await {
-                        Ok(a) => {
-                            new_owner_generation = Some(a.authority_owner_generation);
-                            pending.push(CommitEvent::CasOk);
+                    CommitAction::StartCas => {
+                        match self.commit_transfer(&transfer, entry.as_deref()).await {
+                            Ok(a) => {
+                                new_owner_generation = Some(a);
+                                pending.push(CommitEvent::CasOk);
+                            }
+                            Err(StoreError::StoreFailure {
+                                ambiguous: true, ..
+                            }) => {
+                                pending.push(CommitEvent::CasAmbiguous);
+                            }
+                            Err(StoreError::StoreFailure { .. }) => {
+                                pending.push(CommitEvent::CasRetryable)
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, object = %unit.id_str, "the relocation CAS was refused");
+                                pending.push(CommitEvent::CasStale);
+                            }
                         }
-                        Err(StoreError::StoreFailure {
-                            ambiguous: true, ..
-                        }) => {
-                            pending.push(CommitEvent::CasAmbiguous);
-                        }
-                        Err(StoreError::StoreFailure { .. }) => {
-                            pending.push(CommitEvent::CasRetryable)
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, object = %unit.id_str, "the relocation CAS was refused");
-                            pending.push(CommitEvent::CasStale);
-                        }
-                    },
+                    }
                     CommitAction::Reread => match self.store.read_authority(&unit.key).await {
                         Ok(AuthorityRead::Found(a))
                             if a.owner_node.rid == me.rid
@@ -732,8 +765,17 @@ impl<S: ObjectStore> Inner<S> {
         };
         match (end, new_owner_generation) {
             (Ok(()), Some(aog)) => {
-                // The switch, in one step per queue: live entry, staged relays, temporary
-                // queue, then dispatch opens.
+                // The switch, in one step per queue: membership, live entry, staged relays,
+                // temporary queue, then dispatch opens.
+                match &entry {
+                    Some(spot) => {
+                        self.live().enrol(&unit.id_str, spot);
+                        if let Some(gate) = self.spot_gate(spot) {
+                            obj.set_gate(Some(gate));
+                        }
+                    }
+                    None => self.live().open_spot(&unit.id_str),
+                }
                 self.live().insert(
                     unit.key.clone(),
                     LiveEntry {
@@ -754,6 +796,9 @@ impl<S: ObjectStore> Inner<S> {
                 temp.redirect(Vec::new(), Arc::clone(&obj));
                 self.relocations.temporary().remove(&unit.key);
                 let _ = self.objects.mark_ready(&unit.key, generation);
+                if let Some(spot) = &entry {
+                    self.notify_member(spot, true, &unit.id_str);
+                }
                 self.relocations.arrived.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(object = %unit.id_str, from = %unit.source.rid, "relocated here");
                 // Later relays (Message Follow) apply by ordinal until the source's window ends.
@@ -776,6 +821,43 @@ impl<S: ObjectStore> Inner<S> {
                 self.relocations.arriving_map().remove(&unit.id);
             }
         }
+    }
+
+    /// The target-only commit (wire §9 "Target CAS"): the owner transfer, and for an Actor its
+    /// membership moved to this node's Entry Spot `entry`, which is checked in the same
+    /// aggregate. Returns the new AuthorityOwnerGeneration.
+    async fn commit_transfer(
+        &self,
+        transfer: &TransferOwner,
+        entry: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let Some(spot) = entry else {
+            return self
+                .store
+                .transfer_owner(transfer)
+                .await
+                .map(|a| a.authority_owner_generation);
+        };
+        let spot_key = AuthorityKey::new(zlink_store::types::ObjectKind::Spot, spot)
+            .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+        let spot_fence = match self.store.read_authority(&spot_key).await? {
+            AuthorityRead::Found(a) => a.fence(),
+            AuthorityRead::Missing { .. } => {
+                return Err(StoreError::Missing(format!("Entry Spot {spot}")));
+            }
+        };
+        let mut t = transfer.clone();
+        t.payload = Some(super::membership_payload(spot));
+        let out = self
+            .store
+            .commit_aggregate(&[
+                zlink_store::types::AggregateOp::Transfer(t),
+                zlink_store::types::AggregateOp::Check(spot_fence),
+            ])
+            .await?;
+        out.first()
+            .map(|a| a.authority_owner_generation)
+            .ok_or_else(|| StoreError::InvalidArgument("an empty aggregate result".into()))
     }
 
     /// Admission of a route that names this node for a unit still arriving (wire §9 "CAS

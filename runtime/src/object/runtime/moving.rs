@@ -203,6 +203,10 @@ impl<S: ObjectStore> Inner<S> {
             authority_owner_generation: aog,
             owner_lease_generation: lease.lease_generation,
         };
+        // Joins, leaves, closes and destroys of this object wait until the move ends (they
+        // would write its authority, which only the target may change now); they then find it
+        // moved (stale) or back.
+        let _changes = self.changes.lock_all(&[&key]).await;
         // 1. Arrivals are held from here on.
         let intake = Intake::new(obj.gate());
         {
@@ -586,6 +590,19 @@ impl<S: ObjectStore> Inner<S> {
                 }
                 obj.close().await;
                 let _ = self.objects.remove(&key, generation);
+                // Membership bookkeeping: the Spot takes no members here any more; the Actor
+                // left this node's Entry Spot (it is a member of the target's now).
+                match kind {
+                    zlink_store::types::ObjectKind::Spot => {
+                        let _ = self.live().close_spot(&id);
+                    }
+                    zlink_store::types::ObjectKind::Actor => {
+                        let left = self.live().forget_member(&id);
+                        if let Some(spot) = left {
+                            self.notify_member(&spot, false, &id);
+                        }
+                    }
+                }
                 self.relocations
                     .handed_over
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

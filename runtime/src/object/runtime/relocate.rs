@@ -8,9 +8,10 @@
 //! the caller's allow-list when it gave one. Among those, units are spread by placement weight
 //! (smooth weighted round-robin, one selector per relocation).
 //!
-//! Units here: Instance Spots and User Spots without members. Entry Spots stay (they are the
-//! node's own). Actors (their Entry-Spot membership moves with them) and User Spots with members
-//! end `Failed` with the reason, so a relocation holding them is not `Completed` and an operator
+//! Units here: Instance Spots, User Spots without members, and Entry-Spot Actors (their
+//! membership moves to the target's Entry Spot in the same commit; a target needs one). Entry
+//! Spots stay (they are the node's own). User Spots with members and their member Actors end
+//! `Failed` with the reason, so a relocation holding them is not `Completed` and an operator
 //! does not delete the pod (issue 17 keeps them open).
 
 use std::sync::Arc;
@@ -106,6 +107,7 @@ pub fn may_take(
             RelocationMode::RollingUpdate => d.application_version == plan.target_version,
         }
         && (plan.target_rids.is_empty() || plan.target_rids.contains(&d.node.rid))
+        && (kind == WireKind::Spot || !d.entry_spot_id.is_empty())
         && d.object_capabilities.iter().any(|c| {
             c.object_kind == kind && c.stable_type == stable_type && c.relocation_policy == policy
         })
@@ -204,10 +206,15 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 reports[i] = Some(r);
             };
             let blocked = match kind {
-                ObjectTypeKind::Actor => Some(
-                    "Actor units (an Entry-Spot membership moving with the Actor) are not \
-                     movable by this version",
-                ),
+                ObjectTypeKind::Actor
+                    if inner.live().spot_of(&id) != Some(me.entry_spot_id.as_str()) =>
+                {
+                    Some(
+                        "an Actor that is a member of a User Spot moves with its Spot, which \
+                         this version does not move yet",
+                    )
+                }
+                ObjectTypeKind::Actor => None,
                 ObjectTypeKind::UserSpot
                     if inner.live().members_of(&id).is_some_and(|m| !m.is_empty()) =>
                 {
