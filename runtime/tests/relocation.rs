@@ -553,3 +553,230 @@ async fn entry_spot_actors_move_with_their_membership() {
     }
     c.shutdown().await;
 }
+
+/// One tally `id` activated on node 0 (seq 0 applied), targets open.
+async fn one_tally(id: &str) -> Cluster {
+    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Add { seq: 0 }, T)
+        .await
+        .unwrap();
+    assert_eq!(owner_of(&c, id).await, "node-0");
+    open_targets(&c).await;
+    c
+}
+
+fn spot_key(id: &str) -> zlink_store::types::AuthorityKey {
+    zlink_store::types::AuthorityKey::new(ObjectKind::Spot, id).unwrap()
+}
+
+/// Fault matrix "CAS conflict → stale": a write to the authority between the target's Ready and
+/// its commit makes the commit refuse; the target re-reads, finds another writer, gives the move
+/// up and says so (a 53 after Ready, ours); the source re-reads the unchanged owner and puts
+/// everything back in order: the unit ends `Failed(stale)` and serves on the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_write_before_the_commit_is_stale_and_the_source_restores() {
+    use zlink_store::LocationStore;
+    let c = one_tally("cf-1").await;
+    let stall = c.store().stall_aggregates_touching(spot_key("cf-1"));
+    let plan = RelocatePlan::default();
+    let relocate = c.rts[0].relocate(&plan);
+    let conflict = async {
+        let mut stall = stall;
+        stall.parked(1).await;
+        // Another writer changes the row (a Preserve CAS by its owner: new StoreVersion).
+        let AuthorityRead::Found(a) = c.authority(ObjectKind::Spot, "cf-1").await else {
+            panic!("missing")
+        };
+        c.store()
+            .preserve(&a.fence(), a.payload.clone())
+            .await
+            .unwrap();
+        c.rts[2]
+            .send_to_instance_spot("tally", "cf-1", &Add { seq: 1 })
+            .await
+            .unwrap();
+        stall.release();
+    };
+    let (reports, ()) = tokio::join!(relocate, conflict);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("cf-1".into(), UnitOutcome::Failed("stale".into()))]
+    );
+    assert_eq!(owner_of(&c, "cf-1").await, "node-0");
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "cf-1", &Add { seq: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.seqs,
+        vec![0, 1, 2],
+        "nothing lost or repeated across the refused move"
+    );
+    let abandoned: u64 = c.rts[1..]
+        .iter()
+        .map(|r| r.relocation_stats().abandoned.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(abandoned, 1);
+    assert_eq!(
+        c.rts[0].relocation_stats().restored.load(Ordering::Relaxed),
+        1
+    );
+    c.shutdown().await;
+}
+
+/// Fault matrix "Redis outage shorter than the restore timeout → commit": the target's commit
+/// does not answer for longer than the cutover window; the source keeps its copies and keeps
+/// reading; when the store answers again the commit lands and the unit is handed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_shorter_than_the_restore_timeout_still_commits() {
+    let c = one_tally("so-1").await;
+    let stall = c.store().stall_aggregates_touching(spot_key("so-1"));
+    let plan = RelocatePlan::default();
+    let relocate = c.rts[0].relocate(&plan);
+    let outage = async {
+        let mut stall = stall;
+        stall.parked(1).await;
+        c.rts[2]
+            .send_to_instance_spot("tally", "so-1", &Add { seq: 1 })
+            .await
+            .unwrap();
+        // The outage outlasts the source's cutover window (1 s) but not the restore timeout.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        stall.release();
+    };
+    let (reports, ()) = tokio::join!(relocate, outage);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("so-1".into(), UnitOutcome::HandedOver)]
+    );
+    let owner = owner_of(&c, "so-1").await;
+    assert!(owner == "node-1" || owner == "node-2", "{owner}");
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "so-1", &Add { seq: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2]);
+    c.shutdown().await;
+}
+
+/// Fault matrix "Redis outage longer than the restore timeout → location_update_failed": the
+/// target gives up at its restore deadline and removes everything it prepared; it cannot promise
+/// that an unanswered commit never lands, so it declares nothing, and the source reports the
+/// unit `Unresolved` at the relocation deadline while it keeps resolving. Once the target's
+/// lease is gone (it stops), the source proves no commit can happen and puts the unit back:
+/// state and the calls held meanwhile are all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_longer_than_the_restore_timeout_gives_up_and_the_source_recovers() {
+    let c = one_tally("lo-1").await;
+    for rt in &c.rts {
+        rt.set_relocation_settings(zlink::object::runtime::RelocationSettings {
+            restore_timeout: Duration::from_millis(800),
+            ..rt.relocation_settings()
+        });
+    }
+    let stall = c.store().stall_aggregates_touching(spot_key("lo-1"));
+    let plan = RelocatePlan {
+        deadline: Duration::from_millis(2_500),
+        target_rids: vec!["node-1".into()],
+        ..RelocatePlan::default()
+    };
+    let relocate = c.rts[0].relocate(&plan);
+    let outage = async {
+        let mut stall = stall;
+        stall.parked(1).await;
+        c.rts[2]
+            .send_to_instance_spot("tally", "lo-1", &Add { seq: 1 })
+            .await
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while c.rts[1]
+            .relocation_stats()
+            .abandoned
+            .load(Ordering::Relaxed)
+            == 0
+        {
+            assert!(t0.elapsed() < WAIT, "the target never gave up");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stall
+    };
+    let (reports, stall) = tokio::join!(relocate, outage);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("lo-1".into(), UnitOutcome::Unresolved)]
+    );
+    assert_eq!(
+        c.rts[1].live_generation(ObjectKind::Spot, "lo-1"),
+        None,
+        "the target removed it"
+    );
+    stall.release();
+    assert_eq!(owner_of(&c, "lo-1").await, "node-0", "no commit landed");
+    // The target stops: its lease is released, and the source restores.
+    c.rts[1].shutdown().await;
+    c.nodes[1].shutdown().await;
+    let t0 = std::time::Instant::now();
+    while c.rts[0].relocation_stats().restored.load(Ordering::Relaxed) == 0 {
+        assert!(t0.elapsed() < WAIT, "the source never restored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "lo-1", &Add { seq: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2]);
+    c.shutdown().await;
+}
+
+/// Fault matrix "target killed before Ready → Restored{TargetGone}": the only allowed target
+/// stops processing (frozen, like a SIGSTOP) before it answers and its owner lease ends (as a
+/// killed process's does); the source finds the row unchanged and the target gone, and
+/// restores everything in order. A target that is only stalled keeps its lease: the source
+/// cannot prove it will never commit, so it would keep resolving instead (not restoring).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_gone_before_ready_leaves_the_unit_restored() {
+    let c = one_tally("tg-1").await;
+    c.rts[0].set_relocation_settings(zlink::object::runtime::RelocationSettings {
+        restore_timeout: Duration::from_millis(500),
+        ..c.rts[0].relocation_settings()
+    });
+    c.nodes[1].set_frozen(true);
+    let plan = RelocatePlan {
+        target_rids: vec!["node-1".into()],
+        ..RelocatePlan::default()
+    };
+    let relocate = c.rts[0].relocate(&plan);
+    let kill = async {
+        use zlink_store::LocationStore;
+        let t0 = std::time::Instant::now();
+        while c.rts[0]
+            .relocation_stats()
+            .moves_started
+            .load(Ordering::Relaxed)
+            == 0
+        {
+            assert!(t0.elapsed() < WAIT, "the transfer never started");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        c.rts[2]
+            .send_to_instance_spot("tally", "tg-1", &Add { seq: 1 })
+            .await
+            .unwrap();
+        let token = c.nodes[1].owner_token().unwrap();
+        assert!(c.store().release_lease(&token).await.unwrap());
+    };
+    let (reports, ()) = tokio::join!(relocate, kill);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("tg-1".into(), UnitOutcome::RestoredTargetGone)]
+    );
+    assert_eq!(owner_of(&c, "tg-1").await, "node-0");
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "tg-1", &Add { seq: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2]);
+    c.nodes[1].set_frozen(false);
+    c.shutdown().await;
+}

@@ -122,7 +122,10 @@ pub(crate) async fn run(
             }
             changed.await;
         }
+        // A freeze takes effect at once: its notification ends the wait below too.
+        let fault_changed = r.inner.faults.changed.notified();
         tokio::select! {
+            () = fault_changed => {}
             batch = pump_rx.recv() => match batch {
                 Some(events) => for ev in events { r.on_event(ev); },
                 None => break,

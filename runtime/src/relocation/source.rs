@@ -57,6 +57,9 @@ pub enum SourceUnit {
         next_read_ms: u64,
         /// `Unresolved` was reported already.
         reported: bool,
+        /// The target declared after Ready that it gave the move up for good (it will never
+        /// commit): an unchanged row then restores at once.
+        abandoned: Option<RelocationFailureReason>,
     },
     /// The outcome.
     Done(SourceOutcome),
@@ -94,8 +97,11 @@ pub enum AuthorityView {
 pub enum SourceEvent {
     /// `relocationReady` (30) for this attempt.
     Ready,
-    /// `relocationFailed` (53) for this attempt.
+    /// `relocationFailed` (53) for this attempt, before Ready.
     Failed(RelocationFailureReason),
+    /// `relocationFailed` (53) after Ready: the target gave up for good and will never commit
+    /// (ours: it sends this only after a definitive refusal, never after an ambiguous CAS).
+    Abandoned(RelocationFailureReason),
     /// The connection epoch to the target was replaced.
     EpochLost,
     /// Time passed (`now` is the argument of [`SourceUnit::step`]).
@@ -156,16 +162,18 @@ impl SourceUnit {
     ) -> Vec<SourceAction> {
         use SourceAction as A;
         use SourceEvent as E;
-        let resolving = |reported| Self::Resolving {
+        let resolving = |reported, abandoned| Self::Resolving {
             next_read_ms: now_ms.saturating_add(RESOLVE_EVERY_MS),
             reported,
+            abandoned,
         };
         match (self.clone(), event) {
             (Self::Preparing { .. }, E::Ready) => {
                 *self = Self::CutoverSent { at_ms: now_ms };
                 vec![A::SendCutover]
             }
-            (Self::Preparing { .. }, E::Failed(reason)) => {
+            // Before Ready an explicit failure restores at once (wire §9).
+            (Self::Preparing { .. }, E::Failed(reason) | E::Abandoned(reason)) => {
                 *self = Self::Done(SourceOutcome::Failed(reason));
                 vec![A::Restore]
             }
@@ -173,7 +181,7 @@ impl SourceUnit {
             (Self::Preparing { since_ms }, E::Tick) => {
                 if now_ms >= since_ms.saturating_add(t.prepare_timeout_ms) {
                     // No Ready and no 53: resolve from the store, as after a window.
-                    *self = resolving(false);
+                    *self = resolving(false, None);
                     vec![A::ReadAuthority]
                 } else {
                     Vec::new()
@@ -189,13 +197,17 @@ impl SourceUnit {
             }
             (Self::CutoverSent { at_ms }, E::Tick) => {
                 if now_ms >= at_ms.saturating_add(t.cutover_wait_ms) {
-                    *self = resolving(false);
+                    *self = resolving(false, None);
                     vec![A::ReadAuthority]
                 } else {
                     Vec::new()
                 }
             }
-            // After Ready only the store decides: a 53 or a second Ready changes nothing.
+            (Self::CutoverSent { .. }, E::Abandoned(reason)) => {
+                *self = resolving(false, Some(reason));
+                vec![A::ReadAuthority]
+            }
+            // After Ready only the store decides: a plain 53 or a second Ready changes nothing.
             (Self::CutoverSent { .. }, E::Ready | E::Failed(_) | E::Authority(_)) => Vec::new(),
             (
                 Self::Resolving { .. },
@@ -205,7 +217,19 @@ impl SourceUnit {
                 vec![A::DropCopies]
             }
             (
-                Self::Resolving { .. },
+                Self::Resolving {
+                    abandoned: Some(reason),
+                    ..
+                },
+                E::Authority(AuthorityView::Unchanged { .. }),
+            ) => {
+                *self = Self::Done(SourceOutcome::Failed(reason));
+                vec![A::Restore]
+            }
+            (
+                Self::Resolving {
+                    abandoned: None, ..
+                },
                 E::Authority(AuthorityView::Unchanged {
                     target_lease_live: false,
                 }),
@@ -214,16 +238,22 @@ impl SourceUnit {
                 vec![A::Restore]
             }
             (
-                Self::Resolving { reported, .. },
-                E::Authority(
-                    AuthorityView::Unchanged {
-                        target_lease_live: true,
-                    }
-                    | AuthorityView::ReadFailed,
-                ),
-            ) => {
+                Self::Resolving {
+                    reported,
+                    abandoned: None,
+                    ..
+                },
+                E::Authority(AuthorityView::Unchanged {
+                    target_lease_live: true,
+                }),
+            )
+            | (Self::Resolving { reported, .. }, E::Authority(AuthorityView::ReadFailed)) => {
+                let abandoned = match self {
+                    Self::Resolving { abandoned, .. } => *abandoned,
+                    Self::Preparing { .. } | Self::CutoverSent { .. } | Self::Done(_) => None,
+                };
                 let report = !reported && now_ms >= t.deadline_ms;
-                *self = resolving(reported || report);
+                *self = resolving(reported || report, abandoned);
                 if report {
                     vec![A::ReportUnresolved]
                 } else {
@@ -237,10 +267,20 @@ impl SourceUnit {
                     Vec::new()
                 }
             }
-            (Self::Resolving { .. }, E::Ready | E::Failed(_) | E::EpochLost) => Vec::new(),
-            (Self::Done(_), E::Ready | E::Failed(_) | E::EpochLost | E::Tick | E::Authority(_)) => {
-                Vec::new()
+            (Self::Resolving { reported, .. }, E::Abandoned(reason)) => {
+                *self = resolving(reported, Some(reason));
+                vec![A::ReadAuthority]
             }
+            (Self::Resolving { .. }, E::Ready | E::Failed(_) | E::EpochLost) => Vec::new(),
+            (
+                Self::Done(_),
+                E::Ready
+                | E::Failed(_)
+                | E::Abandoned(_)
+                | E::EpochLost
+                | E::Tick
+                | E::Authority(_),
+            ) => Vec::new(),
         }
     }
 }
@@ -269,6 +309,7 @@ mod tests {
         SourceUnit::Resolving {
             next_read_ms: 2_000,
             reported: false,
+            abandoned: None,
         }
     }
 
@@ -312,6 +353,7 @@ mod tests {
                 SourceUnit::Resolving {
                     next_read_ms: 11_000,
                     reported: false,
+                    abandoned: None,
                 },
                 vec![A::ReadAuthority],
             ),
@@ -340,6 +382,7 @@ mod tests {
                 SourceUnit::Resolving {
                     next_read_ms: 2_100,
                     reported: false,
+                    abandoned: None,
                 },
                 vec![A::ReadAuthority],
             ),
@@ -378,6 +421,7 @@ mod tests {
                 SourceUnit::Resolving {
                     next_read_ms: 2_500,
                     reported: false,
+                    abandoned: None,
                 },
                 vec![],
             ),
@@ -388,6 +432,7 @@ mod tests {
                 SourceUnit::Resolving {
                     next_read_ms: 61_000,
                     reported: true,
+                    abandoned: None,
                 },
                 vec![A::ReportUnresolved],
             ),
@@ -395,12 +440,14 @@ mod tests {
                 SourceUnit::Resolving {
                     next_read_ms: 2_000,
                     reported: true,
+                    abandoned: None,
                 },
                 live,
                 70_000,
                 SourceUnit::Resolving {
                     next_read_ms: 71_000,
                     reported: true,
+                    abandoned: None,
                 },
                 vec![],
             ),
@@ -415,6 +462,79 @@ mod tests {
             (resolving(), E::Ready, 1_500, resolving(), vec![]),
             (resolving(), E::Failed(R::Stale), 1_500, resolving(), vec![]),
             (resolving(), E::EpochLost, 1_500, resolving(), vec![]),
+            (
+                preparing(),
+                E::Abandoned(R::Stale),
+                50,
+                SourceUnit::Done(SourceOutcome::Failed(R::Stale)),
+                vec![A::Restore],
+            ),
+            (
+                cutover(),
+                E::Abandoned(R::Stale),
+                200,
+                SourceUnit::Resolving {
+                    next_read_ms: 1_200,
+                    reported: false,
+                    abandoned: Some(R::Stale),
+                },
+                vec![A::ReadAuthority],
+            ),
+            (
+                resolving(),
+                E::Abandoned(R::RestoreFailed),
+                1_500,
+                SourceUnit::Resolving {
+                    next_read_ms: 2_500,
+                    reported: false,
+                    abandoned: Some(R::RestoreFailed),
+                },
+                vec![A::ReadAuthority],
+            ),
+            (
+                SourceUnit::Resolving {
+                    next_read_ms: 2_000,
+                    reported: false,
+                    abandoned: Some(R::Stale),
+                },
+                live,
+                1_500,
+                SourceUnit::Done(SourceOutcome::Failed(R::Stale)),
+                vec![A::Restore],
+            ),
+            (
+                SourceUnit::Resolving {
+                    next_read_ms: 2_000,
+                    reported: false,
+                    abandoned: Some(R::Stale),
+                },
+                E::Authority(AuthorityView::Target),
+                1_500,
+                SourceUnit::Done(SourceOutcome::HandedOver),
+                vec![A::DropCopies],
+            ),
+            (
+                SourceUnit::Resolving {
+                    next_read_ms: 2_000,
+                    reported: false,
+                    abandoned: Some(R::Stale),
+                },
+                E::Authority(AuthorityView::ReadFailed),
+                1_500,
+                SourceUnit::Resolving {
+                    next_read_ms: 2_500,
+                    reported: false,
+                    abandoned: Some(R::Stale),
+                },
+                vec![],
+            ),
+            (
+                done.clone(),
+                E::Abandoned(R::Stale),
+                1,
+                done.clone(),
+                vec![],
+            ),
             (done.clone(), E::Ready, 1, done.clone(), vec![]),
             (done.clone(), E::Failed(R::Stale), 1, done.clone(), vec![]),
             (done.clone(), E::EpochLost, 1, done.clone(), vec![]),
@@ -464,6 +584,12 @@ mod tests {
                 None
             };
             let lose_cutover = rng.chance(25);
+            // A target that gives up after Ready for good (a definitive CAS refusal) says so.
+            let abandons_at = if !refuse && rng.chance(15) {
+                Some(ready_at + rng.below(1_500))
+            } else {
+                None
+            };
             let mut committed_at: Option<u64> = None;
             let mut cutover_seen_at: Option<u64> = None;
             let mut src = SourceUnit::new(0);
@@ -472,7 +598,9 @@ mod tests {
             let alive = |now: u64| dies_at.is_none_or(|d| now < d);
             for now in 0..40_000u64 {
                 // The target's own progress.
-                if !refuse && alive(now) && committed_at.is_none() && now >= ready_at {
+                let abandoned = abandons_at.is_some_and(|a| now >= a);
+                if !refuse && !abandoned && alive(now) && committed_at.is_none() && now >= ready_at
+                {
                     let by_cutover = cutover_seen_at.is_some_and(|c| now >= c);
                     if by_cutover || now >= ready_at + 1_000 {
                         committed_at = Some(now);
@@ -491,6 +619,9 @@ mod tests {
                 }
                 if Some(now) == epoch_loss_at {
                     events.push(E::EpochLost);
+                }
+                if Some(now) == abandons_at && committed_at.is_none() && alive(now) {
+                    events.push(E::Abandoned(R::Stale));
                 }
                 events.push(E::Tick);
                 for e in events {
@@ -525,7 +656,9 @@ mod tests {
                         }
                     }
                 }
-                if src.outcome().is_some() && (committed_at.is_some() || !alive(now) || refuse) {
+                if src.outcome().is_some()
+                    && (committed_at.is_some() || !alive(now) || refuse || abandoned)
+                {
                     break;
                 }
             }

@@ -683,6 +683,9 @@ impl<S: ObjectStore> Inner<S> {
             payload: None,
         };
         let mut new_owner_generation = None;
+        // Whether some attempt may have landed unseen (a store that did not answer): then no
+        // abandonment is declared to the source.
+        let mut ambiguous_seen = false;
         let mut pending: Vec<CommitEvent> = Vec::new();
         let end = loop {
             let event = if let Some(e) = pending.pop() {
@@ -709,22 +712,36 @@ impl<S: ObjectStore> Inner<S> {
             for action in commit.step(event, now, wait_ms, deadline_ms) {
                 match action {
                     CommitAction::StartCas => {
-                        match self.commit_transfer(&transfer, entry.as_deref()).await {
-                            Ok(a) => {
+                        // One attempt waits at most until the deadline (2 s at most): a store
+                        // that does not answer is an ambiguous attempt, re-read to decide.
+                        let left = restore_deadline
+                            .saturating_duration_since(Instant::now())
+                            .clamp(Duration::from_millis(100), Duration::from_secs(2));
+                        let attempt = tokio::time::timeout(
+                            left,
+                            self.commit_transfer(&transfer, entry.as_deref()),
+                        )
+                        .await;
+                        match attempt {
+                            Ok(Ok(a)) => {
                                 new_owner_generation = Some(a);
                                 pending.push(CommitEvent::CasOk);
                             }
-                            Err(StoreError::StoreFailure {
+                            Ok(Err(StoreError::StoreFailure {
                                 ambiguous: true, ..
-                            }) => {
+                            }))
+                            | Err(_) => {
+                                ambiguous_seen = true;
                                 pending.push(CommitEvent::CasAmbiguous);
                             }
-                            Err(StoreError::StoreFailure { .. }) => {
-                                pending.push(CommitEvent::CasRetryable)
+                            Ok(Err(StoreError::StoreFailure { .. })) => {
+                                pending.push(CommitEvent::CasRetryable);
                             }
-                            Err(e) => {
-                                tracing::warn!(error = %e, object = %unit.id_str, "the relocation CAS was refused");
-                                pending.push(CommitEvent::CasStale);
+                            Ok(Err(e)) => {
+                                // A refusal: re-read to tell an earlier attempt of ours that
+                                // landed (self) from another writer (stale).
+                                tracing::warn!(error = %e, object = %unit.id_str, "the relocation CAS was refused; re-reading");
+                                pending.push(CommitEvent::CasAmbiguous);
                             }
                         }
                     }
@@ -736,6 +753,10 @@ impl<S: ObjectStore> Inner<S> {
                         {
                             new_owner_generation = Some(a.authority_owner_generation);
                             pending.push(CommitEvent::ReadSelf);
+                        }
+                        // Still exactly the source's row: nothing happened yet, try again.
+                        Ok(AuthorityRead::Found(a)) if a.fence() == transfer.source => {
+                            pending.push(CommitEvent::CasRetryable);
                         }
                         Ok(_) => pending.push(CommitEvent::ReadOther),
                         Err(_) => pending.push(CommitEvent::ReadFailed),
@@ -813,6 +834,21 @@ impl<S: ObjectStore> Inner<S> {
                     Err(Abandon::LocationUpdateFailed) | Ok(()) => "location_update_failed",
                 };
                 self.relocations.abandoned.fetch_add(1, Ordering::Relaxed);
+                if !ambiguous_seen {
+                    // Ours: no attempt can land later, so tell the source it may put the unit
+                    // back (a 53 after Ready; see docs/architecture.md, "The mover").
+                    let (reason, detail) = match end {
+                        Err(Abandon::Stale) => (
+                            RelocationFailureReason::Stale,
+                            "the authority changed before the commit".to_owned(),
+                        ),
+                        Err(Abandon::LocationUpdateFailed) | Ok(()) => (
+                            RelocationFailureReason::RestoreFailed,
+                            "location_update_failed".to_owned(),
+                        ),
+                    };
+                    self.answer_failed(&unit.source, unit.id, unit.attempt, reason, detail);
+                }
                 tracing::error!(object = %unit.id_str, reason = why, "a relocation was given up after Ready; everything prepared is removed");
                 self.relocations.temporary().remove(&unit.key);
                 temp.end_with(ErrorKind::Unavailable, "the relocation was given up");
@@ -832,11 +868,14 @@ impl<S: ObjectStore> Inner<S> {
         entry: Option<&str>,
     ) -> Result<u64, StoreError> {
         let Some(spot) = entry else {
-            return self
+            let out = self
                 .store
-                .transfer_owner(transfer)
-                .await
-                .map(|a| a.authority_owner_generation);
+                .commit_aggregate(&[zlink_store::types::AggregateOp::Transfer(transfer.clone())])
+                .await?;
+            return out
+                .first()
+                .map(|a| a.authority_owner_generation)
+                .ok_or_else(|| StoreError::InvalidArgument("an empty aggregate result".into()));
         };
         let spot_key = AuthorityKey::new(zlink_store::types::ObjectKind::Spot, spot)
             .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;

@@ -517,7 +517,14 @@ impl<S: ObjectStore> Inner<S> {
             let event = tokio::select! {
                 a = answers.recv() => match a {
                     Some(PrepareAnswer::Ready) => SourceEvent::Ready,
-                    Some(PrepareAnswer::Failed(r)) => SourceEvent::Failed(r),
+                    // A 53 before Ready refuses the move; after it, the target declares it
+                    // gave the move up for good.
+                    Some(PrepareAnswer::Failed(r)) => match unit {
+                        SourceUnit::Preparing { .. } => SourceEvent::Failed(r),
+                        SourceUnit::CutoverSent { .. }
+                        | SourceUnit::Resolving { .. }
+                        | SourceUnit::Done(_) => SourceEvent::Abandoned(r),
+                    },
                     None => SourceEvent::Tick,
                 },
                 () = intake.arrived(), if cutover_sent => {
