@@ -716,11 +716,20 @@ async fn relocate_over_grpc_moves_the_counters_and_reports_every_unit() {
         }
     }
     let mut admin = a.admin(Some(TOKEN)).await;
-    let status = admin
-        .get_status(GetStatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    // A must see B as a ready peer (with B's descriptor) to move anything there.
+    let t0 = Instant::now();
+    let status = loop {
+        let s = admin
+            .get_status(GetStatusRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if s.peers.iter().any(|p| p.rid == b.rid() && p.ready) {
+            break s;
+        }
+        assert!(t0.elapsed() < WAIT, "A never saw B ready: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let on_a = status
         .objects
         .iter()

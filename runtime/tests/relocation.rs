@@ -780,3 +780,52 @@ async fn a_target_gone_before_ready_leaves_the_unit_restored() {
     c.nodes[1].set_frozen(false);
     c.shutdown().await;
 }
+
+/// Fault matrix "a 3-hop chain": the tally moves 0 → 1 → 0 → 1 within the follow window while a
+/// caller keeps the route it cached before the first move. Its calls take the old route to node
+/// 0, which follows them (through the object's return and its next departure) to node 1, in
+/// order; nothing is lost, and each move hands over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_with_a_route_from_three_moves_ago_still_reaches_the_object() {
+    let c = one_tally("ch-1").await;
+    // Cache the route of before the moves (the activation itself caches nothing).
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "ch-1", &Read {}, T)
+        .await
+        .unwrap();
+    let hops = [(0, "node-1"), (1, "node-0"), (0, "node-1")];
+    for (i, (from, to)) in hops.iter().enumerate() {
+        let plan = RelocatePlan {
+            target_rids: vec![(*to).into()],
+            ..RelocatePlan::default()
+        };
+        let reports = c.rts[*from].relocate(&plan).await;
+        assert_eq!(
+            outcomes(&reports),
+            vec![("ch-1".into(), UnitOutcome::HandedOver)],
+            "hop {i}"
+        );
+        assert_eq!(owner_of(&c, "ch-1").await, *to, "hop {i}");
+    }
+    // The caller's cache still names node 0 under the owner generation of before the moves.
+    let hits_before = c.rts[2].resolver().cache().stats().hits;
+    for seq in 1..=3 {
+        c.rts[2]
+            .send_to_instance_spot("tally", "ch-1", &Add { seq })
+            .await
+            .unwrap();
+    }
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "ch-1", &Add { seq: 4 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2, 3, 4]);
+    let cache = c.rts[2].resolver().cache().stats();
+    assert!(
+        cache.hits >= hits_before + 8,
+        "the calls used the cached (old) route: {cache:?}"
+    );
+    assert_eq!(cache.misses, 2, "no call resolved anew: {cache:?}");
+    assert!(c.rts[0].relocation_stats().followed.load(Ordering::Relaxed) >= 4);
+    c.shutdown().await;
+}

@@ -26,6 +26,11 @@ use zlink_protocol::generated::RelocationFailureReason;
 /// How often an unresolved unit re-reads the authority.
 pub const RESOLVE_EVERY_MS: u64 = 1_000;
 
+/// The first early look at the authority after the cutover submit (then 2×, 4×, … until the
+/// window ends): most commits land within a few milliseconds, and a unit handed over early lets
+/// a relocation of many units finish without waiting out every window.
+pub const FIRST_PEEK_MS: u64 = 2;
+
 /// Timing of one unit (milliseconds of the caller's clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SourceTimings {
@@ -50,6 +55,11 @@ pub enum SourceUnit {
     CutoverSent {
         /// When the (first) cutover was submitted: the window runs from here.
         at_ms: u64,
+        /// When the next early look at the authority is due: a row that names the target
+        /// already is a handover (a commit is never undone); anything else waits for the window.
+        next_peek_ms: u64,
+        /// The gap after that look (doubling from [`FIRST_PEEK_MS`]).
+        peek_gap_ms: u64,
     },
     /// The window ended without a decision: re-reading the authority.
     Resolving {
@@ -147,7 +157,11 @@ impl SourceUnit {
     pub fn next_tick_ms(&self, t: &SourceTimings) -> Option<u64> {
         match self {
             Self::Preparing { since_ms } => Some(since_ms.saturating_add(t.prepare_timeout_ms)),
-            Self::CutoverSent { at_ms } => Some(at_ms.saturating_add(t.cutover_wait_ms)),
+            Self::CutoverSent {
+                at_ms,
+                next_peek_ms,
+                ..
+            } => Some((*next_peek_ms).min(at_ms.saturating_add(t.cutover_wait_ms))),
             Self::Resolving { next_read_ms, .. } => Some(*next_read_ms),
             Self::Done(_) => None,
         }
@@ -169,7 +183,11 @@ impl SourceUnit {
         };
         match (self.clone(), event) {
             (Self::Preparing { .. }, E::Ready) => {
-                *self = Self::CutoverSent { at_ms: now_ms };
+                *self = Self::CutoverSent {
+                    at_ms: now_ms,
+                    next_peek_ms: now_ms.saturating_add(FIRST_PEEK_MS),
+                    peek_gap_ms: FIRST_PEEK_MS * 2,
+                };
                 vec![A::SendCutover]
             }
             // Before Ready an explicit failure restores at once (wire §9).
@@ -188,27 +206,54 @@ impl SourceUnit {
                 }
             }
             (Self::Preparing { .. }, E::Authority(_)) => Vec::new(),
-            (Self::CutoverSent { at_ms }, E::EpochLost) => {
+            (Self::CutoverSent { at_ms, .. }, E::EpochLost) => {
                 if now_ms < at_ms.saturating_add(t.cutover_wait_ms) {
                     vec![A::ResendRelaysAndCutover]
                 } else {
                     Vec::new()
                 }
             }
-            (Self::CutoverSent { at_ms }, E::Tick) => {
+            (
+                Self::CutoverSent {
+                    at_ms,
+                    next_peek_ms,
+                    peek_gap_ms,
+                },
+                E::Tick,
+            ) => {
                 if now_ms >= at_ms.saturating_add(t.cutover_wait_ms) {
                     *self = resolving(false, None);
+                    vec![A::ReadAuthority]
+                } else if now_ms >= next_peek_ms {
+                    *self = Self::CutoverSent {
+                        at_ms,
+                        next_peek_ms: now_ms.saturating_add(peek_gap_ms),
+                        peek_gap_ms: peek_gap_ms.saturating_mul(2),
+                    };
                     vec![A::ReadAuthority]
                 } else {
                     Vec::new()
                 }
             }
+            // An early look that finds the commit: handed over (never undone).
+            (
+                Self::CutoverSent { .. },
+                E::Authority(AuthorityView::Target | AuthorityView::Other),
+            ) => {
+                *self = Self::Done(SourceOutcome::HandedOver);
+                vec![A::DropCopies]
+            }
+            // Not committed yet: only the window's end may resolve otherwise.
+            (
+                Self::CutoverSent { .. },
+                E::Authority(AuthorityView::Unchanged { .. } | AuthorityView::ReadFailed),
+            ) => Vec::new(),
             (Self::CutoverSent { .. }, E::Abandoned(reason)) => {
                 *self = resolving(false, Some(reason));
                 vec![A::ReadAuthority]
             }
             // After Ready only the store decides: a plain 53 or a second Ready changes nothing.
-            (Self::CutoverSent { .. }, E::Ready | E::Failed(_) | E::Authority(_)) => Vec::new(),
+            (Self::CutoverSent { .. }, E::Ready | E::Failed(_)) => Vec::new(),
             (
                 Self::Resolving { .. },
                 E::Authority(AuthorityView::Target | AuthorityView::Other),
@@ -303,7 +348,11 @@ mod tests {
         SourceUnit::new(0)
     }
     fn cutover() -> SourceUnit {
-        SourceUnit::CutoverSent { at_ms: 100 }
+        SourceUnit::CutoverSent {
+            at_ms: 100,
+            next_peek_ms: 900,
+            peek_gap_ms: 400,
+        }
     }
     fn resolving() -> SourceUnit {
         SourceUnit::Resolving {
@@ -328,7 +377,11 @@ mod tests {
                 preparing(),
                 E::Ready,
                 50,
-                SourceUnit::CutoverSent { at_ms: 50 },
+                SourceUnit::CutoverSent {
+                    at_ms: 50,
+                    next_peek_ms: 52,
+                    peek_gap_ms: 4,
+                },
                 vec![A::SendCutover],
             ),
             (
@@ -374,7 +427,34 @@ mod tests {
                 vec![A::ResendRelaysAndCutover],
             ),
             (cutover(), E::EpochLost, 1_100, cutover(), vec![]),
-            (cutover(), E::Tick, 1_099, cutover(), vec![]),
+            (cutover(), E::Tick, 899, cutover(), vec![]),
+            (
+                cutover(),
+                E::Tick,
+                950,
+                SourceUnit::CutoverSent {
+                    at_ms: 100,
+                    next_peek_ms: 1_350,
+                    peek_gap_ms: 800,
+                },
+                vec![A::ReadAuthority],
+            ),
+            (
+                cutover(),
+                E::Authority(AuthorityView::Target),
+                960,
+                SourceUnit::Done(SourceOutcome::HandedOver),
+                vec![A::DropCopies],
+            ),
+            (cutover(), live, 960, cutover(), vec![]),
+            (cutover(), dead, 960, cutover(), vec![]),
+            (
+                cutover(),
+                E::Authority(AuthorityView::ReadFailed),
+                960,
+                cutover(),
+                vec![],
+            ),
             (
                 cutover(),
                 E::Tick,
@@ -385,13 +465,6 @@ mod tests {
                     abandoned: None,
                 },
                 vec![A::ReadAuthority],
-            ),
-            (
-                cutover(),
-                E::Authority(AuthorityView::Target),
-                200,
-                cutover(),
-                vec![],
             ),
             (
                 resolving(),
@@ -551,7 +624,7 @@ mod tests {
     #[test]
     fn next_tick_follows_the_state() {
         assert_eq!(preparing().next_tick_ms(&T), Some(10_000));
-        assert_eq!(cutover().next_tick_ms(&T), Some(1_100));
+        assert_eq!(cutover().next_tick_ms(&T), Some(900));
         assert_eq!(resolving().next_tick_ms(&T), Some(2_000));
         assert_eq!(
             SourceUnit::Done(SourceOutcome::HandedOver).next_tick_ms(&T),

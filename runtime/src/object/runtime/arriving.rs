@@ -257,14 +257,27 @@ impl<S: ObjectStore> Inner<S> {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let (ready, obj) = {
+        let (ready, switched) = {
             let mut parts = unit.parts();
             let ready = parts.staging.accept(d.relay_ordinal, d.frames);
-            (ready, parts.obj.clone())
+            (ready, parts.obj.is_some())
         };
-        if let Some(obj) = obj {
-            for frames in ready {
-                self.apply_carried(&unit, &obj, &frames);
+        if switched && !ready.is_empty() {
+            // After the switch, through whatever holds the object here now: itself, or the
+            // follow route of a later move onwards (so a chain of moves stays in order).
+            let current = self.live().get(&unit.key).map(|e| Arc::clone(&e.obj));
+            match current {
+                Some(obj) => {
+                    for frames in ready {
+                        self.apply_carried(&unit, &obj, &frames);
+                    }
+                }
+                None => {
+                    self.relocations
+                        .follow_drops
+                        .fetch_add(ready.len() as u64, Ordering::Relaxed);
+                    tracing::warn!(object = %unit.id_str, "followed records arrived for an object that is gone here");
+                }
             }
         }
     }
@@ -788,6 +801,17 @@ impl<S: ObjectStore> Inner<S> {
             (Ok(()), Some(aog)) => {
                 // The switch, in one step per queue: membership, live entry, staged relays,
                 // temporary queue, then dispatch opens.
+                // The object moved away from here earlier and is back: routes to its old
+                // follow route here reach it directly.
+                let previous = self
+                    .live()
+                    .get_incarnation(&unit.key, generation)
+                    .map(|e| e.authority_owner_generation);
+                if let Some(old) = previous {
+                    self.relocations.add_alias(&unit.key, old);
+                    // It is a live object here again, no longer one being followed away.
+                    self.relocations.stop_moving(&unit.key);
+                }
                 match &entry {
                     Some(spot) => {
                         self.live().enrol(&unit.id_str, spot);
@@ -907,6 +931,16 @@ impl<S: ObjectStore> Inner<S> {
         key: &AuthorityKey,
         route: &RouteFence,
     ) -> Option<Arc<dyn LiveObject>> {
+        if route.owner_lease_generation == self.mesh.owner_token().map_or(0, |t| t.lease_generation)
+            && self
+                .relocations
+                .has_alias(key, route.authority_owner_generation)
+        {
+            return self
+                .live()
+                .get_incarnation(key, route.object_generation)
+                .map(|e| Arc::clone(&e.obj));
+        }
         let temp = self.relocations.temporary();
         let t = temp.get(key)?;
         (route.owner_lease_generation == t.lease_generation

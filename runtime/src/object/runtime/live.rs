@@ -136,6 +136,20 @@ impl<E: Incarnation> LiveTable<E> {
         }
     }
 
+    /// Take `key` out if it is still incarnation `generation` under owner generation `aog`
+    /// (an entry that a later move back replaced is kept); returns whether it was.
+    pub(crate) fn forget_owned(&mut self, key: &AuthorityKey, generation: u64, aog: u64) -> bool {
+        if self
+            .get_incarnation(key, generation)
+            .is_some_and(|e| e.authority_owner_generation() == aog)
+        {
+            self.entries.remove(key);
+            true
+        } else {
+            false
+        }
+    }
+
     /// Every live entry with its key.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&AuthorityKey, &E)> {
         self.entries.iter()

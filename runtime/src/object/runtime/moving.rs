@@ -207,6 +207,14 @@ impl<S: ObjectStore> Inner<S> {
         // would write its authority, which only the target may change now); they then find it
         // moved (stale) or back.
         let _changes = self.changes.lock_all(&[&key]).await;
+        if !self.relocations.start_moving(&key) {
+            let _ = report.send(failed("the object is moving already".into()));
+            return;
+        }
+        let this = Arc::clone(&self);
+        let moving_key = key.clone();
+        // Every early return below puts the unit back: it is not moving any more then.
+        let not_moving = scopeguard(move || this.relocations.stop_moving(&moving_key));
         // 1. Arrivals are held from here on.
         let intake = Intake::new(obj.gate());
         {
@@ -580,6 +588,8 @@ impl<S: ObjectStore> Inner<S> {
         self.relocations.forget_answers(&relocation_id);
         let moved = match outcome {
             SourceOutcome::HandedOver => {
+                // Still moving until its follow window ends (the follow task clears it).
+                not_moving.disarm();
                 // Followed records continue the relay ordinals.
                 let mut next_ordinal = copies.len() as u64;
                 // The terminals of carried requests come back relayed: forward them.
@@ -637,7 +647,13 @@ impl<S: ObjectStore> Inner<S> {
                             next_ordinal += 1;
                         }
                     }
-                    this.live().forget_incarnation(&key, generation);
+                    // Only the follow route: a move back here meanwhile replaced it.
+                    // A move back here meanwhile replaced the follow route and cleared the
+                    // mark; only the follow route of this move is ended here.
+                    if this.live().forget_owned(&key, generation, aog) {
+                        this.relocations.forget_aliases(&key);
+                        this.relocations.stop_moving(&key);
+                    }
                     follow_intake.end_with(
                         ErrorKind::StaleRoute,
                         "the object moved to another node and its follow window ended",
@@ -821,6 +837,27 @@ fn stayed_or_failed(e: &CallError) -> Moved {
         },
         follow_until: None,
     }
+}
+
+/// Runs `f` on drop unless disarmed.
+struct Guard<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Guard<F> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<F: FnOnce()> Drop for Guard<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+fn scopeguard<F: FnOnce()>(f: F) -> Guard<F> {
+    Guard(Some(f))
 }
 
 fn millis(d: Duration) -> u64 {

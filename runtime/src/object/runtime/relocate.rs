@@ -147,7 +147,9 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let live = self.inner.live();
         let mut units: Vec<UnitRef> = live
             .iter()
-            .filter(|(_, e)| e.ty.kind() != ObjectTypeKind::EntrySpot)
+            .filter(|(key, e)| {
+                e.ty.kind() != ObjectTypeKind::EntrySpot && !self.inner.relocations.is_moving(key)
+            })
             .filter_map(|(key, e)| {
                 let (kind, id) = super::key_parts(key)?;
                 Some(UnitRef {

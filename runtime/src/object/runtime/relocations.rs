@@ -99,6 +99,12 @@ pub(super) struct Relocations {
     pub(super) acks: Mutex<HashMap<RelayKey, oneshot::Sender<()>>>,
     /// This host relocates (or relocated): it takes no unit and no new object.
     relocating: AtomicBool,
+    /// Units moving away from here, or followed after their handover: not units of a new
+    /// relocation.
+    moving: Mutex<std::collections::HashSet<AuthorityKey>>,
+    /// Objects that moved away and came back: the owner generations their earlier routes to
+    /// this node named (a sender's cache may still hold one); admitted to the object here.
+    aliases: Mutex<HashMap<AuthorityKey, Vec<u64>>>,
     pub(super) stats: RelocationStats,
 }
 
@@ -156,6 +162,42 @@ impl Relocations {
 
     pub(super) fn acks(&self) -> MutexGuard<'_, HashMap<RelayKey, oneshot::Sender<()>>> {
         lock(&self.acks)
+    }
+
+    /// Mark `key` as moving (`false` when it already is).
+    pub(super) fn start_moving(&self, key: &AuthorityKey) -> bool {
+        lock(&self.moving).insert(key.clone())
+    }
+
+    pub(super) fn stop_moving(&self, key: &AuthorityKey) {
+        lock(&self.moving).remove(key);
+    }
+
+    pub(super) fn is_moving(&self, key: &AuthorityKey) -> bool {
+        lock(&self.moving).contains(key)
+    }
+
+    /// Remember that routes naming owner generation `aog` of `key` on this node now reach the
+    /// object here again (at most 8: the longest follow chain).
+    pub(super) fn add_alias(&self, key: &AuthorityKey, aog: u64) {
+        let mut a = lock(&self.aliases);
+        let v = a.entry(key.clone()).or_default();
+        if !v.contains(&aog) {
+            v.push(aog);
+            if v.len() > 8 {
+                v.remove(0);
+            }
+        }
+    }
+
+    pub(super) fn has_alias(&self, key: &AuthorityKey, aog: u64) -> bool {
+        lock(&self.aliases)
+            .get(key)
+            .is_some_and(|v| v.contains(&aog))
+    }
+
+    pub(super) fn forget_aliases(&self, key: &AuthorityKey) {
+        lock(&self.aliases).remove(key);
     }
 
     pub(super) fn arriving_map(&self) -> MutexGuard<'_, HashMap<[u8; 16], Arc<Arriving>>> {
