@@ -9,7 +9,7 @@ use tonic::transport::Channel;
 use zlink_node::host::load::LoadConfig;
 use zlink_node::host::proto::host_admin_client::HostAdminClient;
 use zlink_node::host::proto::{
-    GetStatusRequest, HostStatus, RelocateRequest, RelocationMode, RelocationState,
+    GetStatusRequest, HostStatus, LocateRequest, RelocateRequest, RelocationMode, RelocationState,
     SetChannelWeightRequest, ShutdownRequest, WatchStatusRequest,
 };
 use zlink_node::host::{self, HostConfig, HostState};
@@ -78,6 +78,14 @@ enum CtlCmd {
         /// the host's `relocation.on_shutdown`).
         #[arg(long)]
         relocate_first: Option<bool>,
+    },
+    /// Which node owns an object now, with its fences (HostAdmin `Locate`), and what the host
+    /// asked knows of it (live, moving, arriving). Exits 1 when the object does not exist.
+    Locate {
+        /// `actor` or `spot`.
+        kind: String,
+        /// The object's global ID.
+        id: String,
     },
     /// Move this host's objects to other hosts (HostAdmin `Relocate`) and print the outcome of
     /// every unit. Exits 0 when the relocation is Completed, 4 when it Failed.
@@ -225,6 +233,56 @@ pub async fn ctl(args: CtlArgs) -> Result<i32> {
                 if count.is_some_and(|c| seen >= c) {
                     break;
                 }
+            }
+        }
+        CtlCmd::Locate { kind, id } => {
+            let r = client
+                .locate(LocateRequest {
+                    kind: kind.clone(),
+                    id: id.clone(),
+                })
+                .await?
+                .into_inner();
+            if args.json {
+                crate::say_line(
+                    &serde_json::json!({
+                        "kind": kind, "id": id, "found": r.found, "state": r.state,
+                        "owner_rid": r.owner_rid, "owner_lifecycle_generation": r.owner_lifecycle_generation,
+                        "object_generation": r.object_generation,
+                        "authority_owner_generation": r.authority_owner_generation,
+                        "owner_lease_generation": r.owner_lease_generation,
+                        "store_version": r.store_version, "stable_type": r.stable_type,
+                        "membership": r.membership, "here": r.here,
+                    })
+                    .to_string(),
+                );
+            } else if r.found {
+                crate::say_line(&format!(
+                    "{kind} {id} ({}): {} on {} (lifecycle {}), object generation {}, owner generation {}, lease generation {}, store version {}{}{}",
+                    r.stable_type,
+                    r.state,
+                    r.owner_rid,
+                    r.owner_lifecycle_generation,
+                    r.object_generation,
+                    r.authority_owner_generation,
+                    r.owner_lease_generation,
+                    r.store_version,
+                    if r.membership.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", member of {}", r.membership)
+                    },
+                    if r.here.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; on this host: {}", r.here)
+                    },
+                ));
+            } else {
+                crate::say_line(&format!("{kind} {id} does not exist"));
+            }
+            if !r.found {
+                return Ok(1);
             }
         }
         CtlCmd::Relocate {

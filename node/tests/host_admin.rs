@@ -841,6 +841,55 @@ async fn relocate_over_grpc_moves_the_counters_and_reports_every_unit() {
         .unwrap()
         .into_inner();
     assert_eq!(s.state, ProtoState::Relocated as i32);
+    // Locate: the authority names B; A still follows it, B hosts it.
+    let moved = &r.units[0].id;
+    let mut admin_b = b.admin(Some(TOKEN)).await;
+    let on_a_view = admin
+        .locate(zlink_node::host::proto::LocateRequest {
+            kind: "spot".into(),
+            id: moved.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(on_a_view.found);
+    assert_eq!(on_a_view.owner_rid, b.rid());
+    assert_eq!(on_a_view.state, "ready");
+    assert_eq!(on_a_view.stable_type, "counter");
+    assert_eq!(
+        on_a_view.here, "moving",
+        "A follows it to B for the follow window"
+    );
+    let on_b_view = admin_b
+        .locate(zlink_node::host::proto::LocateRequest {
+            kind: "spot".into(),
+            id: moved.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(on_b_view.here, "live");
+    assert_eq!(
+        on_b_view.authority_owner_generation,
+        on_a_view.authority_owner_generation
+    );
+    let missing = admin
+        .locate(zlink_node::host::proto::LocateRequest {
+            kind: "spot".into(),
+            id: "no-such-counter".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!missing.found);
+    let e = admin
+        .locate(zlink_node::host::proto::LocateRequest {
+            kind: "room".into(),
+            id: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
     // SafeToShutdown once the follow windows (6 s + 0.2 s) ended.
     let t0 = Instant::now();
     loop {

@@ -19,8 +19,9 @@ use tonic::{Request, Response, Status};
 
 use super::proto::host_admin_server::{HostAdmin, HostAdminServer};
 use super::proto::{
-    GetStatusRequest, HostStatus, RelocateRequest, RelocateResponse, SetChannelWeightRequest,
-    SetChannelWeightResponse, ShutdownRequest, ShutdownResponse, WatchStatusRequest,
+    GetStatusRequest, HostStatus, LocateRequest, LocateResponse, RelocateRequest, RelocateResponse,
+    SetChannelWeightRequest, SetChannelWeightResponse, ShutdownRequest, ShutdownResponse,
+    WatchStatusRequest,
 };
 use super::relocate::{RelocateArgs, RelocateRefusal, unit_result};
 use super::{Host, HostState};
@@ -219,6 +220,50 @@ impl HostAdmin for AdminService {
             relocation: Some(r.status),
             units: r.units.iter().map(unit_result).collect(),
         }))
+    }
+
+    async fn locate(
+        &self,
+        req: Request<LocateRequest>,
+    ) -> Result<Response<LocateResponse>, Status> {
+        let req = req.into_inner();
+        let kind = match req.kind.as_str() {
+            "actor" => zlink_store::types::ObjectKind::Actor,
+            "spot" => zlink_store::types::ObjectKind::Spot,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "kind {other:?} is not \"actor\" or \"spot\""
+                )));
+            }
+        };
+        let objects = self
+            .host
+            .objects()
+            .ok_or_else(|| Status::failed_precondition("this host runs no object runtime"))?;
+        let l = objects
+            .locate(kind, &req.id)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::InvalidOperation => Status::invalid_argument(e.to_string()),
+                _ => Status::unavailable(e.to_string()),
+            })?;
+        let mut out = LocateResponse {
+            found: l.authority.is_some(),
+            here: l.here.to_owned(),
+            ..Default::default()
+        };
+        if let Some(a) = l.authority {
+            out.state = format!("{:?}", a.state).to_ascii_lowercase();
+            out.owner_rid = a.owner_node.rid.clone();
+            out.owner_lifecycle_generation = a.owner_node.lifecycle_generation;
+            out.object_generation = a.object_generation;
+            out.authority_owner_generation = a.authority_owner_generation;
+            out.owner_lease_generation = a.owner.lease_generation;
+            out.store_version = a.store_version;
+            out.stable_type = a.allocation.stable_type.clone();
+            out.membership = zlink::object::runtime::membership_of(&a.payload).unwrap_or_default();
+        }
+        Ok(Response::new(out))
     }
 
     async fn set_channel_weight(

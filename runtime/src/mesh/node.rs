@@ -1206,7 +1206,7 @@ impl MeshNode {
 
     /// A fresh terminal identity for a request this node issues: OperationId, ReplyRouteId
     /// and correlation ID (wire §11).
-    fn request_identity(
+    pub(crate) fn request_identity(
         &self,
     ) -> Result<(zlink_protocol::generated::OperationId, u64, String), CallError> {
         let (mut operation_id, reply_route_id, correlation_id) = {

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     ActorCreate, ActorDestroy, ActorJoin, ActorRequest, ActorSend, InstanceSpot, LogicalMulticast,
-    NodeFence, RelocationCutover, RelocationData, RelocationFailed, RelocationPrepare,
-    RelocationReady, RelocationState, ReplyRelayAck, RequestHeader, RouteFence, SpotRequest,
-    SpotSend, UserSpotClose, UserSpotCreate,
+    MessageFollow, NodeFence, RelocationCutover, RelocationData, RelocationFailed,
+    RelocationPrepare, RelocationReady, RelocationState, ReplyRelayAck, RequestHeader, RouteFence,
+    SpotRequest, SpotSend, UserSpotClose, UserSpotCreate,
 };
 use zlink_protocol::metadata::Metadata;
 
@@ -72,6 +72,9 @@ pub enum ObjectCommand {
     RelocationCutover(RelocationCutover),
     /// `replyRelayAck` (46, reply leg): the requester accepted a relayed terminal.
     ReplyRelayAck(ReplyRelayAck),
+    /// `messageFollow` (50): an old owner followed a record of this node's to the object's new
+    /// owner; this node's cached route is stale (wire §3.1).
+    MessageFollow(MessageFollow),
 }
 
 impl ObjectCommand {
@@ -97,7 +100,8 @@ impl ObjectCommand {
             | Self::RelocationFailed(_)
             | Self::RelocationData(_)
             | Self::RelocationCutover(_)
-            | Self::ReplyRelayAck(_) => None,
+            | Self::ReplyRelayAck(_)
+            | Self::MessageFollow(_) => None,
         }
     }
 
@@ -123,7 +127,8 @@ impl ObjectCommand {
             | Self::RelocationFailed(_)
             | Self::RelocationData(_)
             | Self::RelocationCutover(_)
-            | Self::ReplyRelayAck(_) => None,
+            | Self::ReplyRelayAck(_)
+            | Self::MessageFollow(_) => None,
         }
     }
 
@@ -148,6 +153,7 @@ impl ObjectCommand {
             Self::RelocationData(_) => "relocationData",
             Self::RelocationCutover(_) => "relocationCutover",
             Self::ReplyRelayAck(_) => "replyRelayAck",
+            Self::MessageFollow(_) => "messageFollow",
         }
     }
 }

@@ -1130,6 +1130,18 @@ impl Reactor {
             CommandBody::ReplyRelayAck(b) => {
                 self.take_object(conn, stamp.charge, ObjectCommand::ReplyRelayAck(b));
             }
+            CommandBody::MessageFollow(m) => {
+                // Wire §3.1: the notice comes from the old owner its source route names.
+                if m.follow.source_route.target_node != *conn.peer()
+                    || m.follow.source_route.object_kind != m.follow.target_route.object_kind
+                    || m.follow.source_route.object_id != m.follow.target_route.object_id
+                {
+                    self.inner.metrics.protocol_error("message_follow_mismatch");
+                    self.consumed(&conn, stamp.charge);
+                    return;
+                }
+                self.take_object(conn, stamp.charge, ObjectCommand::MessageFollow(m));
+            }
             CommandBody::ReplyRelay(r) => {
                 self.consumed(&conn, stamp.charge);
                 self.on_reply_relay(&conn, r, record.payload);
@@ -1142,7 +1154,6 @@ impl Reactor {
             | CommandBody::SessionRelocationSeal(_)
             | CommandBody::SessionRelocationSealed(_)
             | CommandBody::SessionRelocationRoute(_)
-            | CommandBody::MessageFollow(_)
             | CommandBody::BoundSessionReplaced(_) => {
                 inc(&self.inner.metrics.unserved_commands);
             }

@@ -811,6 +811,10 @@ impl<S: ObjectStore> Inner<S> {
                     self.relocations.add_alias(&unit.key, old);
                     // It is a live object here again, no longer one being followed away.
                     self.relocations.stop_moving(&unit.key);
+                    self.relocations.follows_lock().remove(&unit.key);
+                    self.relocations
+                        .suppression_lock()
+                        .route_replaced(unit.route.object_kind, &unit.id_str);
                 }
                 match &entry {
                     Some(spot) => {
@@ -841,6 +845,8 @@ impl<S: ObjectStore> Inner<S> {
                 temp.redirect(Vec::new(), Arc::clone(&obj));
                 self.relocations.temporary().remove(&unit.key);
                 let _ = self.objects.mark_ready(&unit.key, generation);
+                self.relocations
+                    .mark(unit.id, super::TimelineStep::Switched, Instant::now());
                 if let Some(spot) = &entry {
                     self.notify_member(spot, true, &unit.id_str);
                 }
@@ -903,11 +909,20 @@ impl<S: ObjectStore> Inner<S> {
         };
         let spot_key = AuthorityKey::new(zlink_store::types::ObjectKind::Spot, spot)
             .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
-        let spot_fence = match self.store.read_authority(&spot_key).await? {
-            AuthorityRead::Found(a) => a.fence(),
-            AuthorityRead::Missing { .. } => {
-                return Err(StoreError::Missing(format!("Entry Spot {spot}")));
-            }
+        // The Entry Spot's fence changes only with its own record: read once, kept, and read
+        // again after a refusal (which may be the Check failing on an outdated copy).
+        let cached = self.relocations.entry_fence(&spot_key);
+        let spot_fence = match cached {
+            Some(f) => f,
+            None => match self.store.read_authority(&spot_key).await? {
+                AuthorityRead::Found(a) => {
+                    self.relocations.set_entry_fence(Some(a.fence()));
+                    a.fence()
+                }
+                AuthorityRead::Missing { .. } => {
+                    return Err(StoreError::Missing(format!("Entry Spot {spot}")));
+                }
+            },
         };
         let mut t = transfer.clone();
         t.payload = Some(super::membership_payload(spot));
@@ -917,7 +932,8 @@ impl<S: ObjectStore> Inner<S> {
                 zlink_store::types::AggregateOp::Transfer(t),
                 zlink_store::types::AggregateOp::Check(spot_fence),
             ])
-            .await?;
+            .await
+            .inspect_err(|_| self.relocations.set_entry_fence(None))?;
         out.first()
             .map(|a| a.authority_owner_generation)
             .ok_or_else(|| StoreError::InvalidArgument("an empty aggregate result".into()))

@@ -40,7 +40,11 @@ impl<S: ObjectStore> Inner<S> {
             && route.owner_node.lifecycle_generation == me.lifecycle_generation;
         let out = if local {
             inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
-            match inner.admit(&fence) {
+            let admitted = inner.admit(&fence);
+            if admitted.is_ok() {
+                inner.notice_follow(&fence, &me, None);
+            }
+            match admitted {
                 Ok(obj) => match timeout {
                     None => obj.send(payload, metadata).map(|()| None),
                     Some(t) => {
@@ -86,6 +90,9 @@ impl<S: ObjectStore> Inner<S> {
     /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
     pub(super) fn deliver(&self, d: RemoteMessage) {
         let admitted = self.admit(&d.route);
+        if admitted.is_ok() {
+            self.notice_follow(&d.route, &d.source, d.request.as_ref());
+        }
         match (d.request, admitted) {
             (None, Ok(obj)) => {
                 if let Err(e) = obj.send(d.payload, d.metadata) {

@@ -82,8 +82,8 @@ mod relocations;
 mod remote;
 mod removal;
 
-pub use relocate::{RelocatePlan, UnitRef, UnitReport, may_take};
-pub use relocations::{RelocationSettings, RelocationStats};
+pub use relocate::{Located, RelocatePlan, UnitRef, UnitReport, may_take};
+pub use relocations::{RelocationSettings, RelocationStats, TimelineEvent, TimelineStep};
 
 pub use activation::{ACTIVATION_RETENTION, ActivationFault};
 
@@ -591,6 +591,11 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
             ObjectCommand::ReplyRelayAck(a) => {
                 if let Some(inner) = self.runtime.upgrade() {
                     inner.on_reply_relay_ack(a);
+                }
+            }
+            ObjectCommand::MessageFollow(m) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_message_follow(&m.follow);
                 }
             }
         }

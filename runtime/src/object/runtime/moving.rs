@@ -216,6 +216,7 @@ impl<S: ObjectStore> Inner<S> {
         // Every early return below puts the unit back: it is not moving any more then.
         let not_moving = scopeguard(move || this.relocations.stop_moving(&moving_key));
         // 1. Arrivals are held from here on.
+        let sealed_at = Instant::now();
         let intake = Intake::new(obj.gate());
         {
             let mut live = self.live();
@@ -414,6 +415,10 @@ impl<S: ObjectStore> Inner<S> {
         let (answer_tx, mut answers) = mpsc::unbounded_channel();
         self.relocations.expect_answers(relocation_id, answer_tx);
         let transfer_at = Instant::now();
+        self.relocations
+            .mark(relocation_id, super::TimelineStep::Sealed, sealed_at);
+        self.relocations
+            .mark(relocation_id, super::TimelineStep::Transferred, transfer_at);
         if let Err(e) = send_transfer() {
             // Nothing reached the target that it could restore from: put everything back.
             self.relocations.forget_answers(&relocation_id);
@@ -624,6 +629,27 @@ impl<S: ObjectStore> Inner<S> {
                     .handed_over
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let follow_until = Instant::now() + settings.message_follow + settings.cutover_wait;
+                // The new owner's route, for the `messageFollow` notices to senders that still
+                // use the old one.
+                if let Ok(AuthorityRead::Found(a)) = self.store.read_authority(&key).await {
+                    self.relocations.follows_lock().insert(
+                        key.clone(),
+                        super::relocations::FollowNotice {
+                            new_route: RouteFence {
+                                object_kind: wire_kind(kind),
+                                object_id: id.clone(),
+                                object_generation: a.object_generation,
+                                target_node: NodeFence {
+                                    rid: a.owner_node.rid.clone(),
+                                    lifecycle_generation: a.owner_node.lifecycle_generation,
+                                },
+                                authority_owner_generation: a.authority_owner_generation,
+                                owner_lease_generation: a.owner.lease_generation,
+                            },
+                            until: follow_until,
+                        },
+                    );
+                }
                 // Message Follow: arrivals on the old route keep going to the target.
                 let this = Arc::clone(&self);
                 let follow_intake = Arc::clone(&intake);
@@ -653,6 +679,10 @@ impl<S: ObjectStore> Inner<S> {
                     if this.live().forget_owned(&key, generation, aog) {
                         this.relocations.forget_aliases(&key);
                         this.relocations.stop_moving(&key);
+                        this.relocations.follows_lock().remove(&key);
+                        this.relocations
+                            .suppression_lock()
+                            .route_replaced(wire_kind(kind), &id);
                     }
                     follow_intake.end_with(
                         ErrorKind::StaleRoute,
@@ -763,6 +793,109 @@ impl<S: ObjectStore> Inner<S> {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(error = %e, object = %route.object_id, "a followed record could not be relayed");
             }
+        }
+    }
+
+    /// A record on route `route` from `source` reached an object this node follows to its new
+    /// owner: tell the sender its cached route is stale (`messageFollow`, 50; wire §3.1), once
+    /// per stale route and sender until the follow window ends. A local sender's own cache
+    /// entry is dropped directly.
+    pub(super) fn notice_follow(
+        &self,
+        route: &RouteFence,
+        source: &NodeFence,
+        request: Option<&RequestHeader>,
+    ) {
+        let Ok(key) = AuthorityKey::new(super::store_kind(route.object_kind), &route.object_id)
+        else {
+            return;
+        };
+        let Some(f) = self.relocations.follows_lock().get(&key).cloned() else {
+            return;
+        };
+        if *route == f.new_route {
+            return;
+        }
+        if *source == self.mesh.fence() {
+            let fence = crate::routing::RouteFence {
+                key,
+                object_generation: route.object_generation,
+                authority_owner_generation: route.authority_owner_generation,
+                owner_rid: route.target_node.rid.clone(),
+                owner_lifecycle_generation: route.target_node.lifecycle_generation,
+                owner_lease_generation: route.owner_lease_generation,
+            };
+            self.resolver.cache().message_follow(&fence);
+            return;
+        }
+        let now = Instant::now();
+        let now_ms = u64::try_from(now.duration_since(self.relocations.epoch()).as_millis())
+            .unwrap_or(u64::MAX);
+        let nk = crate::relocation::notify::NotifyKey::new(source, route, &f.new_route);
+        let decision = self
+            .relocations
+            .suppression_lock()
+            .followed(nk.clone(), now_ms);
+        if decision == crate::relocation::notify::Decision::Suppress {
+            return;
+        }
+        let (operation_id, reply_route_id) = match request {
+            Some(h) => (h.operation_id.clone(), h.reply_route_id),
+            None => match self.mesh.request_identity() {
+                Ok((o, r, _)) => (o, r),
+                Err(_) => return,
+            },
+        };
+        let body = zlink_protocol::generated::MessageFollow {
+            follow: zlink_protocol::generated::MessageFollowBody {
+                source_route: route.clone(),
+                target_route: f.new_route.clone(),
+                hop_count: 1,
+                queue_count: 0,
+                queue_bytes: 0,
+                operation_id,
+                reply_route_id,
+            },
+        };
+        let ok = self
+            .mesh
+            .relocation_record(source, Leg::Send, CommandBody::MessageFollow(body), None)
+            .is_ok();
+        if ok {
+            self.relocations
+                .follow_notices_sent
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let until_ms = u64::try_from(
+            f.until
+                .saturating_duration_since(self.relocations.epoch())
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        self.relocations
+            .suppression_lock()
+            .submitted(&nk, ok, until_ms);
+    }
+
+    /// A `messageFollow` (50) from the old owner its source route names (checked by the
+    /// reactor): drop this node's cached route if it is exactly that one (a newer one stays).
+    pub(super) fn on_message_follow(&self, m: &zlink_protocol::generated::MessageFollowBody) {
+        let r = &m.source_route;
+        let Ok(key) = AuthorityKey::new(super::store_kind(r.object_kind), &r.object_id) else {
+            return;
+        };
+        let fence = crate::routing::RouteFence {
+            key,
+            object_generation: r.object_generation,
+            authority_owner_generation: r.authority_owner_generation,
+            owner_rid: r.target_node.rid.clone(),
+            owner_lifecycle_generation: r.target_node.lifecycle_generation,
+            owner_lease_generation: r.owner_lease_generation,
+        };
+        if self.resolver.cache().message_follow(&fence) {
+            self.relocations
+                .follow_notices_applied
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -56,6 +56,16 @@ impl Default for RelocatePlan {
     }
 }
 
+/// Where an object is (see [`ObjectRuntime::locate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// Its authority row, when it exists.
+    pub authority: Option<zlink_store::types::AuthoritySnapshot>,
+    /// What this node knows of it: `live`, `moving` (sealed for a move, or followed after
+    /// one), `arriving` (restored, waiting for its commit) or empty.
+    pub here: &'static str,
+}
+
 /// One unit a relocation may move (see [`ObjectRuntime::relocation_units`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitRef {
@@ -122,6 +132,45 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// The relocation settings in force.
     pub fn relocation_settings(&self) -> super::RelocationSettings {
         self.inner.relocations.settings()
+    }
+
+    /// Which node owns (`kind`, `id`) now — its authority row, read from the store — and what
+    /// this node knows of it (for `ctl locate`).
+    ///
+    /// # Errors
+    /// `InvalidOperation` for a bad ID; the store's error.
+    pub async fn locate(
+        &self,
+        kind: StoreKind,
+        id: &str,
+    ) -> Result<Located, crate::call::error::CallError> {
+        let key = AuthorityKey::new(kind, id).map_err(|e| {
+            crate::call::error::CallError::new(
+                crate::call::error::ErrorKind::InvalidOperation,
+                e.to_string(),
+            )
+        })?;
+        let authority = match self.inner.store.read_authority(&key).await {
+            Ok(zlink_store::types::AuthorityRead::Found(a)) => Some(*a),
+            Ok(zlink_store::types::AuthorityRead::Missing { .. }) => None,
+            Err(e) => return Err(super::error::store_error(e)),
+        };
+        let here = if self.inner.relocations.is_moving(&key) {
+            "moving"
+        } else if self.inner.relocations.temporary().contains_key(&key) {
+            "arriving"
+        } else if self.inner.live().contains_key(&key) {
+            "live"
+        } else {
+            ""
+        };
+        Ok(Located { authority, here })
+    }
+
+    /// The last steps of moves from and to this node on this node's clock (seal, transfer,
+    /// switch; at most 4,096), for pause measurements.
+    pub fn relocation_timeline(&self) -> Vec<super::TimelineEvent> {
+        self.inner.relocations.timeline()
     }
 
     /// Counters of the moves from and to this node.

@@ -71,9 +71,46 @@ pub struct RelocationStats {
     pub late_cutovers: AtomicU64,
     /// Relocation records naming no known relocation (dropped).
     pub unknown_records: AtomicU64,
+    /// `messageFollow` notices sent to senders on an old route (source).
+    pub follow_notices_sent: AtomicU64,
+    /// `messageFollow` notices received that removed a cached route here.
+    pub follow_notices_applied: AtomicU64,
     /// Terminals relayed back to a source (target).
     pub reply_relays_sent: AtomicU64,
 }
+
+/// One step of a move on this node's clock, for pause measurements (benchmarks, diagnostics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimelineEvent {
+    /// The relocation.
+    pub relocation_id: [u8; 16],
+    /// What happened.
+    pub step: TimelineStep,
+    /// When.
+    pub at: std::time::Instant,
+}
+
+/// The steps a [`TimelineEvent`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimelineStep {
+    /// Source: the unit's arrivals are held from here on (the seal).
+    Sealed,
+    /// Source: the Prepare and its chunks were submitted.
+    Transferred,
+    /// Target: the unit's dispatch opened (the switch).
+    Switched,
+}
+
+/// A handed-over unit's routes while this node follows it: the one senders may still use, and
+/// the new owner's.
+#[derive(Debug, Clone)]
+pub(super) struct FollowNotice {
+    pub(super) new_route: zlink_protocol::generated::RouteFence,
+    pub(super) until: std::time::Instant,
+}
+
+/// Most timeline events kept (the oldest are dropped).
+const TIMELINE_CAP: usize = 4_096;
 
 /// A temporary queue of a unit arriving here: arrivals on a route naming this node, this lease
 /// and an owner generation above the source's join it instead of being refused (wire §9 "CAS
@@ -105,7 +142,15 @@ pub(super) struct Relocations {
     /// Objects that moved away and came back: the owner generations their earlier routes to
     /// this node named (a sender's cache may still hold one); admitted to the object here.
     aliases: Mutex<HashMap<AuthorityKey, Vec<u64>>>,
+    epoch: std::sync::OnceLock<std::time::Instant>,
+    /// Units this node follows, with the new owner's route (`messageFollow` notices).
+    pub(super) follows: Mutex<HashMap<AuthorityKey, FollowNotice>>,
+    /// One `messageFollow` per recipient and stale route (wire §3.1).
+    pub(super) suppression: Mutex<crate::relocation::notify::Suppression>,
+    /// This node's Entry Spot fence, as last read (the Check of an Actor's commit).
+    entry_fence: Mutex<Option<zlink_store::types::OwnerFence>>,
     pub(super) stats: RelocationStats,
+    timeline: Mutex<std::collections::VecDeque<TimelineEvent>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -164,6 +209,22 @@ impl Relocations {
         lock(&self.acks)
     }
 
+    pub(super) fn mark(&self, relocation_id: [u8; 16], step: TimelineStep, at: std::time::Instant) {
+        let mut t = lock(&self.timeline);
+        if t.len() >= TIMELINE_CAP {
+            t.pop_front();
+        }
+        t.push_back(TimelineEvent {
+            relocation_id,
+            step,
+            at,
+        });
+    }
+
+    pub(super) fn timeline(&self) -> Vec<TimelineEvent> {
+        lock(&self.timeline).iter().copied().collect()
+    }
+
     /// Mark `key` as moving (`false` when it already is).
     pub(super) fn start_moving(&self, key: &AuthorityKey) -> bool {
         lock(&self.moving).insert(key.clone())
@@ -175,6 +236,29 @@ impl Relocations {
 
     pub(super) fn is_moving(&self, key: &AuthorityKey) -> bool {
         lock(&self.moving).contains(key)
+    }
+
+    pub(super) fn follows_lock(&self) -> MutexGuard<'_, HashMap<AuthorityKey, FollowNotice>> {
+        lock(&self.follows)
+    }
+
+    pub(super) fn suppression_lock(
+        &self,
+    ) -> MutexGuard<'_, crate::relocation::notify::Suppression> {
+        lock(&self.suppression)
+    }
+
+    /// The time base of the suppression table's milliseconds.
+    pub(super) fn epoch(&self) -> std::time::Instant {
+        *self.epoch.get_or_init(std::time::Instant::now)
+    }
+
+    pub(super) fn entry_fence(&self, key: &AuthorityKey) -> Option<zlink_store::types::OwnerFence> {
+        lock(&self.entry_fence).clone().filter(|f| f.key == *key)
+    }
+
+    pub(super) fn set_entry_fence(&self, f: Option<zlink_store::types::OwnerFence>) {
+        *lock(&self.entry_fence) = f;
     }
 
     /// Remember that routes naming owner generation `aog` of `key` on this node now reach the

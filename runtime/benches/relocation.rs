@@ -1,0 +1,471 @@
+//! Live relocation benchmark (issue 17 "Benchmark"): three MeshNodes on 127.0.0.1 sharing an
+//! in-process memory Location Store, every ratio against a baseline measured in the same run.
+//!
+//! ```text
+//! scripts/bench-relocation                  # = cargo bench -p zlink --bench relocation
+//! ```
+//!
+//! 1. **Pause** (seal → dispatch on the target, from the runtimes' relocation timelines) of one
+//!    Actor with 1 KiB / 64 KiB / 1 MiB of state, moved back and forth between `a` and `b`,
+//!    p50 and p99, each ÷ the p50 of a remote-actor request from `c` (64 B). Goal: p99 ≤ 5 ms
+//!    at 64 KiB.
+//! 2. **Moving 10,000 idle Actors ÷ creating them** (`ZLINK_BENCH_ACTORS`, default 10,000):
+//!    the wall time of one `relocate` of `a` against the wall time of creating them on `a`
+//!    (64 creations in flight). Goal ≤ 2×.
+//! 3. **Worst 100 ms throughput ÷ baseline**: `c` runs closed-loop requests (32 in flight) to
+//!    200 Actors on `a`; after 1 s `a` relocates all of them to `b`. Completions per 100 ms
+//!    window: the worst window from the relocation start on ÷ the median window before it.
+//!    Goal ≥ 0.7.
+//!
+//! Exit status 2 names a missed goal. Every loop is bounded by its count and
+//! `ZLINK_BENCH_LIMIT_SECS` (120). Environment: `ZLINK_BENCH_MOVES` (40 moves per size),
+//! `ZLINK_BENCH_ACTORS` (10,000), `ZLINK_BENCH_WORKERS` (2).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // benchmark binary
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use zlink::call::error::CallError;
+use zlink::mesh::auth::MeshSecret;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig, RidConfig};
+use zlink::object::ObjectCalls;
+use zlink::object::exec::ObjectHandlers;
+use zlink::object::registry::{FactoryInput, JsonState, Registry, Relocation};
+use zlink::object::runtime::{ObjectRuntime, RelocatePlan, TimelineStep};
+use zlink::routing::CacheConfig;
+use zlink_store::MemoryStore;
+use zlink_store::clock::SystemClock;
+
+const SECRET: &[u8] = b"bench-relocation-secret-012345";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Echo {
+    b: String,
+}
+impl JsonMessage for Echo {
+    const PACKET_NAME: &'static str = "bench.Echo";
+}
+
+/// Grow the Actor's state to `n` bytes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Fill {
+    n: usize,
+}
+impl JsonMessage for Fill {
+    const PACKET_NAME: &'static str = "bench.Fill";
+}
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct State {
+    blob: String,
+    calls: u64,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn registry() -> Registry {
+    let mut r = Registry::new();
+    r.actor(
+        "mover",
+        |_: FactoryInput| async { Ok(State::default()) },
+        || {
+            let mut h: ObjectHandlers<State> = ObjectHandlers::new();
+            h.on_request(|ctx, e: Echo| async move {
+                ctx.state().calls += 1;
+                Ok::<_, CallError>(e)
+            });
+            h.on_request(|ctx, f: Fill| async move {
+                ctx.state().blob = "x".repeat(f.n);
+                Ok::<_, CallError>(Fill { n: f.n })
+            });
+            h
+        },
+    )
+    .relocation(Relocation::PreserveWith(Arc::new(JsonState)))
+    .register();
+    r.entry_spot(
+        "entry",
+        |_: FactoryInput| async { Ok(()) },
+        ObjectHandlers::new,
+    )
+    .register();
+    r
+}
+
+async fn node(rid: &str, store: &Arc<MemoryStore>, weight: u16) -> Arc<MeshNode> {
+    let mut c = MeshNodeConfig::new("bench", MeshSecret::from_bytes(SECRET).unwrap());
+    c.rid = RidConfig::Fixed(rid.into());
+    c.object_capabilities = registry().capabilities();
+    c.entry_spot_prefix = Some(rid.into());
+    c.placement_weight = weight;
+    Arc::new(
+        MeshNode::start(
+            c,
+            Handlers::new(),
+            Some(Arc::clone(store) as Arc<dyn DiscoveryBackend>),
+        )
+        .await
+        .unwrap(),
+    )
+}
+
+struct World {
+    nodes: Vec<Arc<MeshNode>>,
+    rts: Vec<ObjectRuntime<MemoryStore>>,
+}
+
+impl World {
+    /// Nodes a, b, c: objects are created on `a` (the others weigh 0 until `open`).
+    async fn start() -> Self {
+        let store = Arc::new(MemoryStore::new(SystemClock));
+        let mut nodes = Vec::new();
+        for (rid, w) in [("bench-a", 100), ("bench-b", 0), ("bench-c", 0)] {
+            nodes.push(node(rid, &store, w).await);
+        }
+        for x in &nodes {
+            for y in &nodes {
+                if x.rid() != y.rid() {
+                    x.wait_ready(y.rid(), Duration::from_secs(10))
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        let mut rts = Vec::new();
+        for n in &nodes {
+            rts.push(
+                ObjectRuntime::start(
+                    Arc::clone(n),
+                    Arc::clone(&store),
+                    registry(),
+                    CacheConfig::default(),
+                )
+                .await
+                .unwrap(),
+            );
+        }
+        Self { nodes, rts }
+    }
+
+    /// Give `b` weight (a target needs it) and wait until `a` sees it.
+    async fn open(&self) {
+        self.nodes[1].set_placement_weight(100).unwrap();
+        let t0 = Instant::now();
+        while self.nodes[0]
+            .peer("bench-b")
+            .and_then(|p| p.descriptor)
+            .is_none_or(|d| d.placement_weight != 100)
+        {
+            assert!(t0.elapsed() < Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn shutdown(self) {
+        for rt in &self.rts {
+            rt.shutdown().await;
+        }
+        for n in &self.nodes {
+            n.shutdown().await;
+        }
+    }
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// p50 (µs) of `n` sequential remote-actor requests from `c` to `id`.
+async fn request_p50(w: &World, id: &str, n: usize) -> f64 {
+    let mut lat = Vec::with_capacity(n);
+    let body = "x".repeat(64);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: Echo = w.rts[2]
+            .request_to_actor(id, &Echo { b: body.clone() }, Duration::from_secs(10))
+            .await
+            .unwrap();
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    lat.sort_by(f64::total_cmp);
+    quantile(&lat, 0.5)
+}
+
+/// Seal → switch of every move in the runtimes' timelines, in µs.
+fn pauses(w: &World) -> Vec<f64> {
+    let mut sealed: HashMap<[u8; 16], Instant> = HashMap::new();
+    let mut switched: HashMap<[u8; 16], Instant> = HashMap::new();
+    for rt in &w.rts {
+        for e in rt.relocation_timeline() {
+            match e.step {
+                TimelineStep::Sealed => {
+                    sealed.insert(e.relocation_id, e.at);
+                }
+                TimelineStep::Switched => {
+                    switched.insert(e.relocation_id, e.at);
+                }
+                TimelineStep::Transferred => {}
+            }
+        }
+    }
+    let mut out: Vec<f64> = sealed
+        .iter()
+        .filter_map(|(id, s)| {
+            switched
+                .get(id)
+                .map(|d| d.duration_since(*s).as_secs_f64() * 1e6)
+        })
+        .collect();
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+struct Outcome {
+    lines: Vec<String>,
+    missed: Vec<String>,
+}
+
+async fn pause_bench(out: &mut Outcome, moves: usize) {
+    for (label, size) in [
+        ("1 KiB", 1024),
+        ("64 KiB", 64 * 1024),
+        ("1 MiB", 1024 * 1024),
+    ] {
+        // A fresh world per size: every relocate of a node moves all its units, so one Actor
+        // per world keeps the samples of one size apart.
+        let w = World::start().await;
+        let id = format!("m-{size}");
+        w.rts[0].create_actor("mover", &id, None).await.unwrap();
+        w.open().await;
+        // The baseline: a remote-actor request from c (64 B), in the same world.
+        let _ = request_p50(&w, &id, 200).await;
+        let base = request_p50(&w, &id, 1_000).await;
+        let _: Fill = w.rts[2]
+            .request_to_actor(&id, &Fill { n: size }, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let n = if size >= 1024 * 1024 {
+            moves / 2
+        } else {
+            moves
+        };
+        let mut on = 0usize;
+        for i in 0..n.max(2) {
+            let to = if on == 0 { "bench-b" } else { "bench-a" };
+            let plan = RelocatePlan {
+                target_rids: vec![to.into()],
+                ..RelocatePlan::default()
+            };
+            let reports = w.rts[on].relocate(&plan).await;
+            assert!(
+                reports.len() == 1
+                    && reports[0].outcome == zlink::relocation::host::UnitOutcome::HandedOver,
+                "move {i} of {id}: {reports:?}"
+            );
+            on = 1 - on;
+            // A call between moves (the object serves in between).
+            let _: Echo = w.rts[2]
+                .request_to_actor(&id, &Echo { b: String::new() }, Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+        let mine = pauses(&w);
+        let (p50, p99) = (quantile(&mine, 0.5), quantile(&mine, 0.99));
+        out.lines.push(format!(
+            "pause {label}: p50 {p50:.0} µs ({:.1}× request p50 {base:.0} µs), p99 {p99:.0} µs ({:.1}×), {} moves",
+            p50 / base,
+            p99 / base,
+            mine.len()
+        ));
+        if size == 64 * 1024 && p99 > 5_000.0 {
+            out.missed
+                .push(format!("pause p99 at 64 KiB is {p99:.0} µs > 5 ms"));
+        }
+        w.shutdown().await;
+    }
+}
+
+async fn bulk_bench(out: &mut Outcome, actors: usize) {
+    let w = World::start().await;
+    let t0 = Instant::now();
+    let made: Vec<Result<_, CallError>> = futures::stream::iter(0..actors)
+        .map(|i| {
+            let rt = &w.rts[0];
+            async move { rt.create_actor("mover", &format!("idle-{i}"), None).await }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let create = t0.elapsed();
+    assert!(made.iter().all(Result::is_ok));
+    w.open().await;
+    let plan = RelocatePlan {
+        concurrency: 256,
+        ..RelocatePlan::default()
+    };
+    let t1 = Instant::now();
+    let reports = w.rts[0].relocate(&plan).await;
+    let moved = t1.elapsed();
+    let handed = reports
+        .iter()
+        .filter(|r| r.outcome == zlink::relocation::host::UnitOutcome::HandedOver)
+        .count();
+    assert_eq!(handed, actors, "every idle Actor moves");
+    let ratio = moved.as_secs_f64() / create.as_secs_f64();
+    out.lines.push(format!(
+        "move {actors} idle Actors: {:.2} s; create them: {:.2} s; ratio {ratio:.2}× (goal ≤ 2×)",
+        moved.as_secs_f64(),
+        create.as_secs_f64()
+    ));
+    if ratio > 2.0 {
+        out.missed.push(format!(
+            "moving {actors} idle Actors took {ratio:.2}× creating them"
+        ));
+    }
+    w.shutdown().await;
+}
+
+async fn throughput_bench(out: &mut Outcome) {
+    let w = Arc::new(World::start().await);
+    let ids: Vec<String> = (0..200).map(|i| format!("busy-{i}")).collect();
+    for id in &ids {
+        w.rts[0].create_actor("mover", id, None).await.unwrap();
+    }
+    w.open().await;
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for k in 0..32 {
+        let (w, done, stop, ids) = (
+            Arc::clone(&w),
+            Arc::clone(&done),
+            Arc::clone(&stop),
+            ids.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut i = k;
+            while !stop.load(Ordering::Relaxed) {
+                let id = &ids[i % ids.len()];
+                let _: Echo = w.rts[2]
+                    .request_to_actor(id, &Echo { b: String::new() }, Duration::from_secs(10))
+                    .await
+                    .unwrap();
+                done.fetch_add(1, Ordering::Relaxed);
+                i += 32;
+            }
+        }));
+    }
+    let sampler = {
+        let (done, stop) = (Arc::clone(&done), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut windows = Vec::new();
+            let mut last = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            tick.tick().await;
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let now = done.load(Ordering::Relaxed);
+                windows.push(now - last);
+                last = now;
+            }
+            windows
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // A gentle relocation: few units at a time, so the callers keep most of the machine.
+    let plan = RelocatePlan {
+        concurrency: env_or("ZLINK_BENCH_MOVE_CONCURRENCY", 8usize),
+        ..RelocatePlan::default()
+    };
+    let t0 = Instant::now();
+    let reports = w.rts[0].relocate(&plan).await;
+    let took = t0.elapsed();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let windows = sampler.await.unwrap();
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.outcome == zlink::relocation::host::UnitOutcome::HandedOver)
+    );
+    let mut before: Vec<f64> = windows[..9.min(windows.len())]
+        .iter()
+        .map(|v| *v as f64)
+        .collect();
+    before.sort_by(f64::total_cmp);
+    let base = quantile(&before, 0.5);
+    let during_end = (10 + (took.as_millis() as usize).div_ceil(100) + 1).min(windows.len());
+    let worst = windows[10.min(windows.len())..during_end]
+        .iter()
+        .map(|v| *v as f64)
+        .fold(f64::INFINITY, f64::min);
+    let ratio = worst / base;
+    out.lines.push(format!(
+        "throughput: {:.0} req/s before; worst 100 ms window while 200 Actors move ({} ms): {:.0}% ({ratio:.2}×, goal ≥ 0.7)",
+        base * 10.0,
+        took.as_millis(),
+        ratio * 100.0
+    ));
+    if ratio < 0.7 {
+        out.missed
+            .push(format!("worst 100 ms throughput {ratio:.2}× < 0.7"));
+    }
+    match Arc::try_unwrap(w) {
+        Ok(w) => w.shutdown().await,
+        Err(_) => panic!("the world is still shared"),
+    }
+}
+
+fn main() {
+    let workers = env_or("ZLINK_BENCH_WORKERS", 2usize);
+    let limit = Duration::from_secs(env_or("ZLINK_BENCH_LIMIT_SECS", 120u64));
+    let moves = env_or("ZLINK_BENCH_MOVES", 40usize);
+    let actors = env_or("ZLINK_BENCH_ACTORS", 10_000usize);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut out = Outcome {
+        lines: Vec::new(),
+        missed: Vec::new(),
+    };
+    let r = rt.block_on(async {
+        tokio::time::timeout(limit, async {
+            pause_bench(&mut out, moves).await;
+            bulk_bench(&mut out, actors).await;
+            throughput_bench(&mut out).await;
+        })
+        .await
+    });
+    for l in &out.lines {
+        println!("{l}");
+    }
+    if r.is_err() {
+        println!("stopped at the {limit:?} limit");
+        std::process::exit(2);
+    }
+    if !out.missed.is_empty() {
+        for m in &out.missed {
+            println!("missed: {m}");
+        }
+        std::process::exit(2);
+    }
+}
