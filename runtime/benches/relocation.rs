@@ -218,7 +218,7 @@ fn pauses(w: &World) -> Vec<f64> {
                 TimelineStep::Switched => {
                     switched.insert(e.relocation_id, e.at);
                 }
-                TimelineStep::Transferred => {}
+                TimelineStep::Transferred | TimelineStep::Ready => {}
             }
         }
     }

@@ -844,3 +844,85 @@ async fn a_three_hop_chain_is_fixed_by_one_notification() {
     );
     c.shutdown().await;
 }
+
+/// Fault matrix "source killed after Ready → fallback CAS" (and "cutover lost beyond the
+/// window"): the source stops processing right after its Prepare left (frozen, like a stalled
+/// or dying process), so the target's Ready is never answered with a cutover; the target
+/// commits by its fallback `RelocationCutoverWaitTimeout` after Ready and opens the unit with
+/// its state as of the capture; the source, reading the authority, finds the handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_stops_after_its_prepare_is_taken_over_by_the_fallback_commit() {
+    let c = one_tally("fb-1").await;
+    for rt in &c.rts {
+        rt.set_relocation_settings(zlink::object::runtime::RelocationSettings {
+            cutover_wait: Duration::from_millis(300),
+            restore_timeout: Duration::from_millis(500),
+            ..rt.relocation_settings()
+        });
+    }
+    c.nodes[0].set_frozen(true);
+    let plan = RelocatePlan {
+        target_rids: vec!["node-1".into()],
+        ..RelocatePlan::default()
+    };
+    let reports = c.rts[0].relocate(&plan).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("fb-1".into(), UnitOutcome::HandedOver)]
+    );
+    assert_eq!(owner_of(&c, "fb-1").await, "node-1");
+    assert_eq!(
+        c.rts[1]
+            .relocation_stats()
+            .cutover_timeouts
+            .load(Ordering::Relaxed),
+        1,
+        "committed by the fallback"
+    );
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "fb-1", &Add { seq: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1], "the state of the capture, nothing lost");
+    c.nodes[0].set_frozen(false);
+    c.shutdown().await;
+}
+
+/// Fault matrix "target killed after the CAS → Unavailable; nothing runs twice": once the
+/// target committed, the source never takes the object back, even when the target dies — its
+/// copy is dropped. A call then finds the owner gone (an Instance Spot activates anew, as cold
+/// activation does for a dead owner); the old copy never serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_killed_after_the_commit_is_never_undone_by_the_source() {
+    use zlink_store::LocationStore;
+    let c = one_tally("tk-1").await;
+    let plan = RelocatePlan {
+        target_rids: vec!["node-1".into()],
+        ..RelocatePlan::default()
+    };
+    let reports = c.rts[0].relocate(&plan).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("tk-1".into(), UnitOutcome::HandedOver)]
+    );
+    // The target dies: its objects go with it and its lease ends.
+    let token = c.nodes[1].owner_token().unwrap();
+    c.nodes[1].set_frozen(true);
+    assert!(c.store().release_lease(&token).await.unwrap());
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "tk-1", &Add { seq: 9 }, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.seqs,
+        vec![9],
+        "a fresh activation: the source's copy was not revived"
+    );
+    assert_eq!(
+        c.rts[0].relocation_stats().restored.load(Ordering::Relaxed),
+        0
+    );
+    assert_ne!(owner_of(&c, "tk-1").await, "node-1");
+    c.nodes[1].set_frozen(false);
+    c.shutdown().await;
+}

@@ -672,6 +672,8 @@ impl<S: ObjectStore> Inner<S> {
         );
         // The commit.
         let ready_at = Instant::now();
+        self.relocations
+            .mark(unit.id, super::TimelineStep::Ready, ready_at);
         let ms = |at: Instant| millis(at.saturating_duration_since(ready_at));
         let wait_ms = millis(settings.cutover_wait);
         let deadline_ms =
@@ -810,7 +812,7 @@ impl<S: ObjectStore> Inner<S> {
                 if let Some(old) = previous {
                     self.relocations.add_alias(&unit.key, old);
                     // It is a live object here again, no longer one being followed away.
-                    self.relocations.stop_moving(&unit.key);
+                    self.relocations.clear_moving(&unit.key);
                     self.relocations.follows_lock().remove(&unit.key);
                     self.relocations
                         .suppression_lock()

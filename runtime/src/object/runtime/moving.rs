@@ -207,14 +207,15 @@ impl<S: ObjectStore> Inner<S> {
         // would write its authority, which only the target may change now); they then find it
         // moved (stale) or back.
         let _changes = self.changes.lock_all(&[&key]).await;
-        if !self.relocations.start_moving(&key) {
+        if !self.relocations.start_moving(&key, generation, aog) {
             let _ = report.send(failed("the object is moving already".into()));
             return;
         }
         let this = Arc::clone(&self);
         let moving_key = key.clone();
         // Every early return below puts the unit back: it is not moving any more then.
-        let not_moving = scopeguard(move || this.relocations.stop_moving(&moving_key));
+        let not_moving =
+            scopeguard(move || this.relocations.stop_moving(&moving_key, generation, aog));
         // 1. Arrivals are held from here on.
         let sealed_at = Instant::now();
         let intake = Intake::new(obj.gate());
@@ -673,12 +674,11 @@ impl<S: ObjectStore> Inner<S> {
                             next_ordinal += 1;
                         }
                     }
-                    // Only the follow route: a move back here meanwhile replaced it.
-                    // A move back here meanwhile replaced the follow route and cleared the
-                    // mark; only the follow route of this move is ended here.
+                    // A move back here (or a new incarnation) may have replaced the follow route
+                    // meanwhile: only this move's route and mark end here.
+                    this.relocations.stop_moving(&key, generation, aog);
                     if this.live().forget_owned(&key, generation, aog) {
                         this.relocations.forget_aliases(&key);
-                        this.relocations.stop_moving(&key);
                         this.relocations.follows_lock().remove(&key);
                         this.relocations
                             .suppression_lock()

@@ -155,14 +155,16 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             Ok(zlink_store::types::AuthorityRead::Missing { .. }) => None,
             Err(e) => return Err(super::error::store_error(e)),
         };
-        let here = if self.inner.relocations.is_moving(&key) {
-            "moving"
-        } else if self.inner.relocations.temporary().contains_key(&key) {
-            "arriving"
-        } else if self.inner.live().contains_key(&key) {
-            "live"
-        } else {
-            ""
+        let current = self
+            .inner
+            .live()
+            .get(&key)
+            .map(|e| (e.generation, e.authority_owner_generation));
+        let here = match current {
+            Some((g, aog)) if self.inner.relocations.is_moving(&key, g, aog) => "moving",
+            Some(_) => "live",
+            None if self.inner.relocations.temporary().contains_key(&key) => "arriving",
+            None => "",
         };
         Ok(Located { authority, here })
     }
@@ -197,7 +199,12 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let mut units: Vec<UnitRef> = live
             .iter()
             .filter(|(key, e)| {
-                e.ty.kind() != ObjectTypeKind::EntrySpot && !self.inner.relocations.is_moving(key)
+                e.ty.kind() != ObjectTypeKind::EntrySpot
+                    && !self.inner.relocations.is_moving(
+                        key,
+                        e.generation,
+                        e.authority_owner_generation,
+                    )
             })
             .filter_map(|(key, e)| {
                 let (kind, id) = super::key_parts(key)?;

@@ -97,6 +97,8 @@ pub enum TimelineStep {
     Sealed,
     /// Source: the Prepare and its chunks were submitted.
     Transferred,
+    /// Target: `relocationReady` was sent (restored, waiting for the cutover).
+    Ready,
     /// Target: the unit's dispatch opened (the switch).
     Switched,
 }
@@ -138,7 +140,7 @@ pub(super) struct Relocations {
     relocating: AtomicBool,
     /// Units moving away from here, or followed after their handover: not units of a new
     /// relocation.
-    moving: Mutex<std::collections::HashSet<AuthorityKey>>,
+    moving: Mutex<HashMap<AuthorityKey, (u64, u64)>>,
     /// Objects that moved away and came back: the owner generations their earlier routes to
     /// this node named (a sender's cache may still hold one); admitted to the object here.
     aliases: Mutex<HashMap<AuthorityKey, Vec<u64>>>,
@@ -225,17 +227,34 @@ impl Relocations {
         lock(&self.timeline).iter().copied().collect()
     }
 
-    /// Mark `key` as moving (`false` when it already is).
-    pub(super) fn start_moving(&self, key: &AuthorityKey) -> bool {
-        lock(&self.moving).insert(key.clone())
+    /// Mark incarnation `generation` of `key` under owner generation `aog` as moving (`false`
+    /// when exactly it is already). A mark names the incarnation, so an object that replaced a
+    /// followed one (created or activated anew here) is not taken for it.
+    pub(super) fn start_moving(&self, key: &AuthorityKey, generation: u64, aog: u64) -> bool {
+        let mut m = lock(&self.moving);
+        if m.get(key) == Some(&(generation, aog)) {
+            return false;
+        }
+        m.insert(key.clone(), (generation, aog));
+        true
     }
 
-    pub(super) fn stop_moving(&self, key: &AuthorityKey) {
+    /// Clear the mark of that incarnation (another incarnation's mark stays).
+    pub(super) fn stop_moving(&self, key: &AuthorityKey, generation: u64, aog: u64) {
+        let mut m = lock(&self.moving);
+        if m.get(key) == Some(&(generation, aog)) {
+            m.remove(key);
+        }
+    }
+
+    /// The object is live here again (a move back): no mark for it stays.
+    pub(super) fn clear_moving(&self, key: &AuthorityKey) {
         lock(&self.moving).remove(key);
     }
 
-    pub(super) fn is_moving(&self, key: &AuthorityKey) -> bool {
-        lock(&self.moving).contains(key)
+    /// Whether exactly that incarnation is moving or followed.
+    pub(super) fn is_moving(&self, key: &AuthorityKey, generation: u64, aog: u64) -> bool {
+        lock(&self.moving).get(key) == Some(&(generation, aog))
     }
 
     pub(super) fn follows_lock(&self) -> MutexGuard<'_, HashMap<AuthorityKey, FollowNotice>> {
