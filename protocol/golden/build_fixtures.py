@@ -1481,11 +1481,15 @@ ZRE1_ACTOR = {
     "timers": [{"timerId": 1, "kind": "oneShot", "remainingMs": 1500, "periodMs": 0,
                 "packetName": "Game.RespawnTick", "payload": "0801"},
                {"timerId": 0x00000000DEADBEEF, "kind": "periodic", "remainingMs": 250, "periodMs": 1000,
-                "packetName": "", "payload": ""}]}
+                "packetName": "", "payload": ""}],
+    "boundSessionPresent": False}
 ZRE1_SPOT_EMPTY = {
     "relocationId": RELOC_ID_2, "objectKind": "spot", "objectId": SPOT_DUNGEON, "stableType": ST_DUNGEON,
     "objectGeneration": 5, "relocationPolicy": "recreateOnRelocation", "applicationState": "",
-    "savedQueue": [], "timers": []}
+    "savedQueue": [], "timers": [], "boundSessionPresent": False}
+# An Actor with a bound STREAM session (issue 17 item 2: the optional field exists now so the
+# sessions issue carries a binding without a format change).
+ZRE1_ACTOR_BOUND = dict(ZRE1_ACTOR, boundSessionPresent=True, boundSession=SESSION)
 ZRE1_BLOB = encode_durable(ZRE1, ZRE1_ACTOR)
 _half = (len(ZRE1_BLOB) + 1) // 2
 ZRE1_CHUNKS = [ZRE1_BLOB[:_half], ZRE1_BLOB[_half:]]
@@ -1701,6 +1705,13 @@ def build_durables():
     # relocation-envelope-v1 (ZRE1) -----------------------------------------------------------
     dvalid(ZRE1, "actor-with-queue-and-timers", ZRE1_ACTOR)
     dvalid(ZRE1, "spot-empty", ZRE1_SPOT_EMPTY)
+    dvalid(ZRE1, "actor-with-bound-session", ZRE1_ACTOR_BOUND)
+    dinvalid(ZRE1, "bound-session-present-2", "UnknownEnumValue",
+             encode_durable(ZRE1, dict(ZRE1_SPOT_EMPTY, boundSessionPresent=2)))
+    dinvalid(ZRE1, "bound-session-present-without-session", "Incomplete",
+             encode_durable(ZRE1, ZRE1_ACTOR_BOUND)[:-1])
+    dinvalid(ZRE1, "bound-session-id-zero", "ZeroValue",
+             encode_durable(ZRE1, dict(ZRE1_ACTOR_BOUND, boundSession=dict(SESSION, sessionId=0))))
     good = encode_durable(ZRE1, ZRE1_ACTOR)
     dinvalid(ZRE1, "bad-magic-zrd1", "BadMagic", bytes.fromhex("5a524431") + good[4:])
     dinvalid(ZRE1, "version-2", "UnsupportedVersion", encode_durable(ZRE1, ZRE1_ACTOR, version=2))

@@ -2701,7 +2701,7 @@ impl InstanceActivationRecoveryV1 {
     }
 }
 
-/// ZRE1: the big-endian logical stream of one relocation unit (wire §9): application state (opaque adapter bytes, never parsed), saved not-yet-run queue entries and timers as data. It is split into relocation-data-chunk-v1 chunks; relocationPrepare carries its total length and CRC-32C, so it has no trailer of its own.
+/// ZRE1: the big-endian logical stream of one relocation unit (wire §9): application state (opaque adapter bytes, never parsed), saved not-yet-run queue entries and timers as data, and an Actor's bound STREAM session when it has one (boundSessionPresent false = no binding). It is split into relocation-data-chunk-v1 chunks; relocationPrepare carries its total length and CRC-32C, so it has no trailer of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RelocationEnvelopeV1 {
@@ -2725,11 +2725,16 @@ pub struct RelocationEnvelopeV1 {
     pub saved_queue: Vec<SavedWork>,
     /// `timers`: vector with U32 count, 0..=4294967295 items.
     pub timers: Vec<CapturedTimer>,
+    /// `boundSessionPresent`: bool (one byte 0/1).
+    pub bound_session_present: bool,
+    /// `boundSession`: `SessionRef`. Present only when boundSessionPresent is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_session: Option<SessionRef>,
 }
 
 impl RelocationEnvelopeV1 {
     /// Minimum encoded size in bytes (used for count checks before allocation).
-    pub const MIN_ENCODED_LEN: u64 = 42;
+    pub const MIN_ENCODED_LEN: u64 = 43;
 
     /// Decode from the reader's current position.
     ///
@@ -2745,7 +2750,9 @@ impl RelocationEnvelopeV1 {
         let application_state = r.bytes(LenType::U32, 0, 4294967295, "RelocationEnvelopeV1.applicationState")?;
         let saved_queue = { let n = r.count(LenType::U32, 0, 4294967295, 13, "RelocationEnvelopeV1.savedQueue")?; let mut items0 = Vec::with_capacity(n); for _ in 0..n { items0.push(SavedWork::decode_from(r)?); } items0 };
         let timers = { let n = r.count(LenType::U32, 0, 4294967295, 30, "RelocationEnvelopeV1.timers")?; let mut items0 = Vec::with_capacity(n); for _ in 0..n { items0.push(CapturedTimer::decode_from(r)?); } items0 };
-        let v = Self { relocation_id, object_kind, object_id, stable_type, object_generation, relocation_policy, application_state, saved_queue, timers };
+        let bound_session_present = r.bool("RelocationEnvelopeV1.boundSessionPresent")?;
+        let bound_session = if bound_session_present { Some(SessionRef::decode_from(r)?) } else { None };
+        let v = Self { relocation_id, object_kind, object_id, stable_type, object_generation, relocation_policy, application_state, saved_queue, timers, bound_session_present, bound_session };
         v.check()?;
         Ok(v)
     }
@@ -2765,11 +2772,14 @@ impl RelocationEnvelopeV1 {
         { w.length_delimited(LenType::U32, 0, 4294967295, (&self.application_state), "RelocationEnvelopeV1.applicationState")?; }
         { w.count(LenType::U32, 0, 4294967295, (&self.saved_queue).len(), "RelocationEnvelopeV1.savedQueue")?; for item0 in (&self.saved_queue).iter() { item0.encode_to(w)?; } }
         { w.count(LenType::U32, 0, 4294967295, (&self.timers).len(), "RelocationEnvelopeV1.timers")?; for item0 in (&self.timers).iter() { item0.encode_to(w)?; } }
+        { w.bool(*(&self.bound_session_present)); }
+        if let Some(inner) = &self.bound_session { inner.encode_to(w)?; }
         Ok(())
     }
 
     /// Check `when` presence rules and declared constraints.
     fn check(&self) -> Result<()> {
+        if (self.bound_session_present) != self.bound_session.is_some() { return Err(ProtocolError::ConstraintViolated { constraint: "RelocationEnvelopeV1.boundSession is present iff boundSessionPresent is true" }); }
         Ok(())
     }
 }

@@ -1645,6 +1645,8 @@ mod tests {
             application_state: bytes::Bytes::new(),
             saved_queue: captured.saved,
             timers: captured.timers,
+            bound_session_present: false,
+            bound_session: None,
         };
         let bytes = env.encode().unwrap();
         exec.close().await;

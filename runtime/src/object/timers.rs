@@ -345,6 +345,8 @@ mod tests {
             application_state: Bytes::new(),
             saved_queue: vec![],
             timers: captured,
+            bound_session_present: false,
+            bound_session: None,
         };
         let bytes = env.encode().unwrap();
         let back = zlink_protocol::generated::RelocationEnvelopeV1::decode(&bytes).unwrap();

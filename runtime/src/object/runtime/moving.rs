@@ -349,6 +349,9 @@ impl<S: ObjectStore> Inner<S> {
             application_state: state.unwrap_or_default(),
             saved_queue,
             timers: captured.timers.clone(),
+            // STREAM session bindings move with the sessions issue (the field exists already).
+            bound_session_present: false,
+            bound_session: None,
         };
         let bytes = match (encode_failed, envelope.encode()) {
             (None, Ok(b)) => b,
