@@ -926,3 +926,60 @@ async fn a_target_killed_after_the_commit_is_never_undone_by_the_source() {
     c.nodes[1].set_frozen(false);
     c.shutdown().await;
 }
+
+/// Fault matrix "chunk checksum / length / ordinal / duplicate → 53, restore": a source whose
+/// transfer is corrupt (fault injection: a wrong declared CRC-32C, one declared byte too many, a
+/// missing first chunk, a repeated first chunk) is refused by the target with the matching
+/// `relocationFailed` reason before Ready, and puts everything back: the unit serves on the
+/// source with its state and the calls held meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_transfer_is_refused_with_its_reason_and_the_source_restores() {
+    use zlink::object::runtime::TransferFault as F;
+    let c = one_tally("cx-1").await;
+    let cases = [
+        (F::WrongChecksum, "checksumMismatch"),
+        (F::WrongLength, "lengthMismatch"),
+        (F::SkipFirstChunk, "chunkOrdinal"),
+        (F::DuplicateFirstChunk, "chunkOrdinal"),
+    ];
+    let mut seq = 1;
+    for (fault, reason) in cases {
+        c.rts[0].set_relocation_settings(zlink::object::runtime::RelocationSettings {
+            chunk_limit: 64,
+            fault: Some(fault),
+            ..zlink::object::runtime::RelocationSettings::default()
+        });
+        let plan = RelocatePlan::default();
+        let relocate = c.rts[0].relocate(&plan);
+        let during = async {
+            c.rts[2]
+                .send_to_instance_spot("tally", "cx-1", &Add { seq })
+                .await
+                .unwrap();
+        };
+        let (reports, ()) = tokio::join!(relocate, during);
+        assert_eq!(
+            outcomes(&reports),
+            vec![("cx-1".into(), UnitOutcome::Failed(reason.into()))],
+            "{fault:?}"
+        );
+        assert_eq!(owner_of(&c, "cx-1").await, "node-0", "{fault:?}");
+        seq += 1;
+        let s: Tally = c.rts[2]
+            .request_to_instance_spot("tally", "cx-1", &Add { seq }, T)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.seqs,
+            (0..=seq).collect::<Vec<_>>(),
+            "{fault:?}: nothing lost or repeated"
+        );
+        seq += 1;
+    }
+    let refused: u64 = c.rts[1..]
+        .iter()
+        .map(|r| r.relocation_stats().refused.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(refused, 4);
+    c.shutdown().await;
+}

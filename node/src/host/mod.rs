@@ -649,6 +649,7 @@ async fn start_node(
                     cutover_wait: Duration::from_millis(r.cutover_wait_ms),
                     restore_timeout: Duration::from_millis(r.restore_timeout_ms),
                     message_follow: Duration::from_millis(r.message_follow_ms),
+                    fault: None,
                 });
                 let _ = host.objects.set(rt);
             }

@@ -83,7 +83,9 @@ mod remote;
 mod removal;
 
 pub use relocate::{Located, RelocatePlan, UnitRef, UnitReport, may_take};
-pub use relocations::{RelocationSettings, RelocationStats, TimelineEvent, TimelineStep};
+pub use relocations::{
+    RelocationSettings, RelocationStats, TimelineEvent, TimelineStep, TransferFault,
+};
 
 pub use activation::{ACTIVATION_RETENTION, ActivationFault};
 

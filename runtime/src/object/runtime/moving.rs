@@ -383,9 +383,11 @@ impl<S: ObjectStore> Inner<S> {
             object_route: route.clone(),
             source: me.clone(),
             stage: RelocationStage::Final,
-            payload_total_length: bytes.len() as u64,
+            payload_total_length: bytes.len() as u64
+                + u64::from(settings.fault == Some(super::TransferFault::WrongLength)),
             payload_chunk_count: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
-            payload_checksum_crc32c: zlink_protocol::crc::crc32c(&bytes),
+            payload_checksum_crc32c: zlink_protocol::crc::crc32c(&bytes)
+                ^ u32::from(settings.fault == Some(super::TransferFault::WrongChecksum)),
         };
         let send_transfer = || -> Result<(), CallError> {
             self.mesh.relocation_record(
@@ -394,7 +396,16 @@ impl<S: ObjectStore> Inner<S> {
                 CommandBody::RelocationPrepare(prepare.clone()),
                 None,
             )?;
-            for (i, c) in chunks.iter().enumerate() {
+            let order: Vec<usize> = match settings.fault {
+                Some(super::TransferFault::SkipFirstChunk) => (1..chunks.len()).collect(),
+                Some(super::TransferFault::DuplicateFirstChunk) => {
+                    std::iter::once(0).chain(0..chunks.len()).collect()
+                }
+                Some(super::TransferFault::WrongChecksum | super::TransferFault::WrongLength)
+                | None => (0..chunks.len()).collect(),
+            };
+            for i in order {
+                let c = &chunks[i];
                 self.mesh.relocation_record(
                     &target,
                     Leg::Send,

@@ -28,6 +28,25 @@ pub struct RelocationSettings {
     /// `MessageFollowDuration`: how long an old owner follows arrivals to the new one
     /// (`ZERO`: off).
     pub message_follow: Duration,
+    /// Fault injection for tests (`None` in production): what the source corrupts in the
+    /// transfers it sends.
+    #[doc(hidden)]
+    pub fault: Option<TransferFault>,
+}
+
+/// A corruption a source applies to its transfers (fault injection for tests of the target's
+/// checks; see [`RelocationSettings::fault`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferFault {
+    /// Declare a CRC-32C other than the payload's.
+    WrongChecksum,
+    /// Declare one byte more than the payload has.
+    WrongLength,
+    /// Leave out chunk 0.
+    SkipFirstChunk,
+    /// Send chunk 0 twice.
+    DuplicateFirstChunk,
 }
 
 impl Default for RelocationSettings {
@@ -38,6 +57,7 @@ impl Default for RelocationSettings {
             cutover_wait: defaults::RELOCATION_CUTOVER_WAIT_TIMEOUT,
             restore_timeout: Duration::from_secs(10),
             message_follow: defaults::MESSAGE_FOLLOW_DURATION,
+            fault: None,
         }
     }
 }
