@@ -457,6 +457,10 @@ pub struct LoadArgs {
     /// How long to wait for a ready, serving Object Server.
     #[arg(long, default_value_t = 15_000)]
     ready_timeout_ms: u64,
+    /// Continuous mode: send rounds until this many milliseconds passed (instead of
+    /// `--messages-per-counter` rounds), then check every ID as usual.
+    #[arg(long)]
+    duration_ms: Option<u64>,
     /// Prefix of the counter IDs (default: `load-<random>`, unique per run).
     #[arg(long)]
     id_prefix: Option<String>,
@@ -499,6 +503,7 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
         ready_timeout: Duration::from_millis(args.ready_timeout_ms),
         source: id_prefix.clone(),
         id_prefix,
+        duration: args.duration_ms.map(Duration::from_millis),
     };
     let report = zlink_node::host::load::run(&hc, secret, &cfg).await?;
     let failures = report.failures();

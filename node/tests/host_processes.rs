@@ -541,3 +541,144 @@ fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 17 "Soak": three `zlink-node run` hosts on a real redis-server under a continuous
+/// `zlink-node load` (one-way sends and requests to 40 counters). A seeded driver
+/// (`ZLINK_SOAK_SEED` replays a run) picks a host each round, runs `ctl relocate --wait-safe`
+/// (PlannedMaintenance; it must end Completed), SIGTERMs it (exit 0), and starts a fresh host in
+/// its place, for `ZLINK_SOAK_SECS` (60 in `scripts/test`; 600 for the opt-in long run). Pass:
+/// the load reports every numbered message applied exactly once and no failed call.
+/// RollingUpdate rounds are not driven yet (the hosts share one application version).
+#[test]
+fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
+    let secs: u64 = std::env::var("ZLINK_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let seed: u64 = std::env::var("ZLINK_SOAK_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_2026);
+    eprintln!("soak: {secs} s, ZLINK_SOAK_SEED={seed}");
+    let mut rng = seed | 1;
+    let mut next = move |n: usize| {
+        rng = rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        usize::try_from(rng >> 33).unwrap() % n
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-soak", std::process::id());
+    let namespace = format!("hostsoak-{tag}");
+    let dir = std::env::temp_dir().join(format!("zlink-hostsoak-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "mesh:\n  name: soak\n  rid_prefix: yaml\n\
+             redis:\n  url: {}\n  namespace: {namespace}\n\
+             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n  status_poll_ms: 50\n  drain_seal_ms: 300\n\
+             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
+             relocation:\n  shutdown_deadline_ms: 8000\n  cutover_wait_ms: 300\n  message_follow_ms: 6000\n  route_cache_max_age_ms: 1000\n\
+             drain_deadline_ms: 20000\napplication_version: 7\nlog_level: warn\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| Host::spawn(&config, &format!("s{i}")))
+        .collect();
+    let all_see_each_other = |hosts: &[Host]| {
+        for h in hosts {
+            for other in hosts.iter().filter(|o| o.rid != h.rid) {
+                h.wait_status("hosts see each other", |s| {
+                    peer(s, &other.rid).is_some_and(|p| p["ready"] == true)
+                });
+            }
+        }
+    };
+    all_see_each_other(&hosts);
+    let load = Command::new(BIN)
+        .args(["load", "--json", "--config"])
+        .arg(&config)
+        .args([
+            "--counters",
+            "40",
+            "--duration-ms",
+            &(secs * 1000).to_string(),
+            "--request-every",
+            "3",
+            "--concurrency",
+            "8",
+        ])
+        .env("ZLINK_MESH_SECRET", SECRET)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut round = 0;
+    // Leave time for the last round to finish before the load stops.
+    while t0.elapsed() + Duration::from_secs(12) < Duration::from_secs(secs) {
+        round += 1;
+        let v = next(hosts.len());
+        let out = hosts[v].ctl(&["relocate", "--wait-safe"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "round {round}: relocate of {} did not complete: {text} {}",
+            hosts[v].rid,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ok = Command::new("kill")
+            .args(["-TERM", &hosts[v].child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let status = hosts[v].wait_exit();
+        assert!(
+            status.success(),
+            "round {round}: {} exited with {status}",
+            hosts[v].rid
+        );
+        hosts[v] = Host::spawn(&config, &format!("s{}", 3 + round));
+        all_see_each_other(&hosts);
+        eprintln!(
+            "soak round {round}: host {v} relocated, stopped and replaced ({:?})",
+            t0.elapsed()
+        );
+    }
+    let out = load.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "load failed after {round} rounds (ZLINK_SOAK_SEED={seed}): {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(r["ids"], 40, "{r}");
+    assert_eq!(r["applied"], r["sent"], "every message applied once: {r}");
+    assert_eq!(r["gaps"], 0, "{r}");
+    assert_eq!(r["duplicates"], 0, "{r}");
+    assert_eq!(r["failed_calls"], 0, "{r}");
+    assert!(round >= 2, "only {round} rounds ran");
+    eprintln!("soak: {round} rounds, load {r}");
+    for h in hosts.iter_mut() {
+        let out = h.ctl(&[
+            "drain",
+            "--deadline-ms",
+            "3000",
+            "--relocate-first",
+            "false",
+        ]);
+        assert!(out.status.success());
+        assert!(h.wait_exit().success());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -51,6 +51,9 @@ pub struct LoadConfig {
     pub id_prefix: String,
     /// The sending stream's name in the counters' sequence trackers.
     pub source: String,
+    /// Continuous mode: rounds (message `j` to every ID, then `j + 1`) until this much time
+    /// passed, instead of `messages_per_counter` rounds; then the usual per-ID check.
+    pub duration: Option<Duration>,
 }
 
 impl Default for LoadConfig {
@@ -65,6 +68,7 @@ impl Default for LoadConfig {
             ready_timeout: Duration::from_secs(15),
             id_prefix: "load".into(),
             source: "load".into(),
+            duration: None,
         }
     }
 }
@@ -278,11 +282,43 @@ async fn drive(
         lines_per_room: 0,
         request_every: cfg.request_every,
     };
-    let ops = shape.ops().into_iter().next().unwrap_or_default();
     let id_of = |i: usize| format!("{}-{i}", cfg.id_prefix);
     let t0 = Instant::now();
+    // Numbered messages issued per ID (the check's expectation).
+    let issued: Vec<std::sync::atomic::AtomicU64> = (0..cfg.counters)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    let ops: Box<dyn Iterator<Item = crate::demo::plan::Op> + Send + '_> = match cfg.duration {
+        None => Box::new(
+            shape
+                .ops()
+                .into_iter()
+                .next()
+                .unwrap_or_default()
+                .into_iter(),
+        ),
+        // Continuous: the same round order, round after round, until the duration ends.
+        Some(d) => Box::new(
+            (0u64..)
+                .flat_map(move |j| {
+                    (0..cfg.counters).map(move |p| crate::demo::plan::Op {
+                        node: 0,
+                        target: p,
+                        seq: j,
+                        kind: if cfg.request_every > 0 && (j + 1) % cfg.request_every == 0 {
+                            OpKind::Request
+                        } else {
+                            OpKind::Send
+                        },
+                    })
+                })
+                .take_while(move |_| t0.elapsed() < d),
+        ),
+    };
+    let issued_ref = &issued;
     let outcomes: Vec<(OpKind, Result<Option<Duration>, CallError>)> = futures::stream::iter(ops)
         .map(|op| {
+            issued_ref[op.target].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let id = id_of(op.target);
             let add = Add {
                 source: cfg.source.clone(),
@@ -351,9 +387,9 @@ async fn drive(
 
     // The check: ask every counter until it applied everything or the settle time passed.
     let settle_until = Instant::now() + cfg.settle_timeout;
-    for i in 0..cfg.counters {
+    for (i, issued) in issued.iter().enumerate() {
         let id = id_of(i);
-        let sent = cfg.messages_per_counter;
+        let sent = issued.load(std::sync::atomic::Ordering::Relaxed);
         let total = loop {
             let t = rt
                 .request_to_instance_spot::<Read, Total>(COUNTER, &id, &Read, cfg.request_timeout)
