@@ -30,9 +30,15 @@ struct Host {
 
 impl Host {
     fn spawn(config: &Path, prefix: &str) -> Host {
+        Self::spawn_with(config, prefix, &[])
+    }
+
+    /// [`Host::spawn`] with extra `ZLINK_*` overrides.
+    fn spawn_with(config: &Path, prefix: &str, env: &[(&str, String)]) -> Host {
         let mut child = Command::new(BIN)
             .args(["run", "--config"])
             .arg(config)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             // Overrides through the environment (the YAML has rid_prefix "yaml").
             .env("ZLINK_MESH_RID_PREFIX", prefix)
             .env("ZLINK_MESH_SECRET", SECRET)
@@ -544,11 +550,12 @@ fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
 
 /// Issue 17 "Soak": three `zlink-node run` hosts on a real redis-server under a continuous
 /// `zlink-node load` (one-way sends and requests to 40 counters). A seeded driver
-/// (`ZLINK_SOAK_SEED` replays a run) picks a host each round, runs `ctl relocate --wait-safe`
-/// (PlannedMaintenance; it must end Completed), SIGTERMs it (exit 0), and starts a fresh host in
-/// its place, for `ZLINK_SOAK_SECS` (60 in `scripts/test`; 600 for the opt-in long run). Pass:
-/// the load reports every numbered message applied exactly once and no failed call.
-/// RollingUpdate rounds are not driven yet (the hosts share one application version).
+/// (`ZLINK_SOAK_SEED` replays a run) picks a host each round and alternates the modes: it starts
+/// the host's replacement first (the same application version for PlannedMaintenance, one
+/// higher for RollingUpdate, so a target of the right version exists), runs
+/// `ctl relocate --wait-safe` (it must end Completed), SIGTERMs the host (exit 0), for
+/// `ZLINK_SOAK_SECS` (60 in `scripts/test`; 600 for the opt-in long run). Pass: the load
+/// reports every numbered message applied exactly once and no failed call.
 #[test]
 fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
     let secs: u64 = std::env::var("ZLINK_SOAK_SECS")
@@ -593,6 +600,7 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
     let mut hosts: Vec<Host> = (0..3)
         .map(|i| Host::spawn(&config, &format!("s{i}")))
         .collect();
+    let mut versions: Vec<u64> = vec![7; hosts.len()];
     let all_see_each_other = |hosts: &[Host]| {
         for h in hosts {
             for other in hosts.iter().filter(|o| o.rid != h.rid) {
@@ -627,7 +635,30 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
     while t0.elapsed() + Duration::from_secs(12) < Duration::from_secs(secs) {
         round += 1;
         let v = next(hosts.len());
-        let out = hosts[v].ctl(&["relocate", "--wait-safe"]);
+        let rolling = round % 2 == 0;
+        let version = versions[v] + u64::from(rolling);
+        // The replacement first: the target of the right version.
+        let replacement = Host::spawn_with(
+            &config,
+            &format!("s{}", 3 + round),
+            &[("ZLINK_APPLICATION_VERSION", version.to_string())],
+        );
+        hosts.push(replacement);
+        all_see_each_other(&hosts);
+        let version_arg = version.to_string();
+        let args: Vec<&str> = if rolling {
+            vec![
+                "relocate",
+                "--wait-safe",
+                "--mode",
+                "rolling-update",
+                "--version",
+                &version_arg,
+            ]
+        } else {
+            vec!["relocate", "--wait-safe"]
+        };
+        let out = hosts[v].ctl(&args);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
             out.status.success(),
@@ -647,10 +678,12 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
             "round {round}: {} exited with {status}",
             hosts[v].rid
         );
-        hosts[v] = Host::spawn(&config, &format!("s{}", 3 + round));
-        all_see_each_other(&hosts);
+        let replacement = hosts.pop().unwrap();
+        drop(std::mem::replace(&mut hosts[v], replacement));
+        versions[v] = version;
         eprintln!(
-            "soak round {round}: host {v} relocated, stopped and replaced ({:?})",
+            "soak round {round}: host {v} {} to version {version}, stopped and replaced ({:?})",
+            if rolling { "rolled" } else { "relocated" },
             t0.elapsed()
         );
     }
