@@ -673,6 +673,37 @@ impl CapturedQueue {
         Ok(out)
     }
 
+    /// Every captured item as data to carry on (payload, metadata, a request's reply sender),
+    /// in run order, consuming the capture: what reached the executor after an earlier capture
+    /// of a move, to follow to the new owner. Work no move can carry (notifications, holds,
+    /// first messages) ends with `Unavailable`.
+    pub(crate) fn into_carried(
+        self,
+    ) -> Vec<(TypedPayload, Option<Metadata>, Option<super::work::Reply>)> {
+        let mut items: Vec<BoundWork> = self.kept.into_iter().chain(self.bound).collect();
+        items.sort_by_key(|b| b.seq);
+        let mut out = Vec::with_capacity(items.len());
+        for b in items {
+            match b.work {
+                Work::Send(p, m) => out.push((p, m, None)),
+                Work::Request(p, m, reply) => out.push((p, m, Some(reply))),
+                work @ (Work::SendNotify(..)
+                | Work::Member { .. }
+                | Work::Hold { .. }
+                | Work::Tick(_)) => BoundWork {
+                    seq: b.seq,
+                    lane: b.lane,
+                    work,
+                }
+                .fail(CallError::new(
+                    ErrorKind::Unavailable,
+                    "the object moved to another node",
+                )),
+            }
+        }
+        out
+    }
+
     /// The captured requests' reply senders by queue sequence, consuming the capture (the
     /// move handed the object over: their terminals come back relayed).
     pub(crate) fn into_replies(self) -> Vec<(u64, super::work::Reply)> {

@@ -625,6 +625,29 @@ impl<S: ObjectStore> Inner<S> {
                         forward(cr.relayed, reply);
                     }
                 }
+                // A caller that looked the object up just before the seal may have put work
+                // into the executor after its capture: take that too and follow it on.
+                if let Ok(late) = obj.capture_move(route.clone(), me.clone()).await {
+                    let late = late.into_carried();
+                    self.relocations
+                        .late_followed
+                        .fetch_add(late.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    for (payload, metadata, reply) in late {
+                        self.follow_one(
+                            &route,
+                            &me,
+                            &target,
+                            relocation_id,
+                            next_ordinal,
+                            Carried {
+                                payload,
+                                metadata,
+                                reply,
+                            },
+                        );
+                        next_ordinal += 1;
+                    }
+                }
                 obj.close().await;
                 let _ = self.objects.remove(&key, generation);
                 // Membership bookkeeping: the Spot takes no members here any more; the Actor

@@ -79,6 +79,9 @@ pub struct RelocationStats {
     pub followed: AtomicU64,
     /// Followed records that could not be relayed (source).
     pub follow_drops: AtomicU64,
+    /// Work that reached an executor after its capture (a caller that looked the object up
+    /// just before the seal) and was followed on at the handover (source).
+    pub late_followed: AtomicU64,
     /// Units committed and switched in here (target).
     pub arrived: AtomicU64,
     /// Prepares answered with `relocationFailed` (target).
