@@ -258,6 +258,9 @@ pub trait LiveObject: Send + Sync + 'static {
     /// Undo [`LiveObject::capture_move`]: the captured work and timers go back in place and
     /// turns run again.
     fn resume_moved(&self, captured: crate::object::exec::CapturedQueue);
+    /// The object was handed over: from now on its arrivals go to `to` (the follow route),
+    /// also from a caller that looked the object up before the seal. Default: nothing.
+    fn moved_to(&self, _to: Arc<dyn LiveObject>) {}
     /// Stop the instance (waiting requests end with `Unavailable`).
     fn close(&self) -> BoxFuture<()>;
     /// The execution gate its turns take: a SpotWide User Spot's own gate (shared with its
@@ -304,13 +307,21 @@ struct Live<S> {
     exec: Arc<ObjectExecutor<S>>,
     adapter: Option<Arc<dyn StateAdapter<S>>>,
     disabled: bool,
+    /// Set once the object was handed over: later arrivals go there (its follow route).
+    moved_to: std::sync::OnceLock<Arc<dyn LiveObject>>,
 }
 
 impl<S: Send + 'static> LiveObject for Live<S> {
     fn send(&self, payload: TypedPayload, metadata: Option<Metadata>) -> Result<(), CallError> {
+        if let Some(to) = self.moved_to.get() {
+            return to.send(payload, metadata);
+        }
         self.exec.send_with(payload, metadata)
     }
     fn request(&self, payload: TypedPayload) -> BoxFuture<Result<TypedPayload, CallError>> {
+        if let Some(to) = self.moved_to.get() {
+            return to.request(payload);
+        }
         let exec = Arc::clone(&self.exec);
         Box::pin(async move { exec.request_payload(payload).await })
     }
@@ -319,7 +330,13 @@ impl<S: Send + 'static> LiveObject for Live<S> {
         payload: TypedPayload,
         metadata: Option<Metadata>,
     ) -> Result<ReplyReceiver, CallError> {
+        if let Some(to) = self.moved_to.get() {
+            return to.request_start(payload, metadata);
+        }
         self.exec.request_start_with(payload, metadata)
+    }
+    fn moved_to(&self, to: Arc<dyn LiveObject>) {
+        let _ = self.moved_to.set(to);
     }
     fn capture_state(&self) -> Result<Option<Bytes>, CallError> {
         if self.disabled {
@@ -387,6 +404,7 @@ impl<S: Send + 'static> Typed<S> {
             )),
             adapter,
             disabled,
+            moved_to: std::sync::OnceLock::new(),
         })
     }
 
@@ -411,6 +429,7 @@ impl<S: Send + 'static> Typed<S> {
             )?),
             adapter,
             disabled,
+            moved_to: std::sync::OnceLock::new(),
         }))
     }
 

@@ -625,8 +625,10 @@ impl<S: ObjectStore> Inner<S> {
                         forward(cr.relayed, reply);
                     }
                 }
-                // A caller that looked the object up just before the seal may have put work
-                // into the executor after its capture: take that too and follow it on.
+                // A caller that looked the object up just before the seal may put work into
+                // the executor after its capture: from now on that goes to the follow route,
+                // and what got in before is taken and followed on too.
+                obj.moved_to(Arc::clone(&intake) as Arc<dyn LiveObject>);
                 if let Ok(late) = obj.capture_move(route.clone(), me.clone()).await {
                     let late = late.into_carried();
                     self.relocations
