@@ -983,3 +983,69 @@ async fn a_corrupt_transfer_is_refused_with_its_reason_and_the_source_restores()
     assert_eq!(refused, 4);
     c.shutdown().await;
 }
+
+/// Fault matrix "an expired route": a caller whose cached route outlived the old owner's
+/// follow window (here the window is shortened below the cache's lifetime on purpose) gets a
+/// refusal — never a silent loss — its cache entry goes with it, and its next call resolves the
+/// new owner and succeeds. A one-way message on the expired route is a counted drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_follow_route_is_refused_and_the_next_call_finds_the_new_owner() {
+    let c = one_tally("ex-1").await;
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "ex-1", &Read {}, T)
+        .await
+        .unwrap();
+    c.rts[0].set_relocation_settings(zlink::object::runtime::RelocationSettings {
+        message_follow: Duration::from_millis(200),
+        cutover_wait: Duration::from_millis(100),
+        ..c.rts[0].relocation_settings()
+    });
+    let reports = c.rts[0].relocate(&RelocatePlan::default()).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("ex-1".into(), UnitOutcome::HandedOver)]
+    );
+    // The follow window (200 ms + 100 ms) ends; node 0 forgets the route.
+    let t0 = std::time::Instant::now();
+    while c.rts[0].live_generation(ObjectKind::Spot, "ex-1").is_some() {
+        assert!(t0.elapsed() < WAIT, "the follow route never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let drops_before = c.rts[0].stats().dropped_sends.load(Ordering::Relaxed);
+    c.rts[2]
+        .send_to_instance_spot("tally", "ex-1", &Add { seq: 1 })
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while c.rts[0].stats().dropped_sends.load(Ordering::Relaxed) == drops_before {
+        assert!(
+            t0.elapsed() < WAIT,
+            "the send on the expired route was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let e = c.rts[2]
+        .request_to_instance_spot::<Add, Tally>("tally", "ex-1", &Add { seq: 2 }, T)
+        .await;
+    // The send above already dropped the cached route (a refused send cannot tell the sender,
+    // but the request that follows either finds the route gone or is refused once).
+    match e {
+        Ok(s) => assert_eq!(
+            s.seqs,
+            vec![0, 2],
+            "the dropped send is the only loss, and counted"
+        ),
+        Err(e) => {
+            assert!(
+                matches!(e.kind(), ErrorKind::StaleRoute | ErrorKind::Unavailable),
+                "{e}"
+            );
+            let s: Tally = c.rts[2]
+                .request_to_instance_spot("tally", "ex-1", &Add { seq: 2 }, T)
+                .await
+                .unwrap();
+            assert_eq!(s.seqs, vec![0, 2]);
+        }
+    }
+    c.shutdown().await;
+}

@@ -723,8 +723,10 @@ impl<S: ObjectStore> Inner<S> {
                             .suppression_lock()
                             .route_replaced(wire_kind(kind), &id);
                     }
+                    // Item 7: an expired follow route answers Unavailable (the caller's cache
+                    // entry goes with it); a one-way message is a counted drop.
                     follow_intake.end_with(
-                        ErrorKind::StaleRoute,
+                        ErrorKind::Unavailable,
                         "the object moved to another node and its follow window ended",
                     );
                 });
