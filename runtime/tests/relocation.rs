@@ -1049,3 +1049,45 @@ async fn an_expired_follow_route_is_refused_and_the_next_call_finds_the_new_owne
     }
     c.shutdown().await;
 }
+
+/// A turn that does not reach a handler boundary by the relocation deadline leaves the unit
+/// where it is (`Stayed(Deadline)`): the capture gives up, the object is not left paused, and the
+/// calls held meanwhile are served in order once the turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_outlasts_the_deadline_leaves_the_unit_serving_where_it_is() {
+    let c = one_tally("dl-1").await;
+    c.rts[2]
+        .send_to_instance_spot("tally", "dl-1", &Slow { ms: 1_500 })
+        .await
+        .unwrap();
+    // The slow turn is running (the marker: the queue holds it).
+    let t0 = std::time::Instant::now();
+    while c.rts[0].queued_work() == 0 {
+        assert!(t0.elapsed() < WAIT, "the slow turn never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let plan = RelocatePlan {
+        deadline: Duration::from_millis(300),
+        ..RelocatePlan::default()
+    };
+    let relocate = c.rts[0].relocate(&plan);
+    let during = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.rts[2]
+            .send_to_instance_spot("tally", "dl-1", &Add { seq: 1 })
+            .await
+            .unwrap();
+    };
+    let (reports, ()) = tokio::join!(relocate, during);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("dl-1".into(), UnitOutcome::Stayed(StayReason::Deadline))]
+    );
+    assert_eq!(owner_of(&c, "dl-1").await, "node-0");
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "dl-1", &Add { seq: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2], "served where it is, in order");
+    c.shutdown().await;
+}

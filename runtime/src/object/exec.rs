@@ -1121,6 +1121,13 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         Ok(out)
     }
 
+    /// Give up a capture that has not completed (its future was dropped, e.g. at a
+    /// deadline): turns run again; nothing was taken.
+    pub fn cancel_capture(&self) {
+        self.shared.paused.store(false, Ordering::Release);
+        self.shared.wake.notify_one();
+    }
+
     /// Undo a capture (the move was aborted): the captured work, the bound work and the timers
     /// go back ahead of anything that arrived meanwhile, and turns run again. Nothing is lost:
     /// the original items are put back, not decoded from their saved form.

@@ -258,6 +258,9 @@ pub trait LiveObject: Send + Sync + 'static {
     /// Undo [`LiveObject::capture_move`]: the captured work and timers go back in place and
     /// turns run again.
     fn resume_moved(&self, captured: crate::object::exec::CapturedQueue);
+    /// Give up a [`LiveObject::capture_move`] whose future was dropped before it completed:
+    /// turns run again. Default: nothing.
+    fn cancel_capture(&self) {}
     /// The object was handed over: from now on its arrivals go to `to` (the follow route),
     /// also from a caller that looked the object up before the seal. Default: nothing.
     fn moved_to(&self, _to: Arc<dyn LiveObject>) {}
@@ -337,6 +340,9 @@ impl<S: Send + 'static> LiveObject for Live<S> {
     }
     fn moved_to(&self, to: Arc<dyn LiveObject>) {
         let _ = self.moved_to.set(to);
+    }
+    fn cancel_capture(&self) {
+        self.exec.cancel_capture();
     }
     fn capture_state(&self) -> Result<Option<Bytes>, CallError> {
         if self.disabled {

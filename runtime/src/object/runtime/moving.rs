@@ -238,11 +238,25 @@ impl<S: ObjectStore> Inner<S> {
         };
         // 2. Capture at the next idle handler boundary (retried until the deadline).
         let (captured, state) = loop {
-            let captured = match obj.capture_move(route.clone(), me.clone()).await {
-                Ok(c) => c,
-                Err(e) => {
+            // Bounded by the relocation deadline: a turn that never reaches a boundary (or
+            // waits for a change of this same object, which waits for the move) leaves the
+            // unit where it is instead of hanging the relocation.
+            let capture = tokio::time::timeout_at(
+                deadline.into(),
+                obj.capture_move(route.clone(), me.clone()),
+            )
+            .await;
+            let captured = match capture {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
                     give_back(Vec::new());
                     let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
+                    return;
+                }
+                Err(_) => {
+                    obj.cancel_capture();
+                    give_back(Vec::new());
+                    let _ = report.send(stayed(StayReason::Deadline));
                     return;
                 }
             };
