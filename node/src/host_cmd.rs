@@ -522,6 +522,8 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
                 "gaps": gaps,
                 "duplicates": dups,
                 "ids_with_gaps": report.ids.iter().filter(|r| r.missing > 0).count(),
+                "out_of_order": report.ids.iter().map(|r| r.out_of_order).sum::<u64>(),
+                "ids_out_of_order": report.ids.iter().filter(|r| r.out_of_order > 0).count(),
                 "ids_with_duplicates": report.ids.iter().filter(|r| r.duplicates > 0 || r.unexpected > 0).count(),
                 "p50_us": report.p50.as_micros() as u64,
                 "p99_us": report.p99.as_micros() as u64,
@@ -533,7 +535,8 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
     } else {
         crate::say_line(&format!(
             "load {}: {} counters x {} messages\n  sent {} ({} requests), applied {applied}, \
-             failed calls {}\n  gaps {gaps} in {} IDs, duplicates {dups} in {} IDs\n  \
+             failed calls {}\n  gaps {gaps} in {} IDs, duplicates {dups} in {} IDs, out of \
+             order {} (reported only)\n  \
              request latency p50 {:?} p99 {:?} max {:?}\n  traffic {:?}",
             report.rid,
             cfg.counters,
@@ -543,6 +546,7 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
             report.failed_calls,
             report.ids.iter().filter(|r| r.missing > 0).count(),
             report.ids.iter().filter(|r| r.duplicates > 0).count(),
+            report.ids.iter().map(|r| r.out_of_order).sum::<u64>(),
             report.p50,
             report.p99,
             report.max,

@@ -701,6 +701,10 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
     assert_eq!(r["duplicates"], 0, "{r}");
     assert_eq!(r["failed_calls"], 0, "{r}");
     assert!(round >= 2, "only {round} rounds ran");
+    assert!(
+        r["out_of_order"].is_u64(),
+        "out-of-order arrivals are reported: {r}"
+    );
     eprintln!("soak: {round} rounds, load {r}");
     for h in hosts.iter_mut() {
         let out = h.ctl(&[

@@ -118,6 +118,9 @@ pub struct IdReport {
     pub duplicates: u64,
     /// Applied numbers beyond what was sent (never expected).
     pub unexpected: u64,
+    /// Numbers that arrived ahead of a lower one (reported only: pipelined one-way traffic may
+    /// reorder across a relocation, wire §10; closed-loop traffic never does).
+    pub out_of_order: u64,
 }
 
 /// The outcome of a load run.
@@ -407,7 +410,8 @@ async fn drive(
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         };
-        let (applied, duplicates) = total.map_or((0, 0), |t| (t.adds, t.duplicates));
+        let (applied, duplicates, out_of_order) =
+            total.map_or((0, 0, 0), |t| (t.adds, t.duplicates, t.out_of_order));
         report.ids.push(IdReport {
             id,
             sent,
@@ -415,6 +419,7 @@ async fn drive(
             missing: sent.saturating_sub(applied),
             duplicates,
             unexpected: applied.saturating_sub(sent),
+            out_of_order,
         });
     }
     Ok(report)
@@ -447,6 +452,7 @@ mod tests {
             missing: sent.saturating_sub(applied),
             duplicates,
             unexpected: applied.saturating_sub(sent),
+            out_of_order: 0,
         }
     }
 

@@ -35,6 +35,9 @@ pub struct Total {
     pub adds: u64,
     /// Increments received twice (never applied twice).
     pub duplicates: u64,
+    /// Increments that arrived ahead of a lower number (applied; reordering is reported only).
+    #[serde(default)]
+    pub out_of_order: u64,
 }
 impl JsonMessage for Total {
     const PACKET_NAME: &'static str = "refapp.Total";
@@ -82,6 +85,7 @@ impl CounterState {
             value: self.value,
             adds: self.adds,
             duplicates: self.seen.duplicates(),
+            out_of_order: self.seen.out_of_order(),
         }
     }
 }
@@ -121,5 +125,14 @@ mod tests {
         c.add(&add(1, 2));
         let t = c.total();
         assert_eq!((t.value, t.adds, t.duplicates), (7, 2, 1));
+        assert_eq!(t.out_of_order, 0);
+        // 3 before 2: applied, counted as out of order (reported only).
+        c.add(&add(3, 1));
+        c.add(&add(2, 1));
+        let t = c.total();
+        assert_eq!(
+            (t.value, t.adds, t.duplicates, t.out_of_order),
+            (9, 4, 1, 1)
+        );
     }
 }

@@ -187,6 +187,12 @@ impl SeqTracker {
         self.sources.values().map(|s| s.duplicates).sum()
     }
 
+    /// First arrivals ahead of a missing lower number, over all sources (reordering, reported
+    /// only: pipelined one-way traffic may reorder across a move, wire §10).
+    pub fn out_of_order(&self) -> u64 {
+        self.sources.values().map(|s| s.out_of_order).sum()
+    }
+
     /// One report per source received from, without expectations (gaps are holes below the
     /// highest number received).
     pub fn report(&self) -> Vec<SourceReport> {
