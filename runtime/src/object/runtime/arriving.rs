@@ -813,7 +813,7 @@ impl<S: ObjectStore> Inner<S> {
                     self.relocations.add_alias(&unit.key, old);
                     // It is a live object here again, no longer one being followed away.
                     self.relocations.clear_moving(&unit.key);
-                    self.relocations.follows_lock().remove(&unit.key);
+                    self.relocations.remove_follow(&unit.key);
                     self.relocations
                         .suppression_lock()
                         .route_replaced(unit.route.object_kind, &unit.id_str);

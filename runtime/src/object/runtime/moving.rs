@@ -686,7 +686,7 @@ impl<S: ObjectStore> Inner<S> {
                 // The new owner's route, for the `messageFollow` notices to senders that still
                 // use the old one.
                 if let Ok(AuthorityRead::Found(a)) = self.store.read_authority(&key).await {
-                    self.relocations.follows_lock().insert(
+                    self.relocations.add_follow(
                         key.clone(),
                         super::relocations::FollowNotice {
                             new_route: RouteFence {
@@ -732,7 +732,7 @@ impl<S: ObjectStore> Inner<S> {
                     this.relocations.stop_moving(&key, generation, aog);
                     if this.live().forget_owned(&key, generation, aog) {
                         this.relocations.forget_aliases(&key);
-                        this.relocations.follows_lock().remove(&key);
+                        this.relocations.remove_follow(&key);
                         this.relocations
                             .suppression_lock()
                             .route_replaced(wire_kind(kind), &id);
@@ -861,6 +861,9 @@ impl<S: ObjectStore> Inner<S> {
         source: &NodeFence,
         request: Option<&RequestHeader>,
     ) {
+        if !self.relocations.follows_any() {
+            return;
+        }
         let Ok(key) = AuthorityKey::new(super::store_kind(route.object_kind), &route.object_id)
         else {
             return;

@@ -169,7 +169,8 @@ pub(super) struct Relocations {
     aliases: Mutex<HashMap<AuthorityKey, Vec<u64>>>,
     epoch: std::sync::OnceLock<std::time::Instant>,
     /// Units this node follows, with the new owner's route (`messageFollow` notices).
-    pub(super) follows: Mutex<HashMap<AuthorityKey, FollowNotice>>,
+    follows: Mutex<HashMap<AuthorityKey, FollowNotice>>,
+    follows_len: std::sync::atomic::AtomicUsize,
     /// One `messageFollow` per recipient and stale route (wire §3.1).
     pub(super) suppression: Mutex<crate::relocation::notify::Suppression>,
     /// This node's Entry Spot fence, as last read (the Check of an Actor's commit).
@@ -282,6 +283,25 @@ impl Relocations {
 
     pub(super) fn follows_lock(&self) -> MutexGuard<'_, HashMap<AuthorityKey, FollowNotice>> {
         lock(&self.follows)
+    }
+
+    /// Record the follow notice of `key` (see [`Relocations::follows_any`]).
+    pub(super) fn add_follow(&self, key: AuthorityKey, notice: FollowNotice) {
+        let mut f = lock(&self.follows);
+        f.insert(key, notice);
+        self.follows_len.store(f.len(), Ordering::Release);
+    }
+
+    /// Forget the follow notice of `key`.
+    pub(super) fn remove_follow(&self, key: &AuthorityKey) {
+        let mut f = lock(&self.follows);
+        f.remove(key);
+        self.follows_len.store(f.len(), Ordering::Release);
+    }
+
+    /// Whether any unit is followed (a lock-free check on every delivery's hot path).
+    pub(super) fn follows_any(&self) -> bool {
+        self.follows_len.load(Ordering::Acquire) > 0
     }
 
     pub(super) fn suppression_lock(
