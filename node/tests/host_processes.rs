@@ -428,29 +428,25 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
     )
 }
 
-/// Issue 17 "Drain without loss": three `zlink-node run` hosts on a real redis-server under
-/// `zlink-node load` (one-way sends and requests to counter Instance Spots); SIGTERM one host
-/// mid-load. SIGTERM relocates first (`relocation.on_shutdown: planned_maintenance`, the
-/// default): the host moves its counters to the other two (state, queued work, calls in
-/// flight), waits for SafeToShutdown (its Message Follow windows), drains and exits 0. The load
-/// run then reports every numbered message applied exactly once and no failed call — before
-/// the mover, this same run lost the whole state of every counter on the drained host.
-#[test]
-fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
+/// A redis-server and a host configuration for the relocation process tests (mesh `mesh`):
+/// short timings, relocation before the drain with a 6 s Message Follow window and a 1 s route
+/// cache (5 s shorter, routing §2.5), a 20 s drain deadline. Returns the server (keep it), the
+/// temporary directory and the configuration file.
+fn relocation_setup(mesh: &str) -> (redis_server::RedisServer, PathBuf, PathBuf) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let redis = rt.block_on(redis_server::RedisServer::start());
-    let tag = format!("{}-reloc", std::process::id());
-    let namespace = format!("hostreloc-{tag}");
-    let dir = std::env::temp_dir().join(format!("zlink-hostreloc-{tag}"));
+    let tag = format!("{}-{mesh}", std::process::id());
+    let namespace = format!("host{mesh}-{tag}");
+    let dir = std::env::temp_dir().join(format!("zlink-host{mesh}-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("node.yaml");
     std::fs::write(
         &config,
         format!(
-            "mesh:\n  name: relocs\n  rid_prefix: yaml\n\
+            "mesh:\n  name: {mesh}\n  rid_prefix: yaml\n\
              redis:\n  url: {}\n  namespace: {namespace}\n\
              timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n  status_poll_ms: 50\n  drain_seal_ms: 300\n\
              admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
@@ -460,6 +456,19 @@ fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
         ),
     )
     .unwrap();
+    (redis, dir, config)
+}
+
+/// Issue 17 "Drain without loss": three `zlink-node run` hosts on a real redis-server under
+/// `zlink-node load` (one-way sends and requests to counter Instance Spots); SIGTERM one host
+/// mid-load. SIGTERM relocates first (`relocation.on_shutdown: planned_maintenance`, the
+/// default): the host moves its counters to the other two (state, queued work, calls in
+/// flight), waits for SafeToShutdown (its Message Follow windows), drains and exits 0. The load
+/// run then reports every numbered message applied exactly once and no failed call — before
+/// the mover, this same run lost the whole state of every counter on the drained host.
+#[test]
+fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
+    let (_redis, dir, config) = relocation_setup("relocs");
     let mut hosts: Vec<Host> = (0..3)
         .map(|i| Host::spawn(&config, &format!("r{i}")))
         .collect();
@@ -574,29 +583,7 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
             .wrapping_add(1_442_695_040_888_963_407);
         usize::try_from(rng >> 33).unwrap() % n
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let redis = rt.block_on(redis_server::RedisServer::start());
-    let tag = format!("{}-soak", std::process::id());
-    let namespace = format!("hostsoak-{tag}");
-    let dir = std::env::temp_dir().join(format!("zlink-hostsoak-{tag}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("node.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "mesh:\n  name: soak\n  rid_prefix: yaml\n\
-             redis:\n  url: {}\n  namespace: {namespace}\n\
-             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n  status_poll_ms: 50\n  drain_seal_ms: 300\n\
-             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
-             relocation:\n  shutdown_deadline_ms: 8000\n  cutover_wait_ms: 300\n  message_follow_ms: 6000\n  route_cache_max_age_ms: 1000\n\
-             drain_deadline_ms: 20000\napplication_version: 7\nlog_level: warn\n",
-            redis.url()
-        ),
-    )
-    .unwrap();
+    let (_redis, dir, config) = relocation_setup("soak");
     let mut hosts: Vec<Host> = (0..3)
         .map(|i| Host::spawn(&config, &format!("s{i}")))
         .collect();

@@ -43,7 +43,7 @@ use zlink_store::types::{
 
 use super::intake::Intake;
 use super::relocations::TemporaryQueue;
-use super::{Inner, LiveEntry, ObjectStore, store_kind};
+use super::{Inner, LiveEntry, ObjectStore, millis, store_kind};
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::connection::Leg;
 use crate::object::exec::{Binding, MovedWork, ObjectCaller};
@@ -128,10 +128,6 @@ fn decode_carried(
         metadata: record.metadata,
         request: request.map(|h| (h, source, route.owner_lease_generation)),
     })
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl<S: ObjectStore> Inner<S> {

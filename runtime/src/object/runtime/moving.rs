@@ -78,10 +78,6 @@ pub(crate) struct Moved {
     pub(crate) follow_until: Option<Instant>,
 }
 
-fn now_unix_ms() -> u64 {
-    super::now_unix_ms()
-}
-
 /// The service record one carried item travels as (wire §9: requests with their terminal
 /// identity, one-way messages as sends), from `source` on the object's own route.
 fn carried_record(
@@ -133,7 +129,7 @@ fn carried_record(
 
 /// The deadline a carried request keeps on this node: the relocation's, at least a minute.
 fn carried_deadline_unix_ms() -> u64 {
-    now_unix_ms().saturating_add(60_000)
+    super::now_unix_ms().saturating_add(60_000)
 }
 
 impl<S: ObjectStore> Inner<S> {
@@ -290,9 +286,32 @@ impl<S: ObjectStore> Inner<S> {
         };
         // The idle check passed on this same capture just above.
         let items = captured.carried().unwrap_or_default();
+        // The capture encoded every one-way item already, as the record it travels as (this
+        // object's route, from this node): only requests still need their record.
+        let mut encoded: std::collections::HashMap<u64, Vec<Bytes>> = captured
+            .saved
+            .iter()
+            .map(|w| (w.sequence, w.frames.clone()))
+            .collect();
         let mut encode_failed = None;
         for item in items {
-            let header = if item.request {
+            if !item.request {
+                match encoded.remove(&item.seq) {
+                    Some(frames) => saved_queue.push(SavedWork {
+                        sequence: item.seq,
+                        frames,
+                    }),
+                    None => {
+                        encode_failed = Some(CallError::new(
+                            ErrorKind::InvalidOperation,
+                            format!("queued item {} was not encoded by the capture", item.seq),
+                        ));
+                        break;
+                    }
+                }
+                continue;
+            }
+            let header = {
                 let (ptx, prx) = oneshot::channel();
                 match self
                     .mesh
@@ -313,8 +332,6 @@ impl<S: ObjectStore> Inner<S> {
                         break;
                     }
                 }
-            } else {
-                None
             };
             match carried_record(
                 &route,
@@ -466,8 +483,8 @@ impl<S: ObjectStore> Inner<S> {
         };
         let deadline_ms = ms(deadline.max(transfer_at));
         let timings = SourceTimings {
-            prepare_timeout_ms: millis(settings.restore_timeout + settings.cutover_wait),
-            cutover_wait_ms: millis(settings.cutover_wait),
+            prepare_timeout_ms: super::millis(settings.restore_timeout + settings.cutover_wait),
+            cutover_wait_ms: super::millis(settings.cutover_wait),
             deadline_ms,
         };
         let mut unit = SourceUnit::new(0);
@@ -1049,10 +1066,6 @@ impl<F: FnOnce()> Drop for Guard<F> {
 
 fn scopeguard<F: FnOnce()>(f: F) -> Guard<F> {
     Guard(Some(f))
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
