@@ -24,4 +24,6 @@
 //!   operator's rolling update and pod eviction with real pods. They need Docker, so they are
 //!   opt-in and do not run by default.
 
+pub mod fault_proxy;
+pub mod history;
 pub mod k8s;

@@ -464,6 +464,10 @@ pub struct LoadArgs {
     /// Prefix of the counter IDs (default: `load-<random>`, unique per run).
     #[arg(long)]
     id_prefix: Option<String>,
+    /// Write every call's outcome (serving RID and lifecycle, error kind) and every final read
+    /// as JSON lines to this file, for a history checker.
+    #[arg(long)]
+    history: Option<PathBuf>,
     /// Print the report as one JSON line.
     #[arg(long)]
     json: bool,
@@ -504,6 +508,7 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
         source: id_prefix.clone(),
         id_prefix,
         duration: args.duration_ms.map(Duration::from_millis),
+        history: args.history.clone(),
     };
     let report = zlink_node::host::load::run(&hc, secret, &cfg).await?;
     let failures = report.failures();
@@ -519,6 +524,7 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
                 "requests": report.requests,
                 "applied": applied,
                 "failed_calls": report.failed_calls,
+                "error_kinds": report.error_kinds,
                 "gaps": gaps,
                 "duplicates": dups,
                 "ids_with_gaps": report.ids.iter().filter(|r| r.missing > 0).count(),

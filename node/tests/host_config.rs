@@ -80,7 +80,7 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
     assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
     assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
-    assert_eq!(FIELDS.len(), 40);
+    assert_eq!(FIELDS.len(), 42);
     let mut c = valid();
     c.apply_env(env(&[
         ("ZLINK_MESH_NAME", "staging"),
@@ -96,10 +96,15 @@ fn environment_variables_override_every_kind_of_field() {
         ("ZLINK_RELOCATION_MESSAGE_FOLLOW_MS", "8000"),
         ("ZLINK_RELOCATION_ROUTE_CACHE_MAX_AGE_MS", "3000"),
         ("ZLINK_RELOCATION_MAINTENANCE_WAVE", "wave-b"),
+        ("ZLINK_LEASE_LOSS", "exit"),
+        ("ZLINK_MESH_ADVERTISE_PORT", "7300"),
     ]))
     .unwrap();
     c.validate().unwrap();
     assert_eq!(c.relocation.on_shutdown, "none");
+    assert_eq!(c.lease_loss, "exit");
+    assert_eq!(c.mesh.advertise_port, Some(7300));
+    assert_eq!(HostConfig::default().lease_loss, "rejoin");
     assert_eq!(c.relocation.message_follow_ms, 8_000);
     assert_eq!(c.relocation.route_cache_max_age_ms, 3_000);
     let secret = zlink::mesh::auth::MeshSecret::from_bytes(b"0123456789abcdef0123").unwrap();
@@ -362,6 +367,16 @@ fn each_invalid_field_yields_an_error_naming_it() {
             "relocation.on_shutdown",
             |c| c.relocation.on_shutdown = "always".into(),
             "planned_maintenance or none",
+        ),
+        (
+            "lease_loss",
+            |c| c.lease_loss = "restart".into(),
+            "rejoin or exit",
+        ),
+        (
+            "mesh.advertise_port",
+            |c| c.mesh.advertise_port = Some(0),
+            "1..=65535",
         ),
         (
             "relocation.chunk_limit_bytes",

@@ -10,116 +10,14 @@ mod redis_server;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const SECRET: &str = "host-process-mesh-secret-012345";
-const TOKEN: &str = "host-process-admin-token-012345";
-const WAIT: Duration = Duration::from_secs(20);
-const BIN: &str = env!("CARGO_BIN_EXE_zlink-node");
-
-struct Host {
-    child: Child,
-    rid: String,
-    grpc: String,
-    http: String,
-}
-
-impl Host {
-    fn spawn(config: &Path, prefix: &str) -> Host {
-        Self::spawn_with(config, prefix, &[])
-    }
-
-    /// [`Host::spawn`] with extra `ZLINK_*` overrides.
-    fn spawn_with(config: &Path, prefix: &str, env: &[(&str, String)]) -> Host {
-        let mut child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(config)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            // Overrides through the environment (the YAML has rid_prefix "yaml").
-            .env("ZLINK_MESH_RID_PREFIX", prefix)
-            .env("ZLINK_MESH_SECRET", SECRET)
-            .env("ZLINK_ADMIN_TOKEN", TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn zlink-node run");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let first: Value = serde_json::from_str(&rx.recv_timeout(WAIT).expect("announce line"))
-            .expect("announce JSON");
-        assert_eq!(first["state"], "serving");
-        let rid = first["rid"].as_str().unwrap().to_owned();
-        assert!(rid.starts_with(&format!("{prefix}-")), "{rid}");
-        Host {
-            child,
-            rid,
-            grpc: first["grpc"].as_str().unwrap().to_owned(),
-            http: first["http"].as_str().unwrap().to_owned(),
-        }
-    }
-
-    fn ctl(&self, args: &[&str]) -> std::process::Output {
-        Command::new(BIN)
-            .args(["ctl", "--json", "--addr", &format!("http://{}", self.grpc)])
-            .args(args)
-            .env("ZLINK_ADMIN_TOKEN", TOKEN)
-            .output()
-            .expect("run zlink-node ctl")
-    }
-
-    fn status(&self) -> Value {
-        let out = self.ctl(&["status"]);
-        assert!(
-            out.status.success(),
-            "ctl status: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    fn wait_status(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let t0 = Instant::now();
-        loop {
-            let s = self.status();
-            if pred(&s) {
-                return s;
-            }
-            assert!(t0.elapsed() < WAIT, "{what}: last status {s}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let t0 = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(t0.elapsed() < WAIT, "{} did not exit", self.rid);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common_procs;
+use common_procs::{BIN, Host, SECRET, TOKEN, WAIT, http_get, metric};
 
 fn write_config(dir: &Path, redis_url: &str, namespace: &str) -> PathBuf {
     let path = dir.join("node.yaml");
@@ -275,12 +173,6 @@ fn sigterm_drains_one_of_three_hosts_out_of_the_mesh() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn metric(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no sample {sample}"))
-}
-
 /// Issue 8 item 6 (load generator): `zlink-node load` joins the mesh of two running hosts as an
 /// Object Client, sends 10 numbered requests to each of 40 counter IDs (cold-activated on the
 /// hosts) and reports, per ID, no gap and no duplicate; exit 0. The hosts' `/metrics` show the
@@ -409,23 +301,17 @@ fn run_refuses_an_invalid_field_naming_it() {
     );
 }
 
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+/// A redis-server, a temporary directory and a Redis namespace of their own for mesh `mesh`.
+fn redis_and_dir(mesh: &str) -> (redis_server::RedisServer, PathBuf, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
         .unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    (
-        head.split_whitespace().nth(1).unwrap().parse().unwrap(),
-        body.to_owned(),
-    )
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-{mesh}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("zlink-host{mesh}-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    (redis, dir, format!("host{mesh}-{tag}"))
 }
 
 /// A redis-server and a host configuration for the relocation process tests (mesh `mesh`):
@@ -433,15 +319,7 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
 /// cache (5 s shorter, routing §2.5), a 20 s drain deadline. Returns the server (keep it), the
 /// temporary directory and the configuration file.
 fn relocation_setup(mesh: &str) -> (redis_server::RedisServer, PathBuf, PathBuf) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let redis = rt.block_on(redis_server::RedisServer::start());
-    let tag = format!("{}-{mesh}", std::process::id());
-    let namespace = format!("host{mesh}-{tag}");
-    let dir = std::env::temp_dir().join(format!("zlink-host{mesh}-{tag}"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let (redis, dir, namespace) = redis_and_dir(mesh);
     let config = dir.join("node.yaml");
     std::fs::write(
         &config,
@@ -704,5 +582,342 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
         assert!(out.status.success());
         assert!(h.wait_exit().success());
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A redis-server and a host configuration for the store-outage process tests (issue 20):
+/// lease TTL 3,000 ms (renewal every 1,000 ms, fencing margin 600 ms), discovery poll 100 ms.
+fn outage_setup(mesh: &str) -> (redis_server::RedisServer, PathBuf, PathBuf) {
+    let (redis, dir, namespace) = redis_and_dir(mesh);
+    let config = dir.join("node.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "mesh:\n  name: {mesh}\n  rid_prefix: yaml\n\
+             redis:\n  url: {}\n  namespace: {namespace}\n  response_timeout_ms: 300\n  connection_timeout_ms: 300\n\
+             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 3000\n  discovery_poll_ms: 100\n  status_poll_ms: 50\n  drain_seal_ms: 200\n\
+             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
+             relocation:\n  on_shutdown: none\n\
+             drain_deadline_ms: 5000\napplication_version: 7\nlog_level: warn\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    (redis, dir, config)
+}
+
+fn load_cmd(config: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["load", "--json", "--config"])
+        .arg(config)
+        .args(args)
+        .env("ZLINK_MESH_SECRET", SECRET)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn load_report(out: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "load printed no report ({e}): {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Issue 20 acceptance 1 (item 3): three `zlink-node run` hosts on a real redis-server, lease
+/// TTL 3,000 ms, `zlink-node load` running; Redis is killed and restarted ~1 s later (AOF,
+/// nothing lost in Redis). A failed renewal is retried after 50 ms (doubling), so the first one
+/// after Redis is back lands long before the fencing deadline: no host is fenced or loses its
+/// lease, no object is dropped, and the load reports no lost and no duplicated message (calls
+/// that needed the store during the outage may fail with a typed error; they are not
+/// acknowledged, so they are not counted as lost).
+#[test]
+fn a_one_second_redis_outage_costs_no_lease_and_no_message() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut redis, dir, config) = outage_setup("blip");
+    // The descriptor poll at its 1 s renew period: a renewal retried only on the next poll
+    // tick (the reported defect) would be fenced by this outage.
+    let slow_poll = [("ZLINK_TIMINGS_DISCOVERY_POLL_MS", "1000".to_owned())];
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| Host::spawn_with(&config, &format!("b{i}"), &slow_poll))
+        .collect();
+    for h in &hosts {
+        h.wait_status("two ready peers", |s| s["peers_ready"] == 2);
+    }
+    let load = load_cmd(
+        &config,
+        &[
+            "--counters",
+            "20",
+            "--duration-ms",
+            "6000",
+            "--request-every",
+            "3",
+            "--concurrency",
+            "8",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    // Mid-load: the counters are live (each host's Entry Spot is one Spot more).
+    let t0 = Instant::now();
+    while hosts
+        .iter()
+        .map(|h| h.status()["objects"]["spot"].as_u64().unwrap_or(0))
+        .sum::<u64>()
+        < 20 + 3
+    {
+        assert!(t0.elapsed() < WAIT, "the counters never activated");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    redis.stop();
+    std::thread::sleep(Duration::from_millis(1_000));
+    rt.block_on(redis.restart());
+    let out = load.wait_with_output().unwrap();
+    let r = load_report(&out);
+    assert!(r["sent"].as_u64().unwrap() > 1_000, "{r}");
+    assert_eq!(r["gaps"], 0, "no acknowledged message lost: {r}");
+    assert_eq!(r["duplicates"], 0, "{r}");
+    // Calls that needed the store during the outage ended with StoreFailure, and only those:
+    // no host was fenced (`Unavailable`), no call hung (`DeadlineExceeded`).
+    for (kind, _) in r["error_kinds"].as_object().unwrap() {
+        assert_eq!(kind, "StoreFailure", "{r}");
+    }
+    for h in &hosts {
+        let (code, text) = http_get(&h.http, "/metrics");
+        assert_eq!(code, 200);
+        assert!(
+            metric(&text, "zlink_lease_renew_failures_total") >= 1.0,
+            "{}: a renewal fell into the outage",
+            h.rid
+        );
+        assert!(
+            metric(&text, "zlink_lease_renew_attempts_total") >= 3.0,
+            "{}: renewals went on",
+            h.rid
+        );
+        assert_eq!(
+            metric(&text, "zlink_host_fenced_seconds_total"),
+            0.0,
+            "{} was never fenced",
+            h.rid
+        );
+        assert_eq!(metric(&text, "zlink_host_rejoins_total"), 0.0, "{}", h.rid);
+        assert_eq!(metric(&text, "zlink_host_objects_dropped_total"), 0.0);
+        let s = h.status();
+        assert_eq!(s["state"], "serving", "{s}");
+        assert_eq!(s["rid"], h.rid, "the same lifecycle serves");
+    }
+    common_procs::drain_all(&mut hosts);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 20 acceptance 2 (item 2, `lease_loss: rejoin`, the default): Redis down for longer
+/// than the lease TTL. Every host is fenced, then loses its lease; it drops its objects (counted
+/// in `zlink_host_objects_dropped_total`) and shows `fenced` while `/healthz` stays 200 (the
+/// rejoin makes progress) and `/readyz` is 503. Once Redis is back, every host claims a new
+/// lease as a new node lifecycle (a new RID) and is `serving` with both peers ready again
+/// within TTL + two poll periods, without a process restart; a load run started after the
+/// recovery then loses, duplicates and fails nothing.
+#[test]
+fn redis_down_longer_than_the_lease_ttl_every_host_rejoins_without_a_restart() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut redis, dir, config) = outage_setup("rejoin");
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| Host::spawn(&config, &format!("j{i}")))
+        .collect();
+    for h in &hosts {
+        h.wait_status("two ready peers", |s| s["peers_ready"] == 2);
+    }
+    // Objects that the loss will drop.
+    let out = load_cmd(
+        &config,
+        &["--counters", "12", "--messages-per-counter", "3"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(load_report(&out)["gaps"], 0);
+    let held: u64 = hosts
+        .iter()
+        .map(|h| h.status()["objects"]["spot"].as_u64().unwrap())
+        .sum();
+    assert!(held >= 12, "{held}");
+    let down = Instant::now();
+    redis.stop();
+    for h in &hosts {
+        h.wait_status("fenced after the lease is lost", |s| s["state"] == "fenced");
+        assert_eq!(http_get(&h.http, "/readyz").0, 503);
+    }
+    // Past a whole TTL of fencing: still healthy, because the rejoin keeps trying.
+    while down.elapsed() < Duration::from_millis(4_500) {
+        for h in &hosts {
+            assert_eq!(http_get(&h.http, "/healthz").0, 200, "{}", h.rid);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    rt.block_on(redis.restart());
+    let back = Instant::now();
+    let mut serving_after = Vec::new();
+    for h in &hosts {
+        let s = h.wait_status("serving again", |s| s["state"] == "serving");
+        serving_after.push(back.elapsed());
+        assert_ne!(
+            s["rid"], h.rid,
+            "a new node lifecycle claimed a new RID: {s}"
+        );
+    }
+    let worst = serving_after.iter().max().unwrap();
+    assert!(
+        *worst <= Duration::from_millis(3_000 + 2 * 100 + 500),
+        "serving again within TTL + two polls of Redis returning (+0.5 s for the status poll): {serving_after:?}"
+    );
+    let mut dropped = 0.0;
+    for h in &hosts {
+        h.wait_status("both peers ready again", |s| s["peers_ready"] == 2);
+        let (code, text) = http_get(&h.http, "/metrics");
+        assert_eq!(code, 200);
+        assert_eq!(metric(&text, "zlink_host_rejoins_total"), 1.0, "{}", h.rid);
+        assert!(metric(&text, "zlink_host_fenced_seconds_total") > 1.0);
+        dropped += metric(&text, "zlink_host_objects_dropped_total");
+        assert_eq!(http_get(&h.http, "/readyz").0, 200);
+    }
+    assert!(
+        dropped >= held as f64,
+        "every object of the lost lifecycles was dropped and counted: {dropped} of {held}"
+    );
+    let out = load_cmd(
+        &config,
+        &[
+            "--counters",
+            "30",
+            "--messages-per-counter",
+            "20",
+            "--request-every",
+            "3",
+        ],
+    )
+    .output()
+    .unwrap();
+    let r = load_report(&out);
+    assert!(out.status.success(), "{r}");
+    assert_eq!(r["sent"], 30 * 20, "{r}");
+    assert_eq!(r["applied"], 30 * 20, "{r}");
+    assert_eq!(r["gaps"], 0, "{r}");
+    assert_eq!(r["duplicates"], 0, "{r}");
+    assert_eq!(r["failed_calls"], 0, "{r}");
+    common_procs::drain_all(&mut hosts);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 20 item 2, `lease_loss: exit`: a host whose lease is lost exits with status 4 (so its
+/// supervisor restarts it) instead of staying up fenced.
+#[test]
+fn lease_loss_exit_ends_the_process_with_status_4() {
+    let (mut redis, dir, config) = outage_setup("exit");
+    let mut host = Host::spawn_with(&config, "x0", &[("ZLINK_LEASE_LOSS", "exit".into())]);
+    redis.stop();
+    let t0 = Instant::now();
+    let status = host.wait_exit();
+    assert_eq!(status.code(), Some(4), "{status}");
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 20 "Bad input and faults": a host started while Redis is down neither exits nor
+/// spins. It keeps retrying with backoff and says so in its log (one warning per attempt),
+/// and starts serving once Redis answers.
+#[test]
+fn a_host_started_before_redis_waits_for_it_then_serves() {
+    let (mut redis, dir, config) = outage_setup("early");
+    redis.stop();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let t0 = Instant::now();
+    let starter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1_500));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(redis.restart());
+        redis
+    });
+    let mut host = Host::spawn_logged(&config, "e0", &[], Some(std::sync::Arc::clone(&log)));
+    let _redis = starter.join().unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1_500),
+        "it served before Redis was up"
+    );
+    let text = log.lock().unwrap().clone();
+    let attempts = text.matches("location store unreachable; retrying").count();
+    assert!(
+        (2..=10).contains(&attempts),
+        "a few backed-off attempts in 1.5 s, each logged (not a spin): {attempts}\n{text}"
+    );
+    assert_eq!(host.status()["state"], "serving");
+    assert!(
+        host.ctl(&["drain", "--deadline-ms", "2000"])
+            .status
+            .success()
+    );
+    assert!(host.wait_exit().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A host killed with kill -9 and restarted on the same fixed mesh port (a container restart
+/// in the same pod) comes back under a new RID while its old descriptor still lives until its
+/// lease lapses. The peer dials both RIDs at the same endpoint; removing the old one once its
+/// descriptor lapsed must not tear down the new one's connection (it once did: the survivor
+/// saw the restarted host `NotConnected` for good — found by the chaos run).
+#[test]
+fn a_host_restarted_on_the_same_port_stays_connected_after_its_old_descriptor_lapses() {
+    let (_redis, dir, config) = outage_setup("sameport");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let fixed = [("ZLINK_MESH_PORT", port.to_string())];
+    let a = Host::spawn(&config, "p0");
+    let mut b = Host::spawn_with(&config, "p1", &fixed);
+    a.wait_status("b ready", |s| s["peers_ready"] == 1);
+    b.child.kill().unwrap();
+    let _ = b.child.wait();
+    let b2 = Host::spawn_with(&config, "p1", &fixed);
+    assert_ne!(b2.rid, b.rid);
+    let ready = |s: &Value| {
+        s["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["rid"] == b2.rid && p["ready"] == true)
+    };
+    a.wait_status("the restarted host ready", ready);
+    // The old RID's descriptor lapses with its lease (TTL 3 s) and its entry is removed.
+    a.wait_status("the old RID gone", |s| {
+        !s["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["rid"] == b.rid)
+    });
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        let s = a.status();
+        assert!(ready(&s), "the restarted host must stay connected: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(b);
+    let mut hosts = vec![a, b2];
+    common_procs::drain_all(&mut hosts);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -73,3 +73,9 @@ pub mod relocation;
 pub mod routing;
 pub mod select;
 pub mod transport;
+
+/// A duration in whole milliseconds (saturating): the one conversion the runtime's
+/// millisecond clocks use.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

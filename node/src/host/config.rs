@@ -124,6 +124,9 @@ pub struct MeshSection {
     pub advertise_host: Option<String>,
     /// Mesh port (0 = ephemeral).
     pub port: u16,
+    /// The port peers dial, when it is not `port` (a port forward or a proxy in front of the
+    /// node); unset advertises the bound port.
+    pub advertise_port: Option<u16>,
     /// File holding the mesh secret (a mounted Kubernetes Secret); wins over `secret_env`.
     pub secret_file: Option<PathBuf>,
     /// Environment variable holding the mesh secret.
@@ -141,6 +144,7 @@ impl Default for MeshSection {
             bind_host: "127.0.0.1".into(),
             advertise_host: None,
             port: 0,
+            advertise_port: None,
             secret_file: None,
             secret_env: "ZLINK_MESH_SECRET".into(),
             channels: Vec::new(),
@@ -332,6 +336,11 @@ pub struct HostConfig {
     pub application_version: u64,
     /// `error`, `warn`, `info`, `debug` or `trace` (logs go to stderr).
     pub log_level: String,
+    /// What the host does once its owner lease is lost for good (a store outage longer than
+    /// the lease, a process stopped past it): `rejoin` (the default) drops the fenced objects
+    /// and claims a new lease as a new node lifecycle, serving again without a restart;
+    /// `exit` ends the process with status 4 so its supervisor restarts it (issue 20).
+    pub lease_loss: String,
 }
 
 impl Default for HostConfig {
@@ -346,6 +355,7 @@ impl Default for HostConfig {
             drain_deadline_ms: 95_000,
             application_version: 0,
             log_level: "info".into(),
+            lease_loss: "rejoin".into(),
         }
     }
 }
@@ -358,6 +368,7 @@ pub const FIELDS: &[&str] = &[
     "mesh.bind_host",
     "mesh.advertise_host",
     "mesh.port",
+    "mesh.advertise_port",
     "mesh.secret_file",
     "mesh.secret_env",
     "mesh.channels",
@@ -392,6 +403,7 @@ pub const FIELDS: &[&str] = &[
     "drain_deadline_ms",
     "application_version",
     "log_level",
+    "lease_loss",
 ];
 
 /// The environment variable overriding `field` (`mesh.name` → `ZLINK_MESH_NAME`).
@@ -528,6 +540,12 @@ impl HostConfig {
             "mesh.bind_host" => raw.clone_into(&mut self.mesh.bind_host),
             "mesh.advertise_host" => self.mesh.advertise_host = opt_string(raw),
             "mesh.port" => self.mesh.port = parse_num(var, field, raw)?,
+            "mesh.advertise_port" => {
+                self.mesh.advertise_port = match raw {
+                    "" => None,
+                    v => Some(parse_num(var, field, v)?),
+                }
+            }
             "mesh.secret_file" => self.mesh.secret_file = opt_string(raw).map(PathBuf::from),
             "mesh.secret_env" => raw.clone_into(&mut self.mesh.secret_env),
             "mesh.channels" => self.mesh.channels = parse_channels(var, raw)?,
@@ -598,6 +616,7 @@ impl HostConfig {
             "drain_deadline_ms" => self.drain_deadline_ms = parse_num(var, field, raw)?,
             "application_version" => self.application_version = parse_num(var, field, raw)?,
             "log_level" => raw.clone_into(&mut self.log_level),
+            "lease_loss" => raw.clone_into(&mut self.lease_loss),
             other => {
                 return Err(HostConfigError::Env {
                     var: var.to_owned(),
@@ -710,6 +729,9 @@ impl HostConfig {
                 );
             }
             _ => {}
+        }
+        if let Some(p) = m.advertise_port {
+            check_range("mesh.advertise_port", u64::from(p), 1, 65_535)?;
         }
         if m.secret_file.is_none() && m.secret_env.is_empty() {
             return bad(
@@ -837,6 +859,13 @@ impl HostConfig {
             1,
             MAX_INTERVAL_MS,
         )?;
+        if !["rejoin", "exit"].contains(&self.lease_loss.as_str()) {
+            return bad(
+                "lease_loss",
+                &format!("{:?}", self.lease_loss),
+                "rejoin or exit",
+            );
+        }
         let r = &self.relocation;
         if !["planned_maintenance", "none"].contains(&r.on_shutdown.as_str()) {
             return bad(
@@ -972,6 +1001,7 @@ impl HostConfig {
         cfg.bind_host.clone_from(&self.mesh.bind_host);
         cfg.advertise_host.clone_from(&self.mesh.advertise_host);
         cfg.port = self.mesh.port;
+        cfg.advertise_port = self.mesh.advertise_port;
         cfg.object_role = self.object_role();
         cfg.application_version = self.application_version;
         cfg.placement_weight = self.objects.placement_weight;

@@ -20,7 +20,7 @@ use zlink_store::redis::RedisStore;
 
 use super::HostConfig;
 use crate::demo::plan::{OpKind, Shape, quantile};
-use crate::refapp::counter::{Add, Read, Total};
+use crate::refapp::counter::{Add, ReadSource, Total};
 use crate::refapp::{COUNTER, RefAppConfig};
 use zlink::call::error::CallError;
 use zlink::mesh::auth::MeshSecret;
@@ -54,6 +54,9 @@ pub struct LoadConfig {
     /// Continuous mode: rounds (message `j` to every ID, then `j + 1`) until this much time
     /// passed, instead of `messages_per_counter` rounds; then the usual per-ID check.
     pub duration: Option<Duration>,
+    /// Write every call's outcome and every final read as JSON lines here ([`HistoryLine`]),
+    /// for a history checker (issue 20's chaos run).
+    pub history: Option<std::path::PathBuf>,
 }
 
 impl Default for LoadConfig {
@@ -69,6 +72,7 @@ impl Default for LoadConfig {
             id_prefix: "load".into(),
             source: "load".into(),
             duration: None,
+            history: None,
         }
     }
 }
@@ -103,6 +107,45 @@ pub enum LoadError {
     },
 }
 
+/// One line of a load run's history file (`--history`): a call's outcome, or a final read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HistoryLine {
+    /// When the call ended (or the read answered), Unix milliseconds (so a checker can line
+    /// it up with faults injected by another process).
+    pub t_ms: u64,
+    /// When the call was issued, Unix milliseconds.
+    #[serde(default)]
+    pub start_ms: u64,
+    /// The counter ID.
+    pub id: String,
+    /// `send`, `request` or `read`.
+    pub kind: String,
+    /// The message's number (`read`: none).
+    #[serde(default)]
+    pub seq: Option<u64>,
+    /// The call's error kind, if it failed (`StoreFailure`, `Timeout`, …).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The serving node's RID (requests and reads that succeeded).
+    #[serde(default)]
+    pub rid: String,
+    /// The serving node's lifecycle generation.
+    #[serde(default)]
+    pub lifecycle: u64,
+    /// The counter's applied count after this call (requests and reads).
+    #[serde(default)]
+    pub adds: u64,
+    /// Numbers the counter had received twice by then (requests and reads; never expected).
+    #[serde(default)]
+    pub duplicates: u64,
+    /// For a read: one past the highest number applied, and the missing ranges below it.
+    #[serde(default)]
+    pub end: u64,
+    /// For a read: missing ranges `[first, last]`.
+    #[serde(default)]
+    pub holes: Vec<(u64, u64)>,
+}
+
 /// What one counter received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdReport {
@@ -112,11 +155,15 @@ pub struct IdReport {
     pub sent: u64,
     /// Distinct numbers it applied.
     pub applied: u64,
-    /// Numbers sent but never applied (`sent − applied`, when positive).
+    /// Messages whose call succeeded (a request answered, a one-way send accepted) and that
+    /// were never applied: lost. A message whose call failed may or may not have been applied
+    /// (a request that timed out may have run) and is never counted here.
     pub missing: u64,
+    /// Calls to this ID that ended with an error.
+    pub failed: u64,
     /// Numbers it received more than once (applied once).
     pub duplicates: u64,
-    /// Applied numbers beyond what was sent (never expected).
+    /// Applied numbers that were never sent (never expected).
     pub unexpected: u64,
     /// Numbers that arrived ahead of a lower one (reported only: pipelined one-way traffic may
     /// reorder across a relocation, wire §10; closed-loop traffic never does).
@@ -136,6 +183,8 @@ pub struct LoadReport {
     pub failed_calls: u64,
     /// The first few call errors.
     pub errors: Vec<String>,
+    /// Failed calls by error kind (`StoreFailure`, `Unavailable`, …).
+    pub error_kinds: std::collections::BTreeMap<String, u64>,
     /// Per counter, in ID order.
     pub ids: Vec<IdReport>,
     /// Request latency p50.
@@ -319,7 +368,7 @@ async fn drive(
         ),
     };
     let issued_ref = &issued;
-    let outcomes: Vec<(OpKind, Result<Option<Duration>, CallError>)> = futures::stream::iter(ops)
+    let outcomes: Vec<Outcome> = futures::stream::iter(ops)
         .map(|op| {
             issued_ref[op.target].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let id = id_of(op.target);
@@ -329,24 +378,30 @@ async fn drive(
                 by: 1,
             };
             async move {
+                let start = Instant::now();
                 let r = match op.kind {
-                    OpKind::Request => {
-                        let start = Instant::now();
-                        rt.request_to_instance_spot::<Add, Total>(
+                    OpKind::Request => rt
+                        .request_to_instance_spot::<Add, Total>(
                             COUNTER,
                             &id,
                             &add,
                             cfg.request_timeout,
                         )
                         .await
-                        .map(|_| Some(start.elapsed()))
-                    }
+                        .map(Some),
                     _ => rt
                         .send_to_instance_spot(COUNTER, &id, &add)
                         .await
                         .map(|()| None),
                 };
-                (op.kind, r)
+                Outcome {
+                    target: op.target,
+                    seq: op.seq,
+                    kind: op.kind,
+                    start: start.duration_since(t0),
+                    end: t0.elapsed(),
+                    result: r,
+                }
             }
         })
         .buffer_unordered(cfg.concurrency)
@@ -359,28 +414,73 @@ async fn drive(
         requests: 0,
         failed_calls: 0,
         errors: Vec::new(),
+        error_kinds: std::collections::BTreeMap::new(),
         ids: Vec::new(),
         p50: Duration::ZERO,
         p99: Duration::ZERO,
         max: Duration::ZERO,
         traffic_time,
     };
+    let mut history = Vec::new();
+    // Unix milliseconds of the traffic start: history times are wall clock.
+    let base_ms = millis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(t0.elapsed()),
+    );
+    // Per ID: the numbers whose call succeeded (must be applied) and those whose call failed.
+    let mut acked: Vec<Vec<u64>> = vec![Vec::new(); cfg.counters];
+    let mut failed: Vec<u64> = vec![0; cfg.counters];
     let mut latencies = Vec::new();
-    for (kind, r) in outcomes {
-        match r {
-            Ok(lat) => {
+    for o in outcomes {
+        let mut line = HistoryLine {
+            t_ms: base_ms + millis(o.end),
+            start_ms: base_ms + millis(o.start),
+            id: id_of(o.target),
+            kind: if o.kind == OpKind::Request {
+                "request"
+            } else {
+                "send"
+            }
+            .into(),
+            seq: Some(o.seq),
+            error: None,
+            rid: String::new(),
+            lifecycle: 0,
+            adds: 0,
+            duplicates: 0,
+            end: 0,
+            holes: Vec::new(),
+        };
+        match o.result {
+            Ok(total) => {
                 report.sent += 1;
-                if kind == OpKind::Request {
+                acked[o.target].push(o.seq);
+                if o.kind == OpKind::Request {
                     report.requests += 1;
+                    latencies.push(o.end.saturating_sub(o.start));
                 }
-                latencies.extend(lat);
+                if let Some(t) = total {
+                    line.rid = t.rid;
+                    line.lifecycle = t.lifecycle;
+                    line.adds = t.adds;
+                    line.duplicates = t.duplicates;
+                }
             }
             Err(e) => {
                 report.failed_calls += 1;
+                failed[o.target] += 1;
+                let kind = format!("{:?}", e.kind());
+                *report.error_kinds.entry(kind.clone()).or_default() += 1;
+                line.error = Some(kind);
                 if report.errors.len() < 5 {
                     report.errors.push(e.to_string());
                 }
             }
+        }
+        if cfg.history.is_some() {
+            history.push(line);
         }
     }
     latencies.sort_unstable();
@@ -388,20 +488,35 @@ async fn drive(
     report.p99 = quantile(&latencies, 0.99);
     report.max = latencies.last().copied().unwrap_or_default();
 
-    // The check: ask every counter until it applied everything or the settle time passed.
+    // The check: read every counter's applied set until every acknowledged message is in it
+    // or the settle time passed.
     let settle_until = Instant::now() + cfg.settle_timeout;
+    let read = ReadSource {
+        source: cfg.source.clone(),
+    };
     for (i, issued) in issued.iter().enumerate() {
         let id = id_of(i);
         let sent = issued.load(std::sync::atomic::Ordering::Relaxed);
+        acked[i].sort_unstable();
+        let lost = |t: &Total| acked[i].iter().filter(|&&n| !applied(t, n)).count() as u64;
         let total = loop {
             let t = rt
-                .request_to_instance_spot::<Read, Total>(COUNTER, &id, &Read, cfg.request_timeout)
+                .request_to_instance_spot::<ReadSource, Total>(
+                    COUNTER,
+                    &id,
+                    &read,
+                    cfg.request_timeout,
+                )
                 .await;
             match t {
-                Ok(t) if t.adds >= sent || Instant::now() >= settle_until => break Some(t),
+                Ok(t) if lost(&t) == 0 || Instant::now() >= settle_until => break Some(t),
                 Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                 Err(e) if Instant::now() >= settle_until => {
                     report.failed_calls += 1;
+                    *report
+                        .error_kinds
+                        .entry(format!("{:?}", e.kind()))
+                        .or_default() += 1;
                     if report.errors.len() < 5 {
                         report.errors.push(format!("read {id}: {e}"));
                     }
@@ -410,19 +525,75 @@ async fn drive(
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         };
-        let (applied, duplicates, out_of_order) =
-            total.map_or((0, 0, 0), |t| (t.adds, t.duplicates, t.out_of_order));
+        if let (Some(t), true) = (&total, cfg.history.is_some()) {
+            history.push(HistoryLine {
+                t_ms: base_ms + millis(t0.elapsed()),
+                start_ms: base_ms + millis(t0.elapsed()),
+                id: id.clone(),
+                kind: "read".into(),
+                seq: None,
+                error: None,
+                rid: t.rid.clone(),
+                lifecycle: t.lifecycle,
+                adds: t.adds,
+                duplicates: t.duplicates,
+                end: t.end,
+                holes: t.holes.iter().map(|r| (r.first, r.last)).collect(),
+            });
+        }
+        let (applied_n, duplicates, out_of_order, missing) = total
+            .as_ref()
+            .map_or((0, 0, 0, acked[i].len() as u64), |t| {
+                (t.adds, t.duplicates, t.out_of_order, lost(t))
+            });
         report.ids.push(IdReport {
             id,
             sent,
-            applied,
-            missing: sent.saturating_sub(applied),
+            applied: applied_n,
+            missing,
+            failed: failed[i],
             duplicates,
-            unexpected: applied.saturating_sub(sent),
+            // Numbers are issued 0..sent per ID: anything applied at or above is unexpected.
+            unexpected: total.as_ref().map_or(0, |t| t.end.saturating_sub(sent)),
             out_of_order,
         });
     }
+    if let Some(path) = &cfg.history {
+        write_history(path, &history).map_err(|e| LoadError::Config {
+            field: "history",
+            reason: format!("cannot write {}: {e}", path.display()),
+        })?;
+    }
     Ok(report)
+}
+
+/// One call's outcome.
+struct Outcome {
+    target: usize,
+    seq: u64,
+    kind: OpKind,
+    start: Duration,
+    end: Duration,
+    result: Result<Option<Total>, CallError>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether the counter's source read `t` shows number `n` applied.
+fn applied(t: &Total, n: u64) -> bool {
+    n < t.end && !t.holes.iter().any(|r| (r.first..=r.last).contains(&n))
+}
+
+fn write_history(path: &std::path::Path, lines: &[HistoryLine]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for l in lines {
+        serde_json::to_writer(&mut out, l)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
 }
 
 #[cfg(test)]
@@ -436,6 +607,7 @@ mod tests {
             requests: 0,
             failed_calls: failed,
             errors: vec![],
+            error_kinds: std::collections::BTreeMap::new(),
             ids,
             p50: Duration::ZERO,
             p99: Duration::ZERO,
@@ -450,10 +622,36 @@ mod tests {
             sent,
             applied,
             missing: sent.saturating_sub(applied),
+            failed: 0,
             duplicates,
             unexpected: applied.saturating_sub(sent),
             out_of_order: 0,
         }
+    }
+
+    fn total(end: u64, holes: &[(u64, u64)]) -> Total {
+        Total {
+            id: "c".into(),
+            value: 0,
+            adds: 0,
+            duplicates: 0,
+            out_of_order: 0,
+            rid: String::new(),
+            lifecycle: 0,
+            end,
+            holes: holes
+                .iter()
+                .map(|&(first, last)| crate::refapp::seq::SeqRange { first, last })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_number_is_applied_when_below_the_end_and_in_no_hole() {
+        let t = total(10, &[(2, 3), (7, 7)]);
+        let got: Vec<u64> = (0..12).filter(|&n| applied(&t, n)).collect();
+        assert_eq!(got, vec![0, 1, 4, 5, 6, 8, 9]);
+        assert!(!applied(&total(0, &[]), 0));
     }
 
     #[test]

@@ -30,10 +30,12 @@ pub mod http;
 pub mod load;
 pub mod metrics;
 mod process;
+pub mod recovery;
 pub mod relocate;
 
 pub use process::{
-    EXIT_DRAIN_CUT, EXIT_START_FAILED, init_logs, main, run_from_config, termination,
+    EXIT_DRAIN_CUT, EXIT_LEASE_LOST, EXIT_START_FAILED, init_logs, main, run_from_config,
+    termination,
 };
 
 /// The generated HostAdmin protobuf types, server and client (crate `zlink-admin-api`).
@@ -43,8 +45,8 @@ pub use zlink_admin_api::state;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -120,6 +122,8 @@ pub enum HostError {
 pub struct RunOutcome {
     /// Units of accepted work still in flight when the drain deadline passed (0: clean drain).
     pub cut: u64,
+    /// The host stopped because its owner lease was lost and `lease_loss` is `exit`.
+    pub lease_lost: bool,
 }
 
 /// The addresses a started host announces (one JSON line on stdout in `zlink-node run`).
@@ -137,21 +141,36 @@ pub struct Announce {
     pub state: String,
 }
 
+/// The object runtime a host runs (its store calls counted).
+pub type HostRuntime = ObjectRuntime<metrics::InstrumentedStore<RedisStore>>;
+
 /// One running host: shared by the admin service, the HTTP endpoints and the drain.
 pub struct Host {
     config: HostConfig,
     state: watch::Sender<HostState>,
     status: watch::Sender<proto::HostStatus>,
-    node: OnceLock<Arc<MeshNode>>,
-    objects: OnceLock<ObjectRuntime<metrics::InstrumentedStore<RedisStore>>>,
+    /// The current node lifecycle's MeshNode (replaced by a rejoin, issue 20).
+    node: std::sync::RwLock<Option<Arc<MeshNode>>>,
+    /// The current lifecycle's object runtime (replaced by a rejoin).
+    objects: std::sync::RwLock<Option<Arc<HostRuntime>>>,
     store_metrics: Arc<metrics::StoreMetrics>,
     drain: watch::Sender<Option<DrainRequest>>,
     sequence: AtomicU64,
     cut: AtomicU64,
     auth_failures: AtomicU64,
     health: tonic_health::server::HealthReporter,
-    /// Since when the node has been fenced (refreshed with the status).
-    fenced_since: std::sync::Mutex<Option<Instant>>,
+    /// What the host does about its owner lease (issue 20): fenced, rejoining, exiting.
+    recovery: std::sync::Mutex<recovery::Recovery>,
+    /// The application's object types, kept for the runtime of a rejoined lifecycle.
+    registry: Registry,
+    /// The store connection, kept for a rejoined lifecycle.
+    store: Arc<RedisStore>,
+    /// Objects dropped because their lifecycle lost its lease.
+    objects_dropped: AtomicU64,
+    /// Renewal counters of the lifecycles before the current one (counters stay monotonic).
+    lease_before: std::sync::Mutex<zlink::mesh::node::LeaseStats>,
+    /// Set when the host stops because its lease was lost (`lease_loss: exit`).
+    lease_exit: std::sync::atomic::AtomicBool,
     /// The relocation lifecycle's time base.
     epoch: Instant,
     /// The relocation lifecycle (issue 17).
@@ -192,14 +211,20 @@ impl Host {
         *self.state.borrow()
     }
 
-    /// The MeshNode once started.
-    pub fn node(&self) -> Option<&Arc<MeshNode>> {
-        self.node.get()
+    /// The MeshNode of the current node lifecycle, once started.
+    pub fn node(&self) -> Option<Arc<MeshNode>> {
+        self.node
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
-    /// The object runtime once started.
-    pub fn objects(&self) -> Option<&ObjectRuntime<metrics::InstrumentedStore<RedisStore>>> {
-        self.objects.get()
+    /// The object runtime of the current node lifecycle, once started.
+    pub fn objects(&self) -> Option<Arc<HostRuntime>> {
+        self.objects
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Store operation counters.
@@ -217,14 +242,54 @@ impl Host {
         self.cut.load(Ordering::Relaxed)
     }
 
-    /// Whether the process is healthy (`/healthz`): false once the node has been fenced for
-    /// longer than a lease TTL — its owner lease is gone for good and only a restart recovers.
+    /// Whether the process is healthy (`/healthz`): false only once the host has been fenced
+    /// for longer than a lease TTL without progress — no renewal healed it and no rejoin
+    /// attempt started or ended within a TTL ([`recovery::Recovery::healthy`]). A healing host
+    /// stays healthy, so a liveness probe restarts only a stuck one.
     pub fn healthy(&self) -> bool {
-        let since = *self
-            .fenced_since
+        self.recovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .healthy(self.now_ms())
+    }
+
+    /// Milliseconds on the host's clock.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Objects dropped because their node lifecycle lost its owner lease.
+    pub fn objects_dropped(&self) -> u64 {
+        self.objects_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Completed rejoins (new node lifecycles after a lost lease).
+    pub fn rejoins(&self) -> u64 {
+        self.recovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .rejoins()
+    }
+
+    /// Owner-lease counters over every lifecycle of this process.
+    pub fn lease_stats(&self) -> zlink::mesh::node::LeaseStats {
+        let before = *self
+            .lease_before
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        since.is_none_or(|t| t.elapsed() <= Duration::from_millis(self.config.timings.lease_ttl_ms))
+        let now = self.node().map(|n| n.lease_stats()).unwrap_or_default();
+        // Fenced time as the host saw it: every spell, across lifecycles and rejoins.
+        let fenced = self
+            .recovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .fenced_ms(self.now_ms());
+        zlink::mesh::node::LeaseStats {
+            attempts: before.attempts + now.attempts,
+            failures: before.failures + now.failures,
+            fenced: Duration::from_millis(fenced),
+            lost: now.lost,
+        }
     }
 
     /// Whether `/readyz` answers ready: `Serving`, the mesh node admits work (its owner lease is
@@ -336,21 +401,6 @@ impl Host {
 
     /// Recompute the status and publish it if anything changed (with the next sequence).
     pub fn refresh_status(&self) {
-        // Track how long the node has been fenced (its lease could not be renewed).
-        let fenced = self
-            .node()
-            .is_some_and(|n| !n.admission_open() && !n.is_shut_down());
-        {
-            let mut since = self
-                .fenced_since
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match (fenced, *since) {
-                (true, None) => *since = Some(Instant::now()),
-                (false, Some(_)) => *since = None,
-                _ => {}
-            }
-        }
         let mut next = self.compute_status();
         self.status.send_if_modified(|cur| {
             next.sequence = cur.sequence;
@@ -456,15 +506,24 @@ pub async fn run(
     let host = Arc::new(Host {
         state: watch::channel(HostState::Starting).0,
         status: watch::channel(proto::HostStatus::default()).0,
-        node: OnceLock::new(),
-        objects: OnceLock::new(),
+        node: std::sync::RwLock::new(None),
+        objects: std::sync::RwLock::new(None),
         store_metrics: Arc::new(metrics::StoreMetrics::default()),
         drain: watch::channel(None).0,
         sequence: AtomicU64::new(0),
         cut: AtomicU64::new(0),
         auth_failures: AtomicU64::new(0),
         health,
-        fenced_since: std::sync::Mutex::new(None),
+        recovery: std::sync::Mutex::new(recovery::Recovery::new(
+            recovery::LeaseLoss::from_config(&config.lease_loss),
+            config.timings.lease_ttl_ms,
+            config.timings.discovery_poll_ms,
+        )),
+        registry: application,
+        store,
+        objects_dropped: AtomicU64::new(0),
+        lease_before: std::sync::Mutex::new(zlink::mesh::node::LeaseStats::default()),
+        lease_exit: std::sync::atomic::AtomicBool::new(false),
         epoch: Instant::now(),
         relocation: std::sync::Mutex::new(zlink::relocation::host::HostRelocation::new(
             config.application_version,
@@ -519,7 +578,7 @@ pub async fn run(
     // SIGTERM is never lost, also as PID 1 in a container).
     tokio::pin!(signal);
     let started = tokio::select! {
-        r = start_node(&host, application, store) => r,
+        r = start_node(&host) => r,
         () = &mut signal => Err(HostError::Interrupted),
     };
     if let Err(e) = started {
@@ -535,7 +594,10 @@ pub async fn run(
         let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
         if matches!(e, HostError::Interrupted) {
             tracing::info!("stopped by a signal while starting");
-            return Ok(RunOutcome { cut: 0 });
+            return Ok(RunOutcome {
+                cut: 0,
+                lease_lost: false,
+            });
         }
         return Err(e);
     }
@@ -556,6 +618,7 @@ pub async fn run(
         });
     }
     let refresher = tokio::spawn(refresh_loop(Arc::clone(&host)));
+    let recoverer = tokio::spawn(recover_loop(Arc::clone(&host)));
 
     // Serve until a signal or an admin Shutdown.
     let mut drain_rx = host.drain.subscribe();
@@ -563,6 +626,7 @@ pub async fn run(
         () = &mut signal => { host.request_drain(None, None); }
         _ = drain_rx.wait_for(Option::is_some) => {}
     }
+    recoverer.abort();
     let req = (*host.drain.borrow()).unwrap_or(DrainRequest {
         deadline: host.config.drain_deadline(),
         relocate_first: false,
@@ -581,18 +645,22 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(2), grpc_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), http_task).await;
-    Ok(RunOutcome { cut })
+    Ok(RunOutcome {
+        cut,
+        lease_lost: host.lease_exit.load(Ordering::Acquire),
+    })
 }
 
 async fn wait_true(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
-async fn start_node(
-    host: &Arc<Host>,
-    registry: Registry,
-    store: Arc<RedisStore>,
-) -> Result<(), HostError> {
+/// Start a node lifecycle: a MeshNode (owner lease, RID claim, descriptor) and the object
+/// runtime on it (which creates the lifecycle's Entry Spot). At start, and again for each
+/// rejoin after a lost lease.
+async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
+    let registry = host.registry.clone();
+    let store = Arc::clone(&host.store);
     let c = &host.config;
     let secret = c.mesh_secret()?;
     let mut cfg = c.mesh_node_config(secret);
@@ -621,7 +689,10 @@ async fn start_node(
         Arc::clone(&host.store_metrics),
     ));
     let node = Arc::new(MeshNode::start(cfg, handlers, Some(backend)).await?);
-    let _ = host.node.set(Arc::clone(&node));
+    *host
+        .node
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&node));
     host.refresh_status();
     if c.object_role() != zlink_protocol::generated::ObjectRole::None {
         // The runtime's store calls are counted too (authority, routing, creation content,
@@ -651,7 +722,10 @@ async fn start_node(
                     message_follow: Duration::from_millis(r.message_follow_ms),
                     fault: None,
                 });
-                let _ = host.objects.set(rt);
+                *host
+                    .objects
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(rt));
             }
             Err(e) => {
                 node.shutdown().await;
@@ -664,19 +738,163 @@ async fn start_node(
 
 async fn refresh_loop(host: Arc<Host>) {
     let every = Duration::from_millis(host.config.timings.status_poll_ms);
-    let peer_change = host.node().map(|n| n.subscribe_peer_changes());
-    match peer_change {
-        Some(mut rx) => loop {
-            tokio::select! {
-                () = tokio::time::sleep(every) => {}
-                r = rx.changed() => { if r.is_err() { tokio::time::sleep(every).await; } }
+    loop {
+        // The current lifecycle's node (a rejoin replaces it).
+        match host.node().map(|n| n.subscribe_peer_changes()) {
+            Some(mut rx) => {
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    r = rx.changed() => { if r.is_err() { tokio::time::sleep(every).await; } }
+                }
             }
-            host.refresh_status();
-        },
-        None => loop {
-            tokio::time::sleep(every).await;
-            host.refresh_status();
-        },
+            None => tokio::time::sleep(every).await,
+        }
+        host.refresh_status();
+    }
+}
+
+/// The lease supervisor (issue 20 item 2): feeds the current lifecycle's lease view to the
+/// pure [`recovery::Recovery`] and performs what it says — show `Fenced`, rejoin as a new
+/// lifecycle, or stop the process with [`EXIT_LEASE_LOST`]. Ends when a drain starts.
+async fn recover_loop(host: Arc<Host>) {
+    use recovery::Action;
+    let every = Duration::from_millis(host.config.timings.status_poll_ms.min(100));
+    loop {
+        let lost_rx = host.node().map(|n| n.subscribe_lease_lost());
+        match lost_rx {
+            Some(mut rx) => {
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    _ = rx.wait_for(|lost| *lost) => {}
+                }
+            }
+            None => tokio::time::sleep(every).await,
+        }
+        if host.drain.borrow().is_some() {
+            return;
+        }
+        let view = host
+            .node()
+            .map_or(recovery::LeaseView::default(), |n| recovery::LeaseView {
+                fenced: !n.admission_open(),
+                lost: n.lease_lost(),
+            });
+        let now = host.now_ms();
+        let action = host
+            .recovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .observe(now, view);
+        match action {
+            Action::None => {}
+            Action::Fence => {
+                tracing::warn!(
+                    "owner lease renewals are failing: fenced (no new object work) until one lands"
+                );
+                host.refresh_status();
+            }
+            Action::Exit => {
+                tracing::error!(
+                    "owner lease lost and lease_loss is exit: stopping (exit status {EXIT_LEASE_LOST})"
+                );
+                host.lease_exit.store(true, Ordering::Release);
+                host.request_drain(Some(Duration::from_millis(500)), Some(false));
+                return;
+            }
+            Action::Rejoin => {
+                host.set_state(HostState::Fenced);
+                let started = rejoin(&host).await;
+                let mut r = host
+                    .recovery
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match started {
+                    Ok(()) => {
+                        r.rejoined(host.now_ms());
+                        drop(r);
+                        let rid = host.node().map(|n| n.rid().to_owned()).unwrap_or_default();
+                        tracing::warn!(%rid, "rejoined the mesh as a new node lifecycle: serving");
+                        host.set_state(HostState::Serving);
+                    }
+                    Err(e) => {
+                        r.attempt_failed(host.now_ms());
+                        let attempts = match r.phase() {
+                            recovery::Phase::Rejoining { attempts, .. } => attempts,
+                            _ => 0,
+                        };
+                        drop(r);
+                        // The first failure and every 20th: the store may be down for long.
+                        if attempts == 1 || attempts % 20 == 0 {
+                            tracing::warn!(error = %e, attempts, "rejoin attempt failed; retrying");
+                        }
+                        host.refresh_status();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One rejoin attempt: end the old lifecycle if it is still there (drop its fenced objects,
+/// shut its node down), then start a new one.
+async fn rejoin(host: &Arc<Host>) -> Result<(), HostError> {
+    let old_objects = host
+        .objects
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let old_node = host
+        .node
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(o) = old_objects {
+        let dropped = o.live_count();
+        host.objects_dropped.fetch_add(
+            u64::try_from(dropped).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        tracing::error!(
+            dropped,
+            "owner lease lost: dropping every object of this node lifecycle (another node may own them now); rejoining as a new lifecycle"
+        );
+        if tokio::time::timeout(Duration::from_secs(2), o.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("fenced objects did not close within 2 s; dropping them");
+        }
+    }
+    if let Some(n) = old_node {
+        let stats = n.lease_stats();
+        {
+            let mut b = host
+                .lease_before
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            b.attempts += stats.attempts;
+            b.failures += stats.failures;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), n.shutdown()).await;
+    }
+    match start_node(host).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            // Leave nothing half-started for the next attempt.
+            *host
+                .objects
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            let node = host
+                .node
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(n) = node {
+                let _ = tokio::time::timeout(Duration::from_secs(2), n.shutdown()).await;
+            }
+            Err(e)
+        }
     }
 }
 
@@ -717,7 +935,7 @@ async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let live = host.objects().map_or(0, ObjectRuntime::live_count);
+    let live = host.objects().map_or(0, |o| o.live_count());
     if cut > 0 {
         tracing::warn!(
             cut,

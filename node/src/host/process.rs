@@ -23,8 +23,11 @@ use zlink::object::registry::Registry;
 
 /// Exit status when the drain deadline cut work in flight.
 pub const EXIT_DRAIN_CUT: i32 = 3;
-/// Exit status when the host could not start (bad configuration, Redis unreachable, a port in
-/// use); the reason is logged.
+/// Exit status when the owner lease was lost and `lease_loss` is `exit` (a supervisor restarts
+/// the process as a new lifecycle).
+pub const EXIT_LEASE_LOST: i32 = 4;
+/// Exit status when the host could not start (bad configuration, a port in use; an
+/// unreachable Redis is retried, not fatal); the reason is logged.
 pub const EXIT_START_FAILED: i32 = 1;
 
 fn env(k: &str) -> Option<String> {
@@ -91,7 +94,7 @@ pub async fn run_from_config(
     let shutdown = termination();
     tokio::pin!(shutdown);
     let store = tokio::select! {
-        s = super::connect_store(&config) => s?,
+        s = connect_store_retrying(&config) => s?,
         () = &mut shutdown => return Ok(0),
     };
     let registry = application(&config);
@@ -101,7 +104,47 @@ pub async fn run_from_config(
         }
     });
     let outcome = super::run(config, registry, store, shutdown, options).await?;
-    Ok(if outcome.cut == 0 { 0 } else { EXIT_DRAIN_CUT })
+    Ok(if outcome.lease_lost {
+        EXIT_LEASE_LOST
+    } else if outcome.cut == 0 {
+        0
+    } else {
+        EXIT_DRAIN_CUT
+    })
+}
+
+/// Connect to the Location Store, retrying while it is unreachable (issue 20: a host started
+/// before Redis, or during an outage, waits and says so rather than exiting or spinning):
+/// 100 ms after the first failure, doubling up to 5 s, one warning per attempt. Only a bad
+/// configuration ends it.
+async fn connect_store_retrying(
+    config: &HostConfig,
+) -> Result<std::sync::Arc<zlink_store::redis::RedisStore>, HostError> {
+    let mut backoff = std::time::Duration::from_millis(100);
+    let mut attempts = 0u32;
+    loop {
+        match super::connect_store(config).await {
+            Ok(s) => {
+                if attempts > 0 {
+                    tracing::info!(attempts, "location store reachable: starting");
+                }
+                return Ok(s);
+            }
+            Err(HostError::Store { url, source }) => {
+                attempts += 1;
+                tracing::warn!(
+                    %url,
+                    error = %source,
+                    attempts,
+                    retry_in = ?backoff,
+                    "location store unreachable; retrying"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The whole `main` of a node binary that hosts `application`'s object types: reads

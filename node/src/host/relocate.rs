@@ -152,7 +152,10 @@ impl Host {
         };
         match self.state() {
             HostState::Serving | HostState::Relocating | HostState::Relocated => {}
-            s @ (HostState::Starting | HostState::Draining | HostState::Stopped) => {
+            s @ (HostState::Starting
+            | HostState::Draining
+            | HostState::Stopped
+            | HostState::Fenced) => {
                 return Err(RelocateRefusal::FailedPrecondition(format!(
                     "the host is {} and starts no relocation",
                     s.name()
@@ -163,7 +166,12 @@ impl Host {
         let now = self.relocation_now_ms();
         let deadline_ms =
             now.saturating_add(u64::try_from(args.deadline.as_millis()).unwrap_or(u64::MAX));
-        let fresh = format!("reloc-{}-{}", self.node().map_or("host", |n| n.rid()), now);
+        let fresh = format!(
+            "reloc-{}-{}",
+            self.node()
+                .map_or_else(|| "host".to_owned(), |n| n.rid().to_owned()),
+            now
+        );
         let started = self
             .relocation
             .lock()

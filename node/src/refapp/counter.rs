@@ -38,6 +38,18 @@ pub struct Total {
     /// Increments that arrived ahead of a lower number (applied; reordering is reported only).
     #[serde(default)]
     pub out_of_order: u64,
+    /// The node that served this call: its RID (empty outside a runtime)…
+    #[serde(default)]
+    pub rid: String,
+    /// …and its node lifecycle generation, so a history checker sees who served every call.
+    #[serde(default)]
+    pub lifecycle: u64,
+    /// For a [`Read`] with a source: one past the highest number applied from it.
+    #[serde(default)]
+    pub end: u64,
+    /// For a [`Read`] with a source: every missing range below `end` (uncapped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holes: Vec<super::seq::SeqRange>,
 }
 impl JsonMessage for Total {
     const PACKET_NAME: &'static str = "refapp.Total";
@@ -46,6 +58,18 @@ impl JsonMessage for Total {
 /// Ask a counter for its [`Total`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Read;
+
+/// Ask a counter for its [`Total`] with the exact applied set of one source (`end` and
+/// `holes`): the load generator's check tells an acknowledged message that was lost from one
+/// whose call failed and that was never applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadSource {
+    /// The source stream.
+    pub source: String,
+}
+impl JsonMessage for ReadSource {
+    const PACKET_NAME: &'static str = "refapp.ReadSource";
+}
 impl JsonMessage for Read {
     const PACKET_NAME: &'static str = "refapp.Read";
 }
@@ -86,8 +110,30 @@ impl CounterState {
             adds: self.adds,
             duplicates: self.seen.duplicates(),
             out_of_order: self.seen.out_of_order(),
+            rid: String::new(),
+            lifecycle: 0,
+            end: 0,
+            holes: Vec::new(),
         }
     }
+
+    fn total_of(&self, source: &str) -> Total {
+        let mut t = self.total();
+        if let Some(s) = self.seen.source(source) {
+            t.end = s.end();
+            t.holes = s.holes();
+        }
+        t
+    }
+}
+
+/// `t` stamped with the serving node.
+fn served<S: Send + 'static>(ctx: &zlink::object::exec::Ctx<S>, mut t: Total) -> Total {
+    if let Some((rid, lifecycle)) = ctx.node() {
+        t.rid = rid;
+        t.lifecycle = lifecycle;
+    }
+    t
 }
 
 /// The counter's handlers: `Add` as a send or a request (answered with the new [`Total`]), and
@@ -99,11 +145,21 @@ pub fn counter_handlers() -> ObjectHandlers<CounterState> {
         Ok(())
     });
     h.on_request(|ctx, a: Add| async move {
-        let mut c = ctx.state();
-        c.add(&a);
-        Ok::<_, CallError>(c.total())
+        let t = {
+            let mut c = ctx.state();
+            c.add(&a);
+            c.total()
+        };
+        Ok::<_, CallError>(served(&ctx, t))
     });
-    h.on_request(|ctx, _: Read| async move { Ok::<_, CallError>(ctx.state().total()) });
+    h.on_request(|ctx, _: Read| async move {
+        let t = ctx.state().total();
+        Ok::<_, CallError>(served(&ctx, t))
+    });
+    h.on_request(|ctx, r: ReadSource| async move {
+        let t = ctx.state().total_of(&r.source);
+        Ok::<_, CallError>(served(&ctx, t))
+    });
     h
 }
 
@@ -134,5 +190,33 @@ mod tests {
             (t.value, t.adds, t.duplicates, t.out_of_order),
             (9, 4, 1, 1)
         );
+    }
+
+    #[test]
+    fn a_source_read_lists_every_hole_below_the_highest_number() {
+        let mut c = CounterState::new("c".into());
+        for seq in [0, 1, 4, 5, 9] {
+            c.add(&Add {
+                source: "s".into(),
+                seq,
+                by: 1,
+            });
+        }
+        let t = c.total_of("s");
+        assert_eq!(t.end, 10);
+        let holes: Vec<(u64, u64)> = t.holes.iter().map(|r| (r.first, r.last)).collect();
+        assert_eq!(holes, vec![(2, 3), (6, 8)]);
+        let none = c.total_of("other");
+        assert_eq!((none.end, none.holes.len()), (0, 0));
+        // A reset counter (a new incarnation that saw only 500..) shows its lost prefix.
+        let mut r = CounterState::new("r".into());
+        r.add(&Add {
+            source: "s".into(),
+            seq: 500,
+            by: 1,
+        });
+        let t = r.total_of("s");
+        assert_eq!(t.end, 501);
+        assert_eq!((t.holes[0].first, t.holes[0].last), (0, 499));
     }
 }

@@ -74,6 +74,28 @@ impl SourceSeqs {
         self.next + self.ahead.len() as u64
     }
 
+    /// One past the highest number received (0: none).
+    pub fn end(&self) -> u64 {
+        self.ahead.last().map_or(self.next, |h| h + 1)
+    }
+
+    /// Every missing range below [`Self::end`], uncapped (a receiver whose state was reset
+    /// shows its lost prefix as one range).
+    pub fn holes(&self) -> Vec<SeqRange> {
+        let mut out = Vec::new();
+        let mut from = self.next;
+        for &got in &self.ahead {
+            if from < got {
+                out.push(SeqRange {
+                    first: from,
+                    last: got - 1,
+                });
+            }
+            from = got + 1;
+        }
+        out
+    }
+
     /// The report of this source, checked against `expected` messages numbered `0..expected`
     /// (`None`: no expectation, so only holes below the highest number received are gaps).
     pub fn report(&self, source: &str, expected: Option<u64>) -> SourceReport {
@@ -175,6 +197,11 @@ impl SeqTracker {
             .entry(source.to_owned())
             .or_default()
             .record(seq)
+    }
+
+    /// The record of one source, if it sent anything.
+    pub fn source(&self, source: &str) -> Option<&SourceSeqs> {
+        self.sources.get(source)
     }
 
     /// Distinct messages received over all sources.

@@ -1,7 +1,8 @@
 //! Host lifecycle state (glossary §5 "Drain과 draining", runtime state; issue 8 item 2).
 //!
 //! `Starting → Serving → Draining → Stopped`, and with `Relocate` (issue 17)
-//! `Serving | Relocated → Relocating → Relocated → Draining → Stopped`.
+//! `Serving | Relocated → Relocating → Relocated → Draining → Stopped`, and after a lost owner
+//! lease (issue 20) `Serving → Fenced → Serving` (a new node lifecycle).
 
 use zlink_protocol::generated::RuntimeState;
 
@@ -23,17 +24,21 @@ pub enum HostState {
     Relocated,
     /// Descriptors and the owner lease are released; the process exits.
     Stopped,
+    /// The owner lease was lost: the objects were dropped and the host is rejoining as a new
+    /// node lifecycle (`lease_loss: rejoin`). Not ready; live while the rejoin makes progress.
+    Fenced,
 }
 
 impl HostState {
     /// Every state, in order (metrics render one gauge per state).
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Starting,
         Self::Serving,
         Self::Draining,
         Self::Relocating,
         Self::Relocated,
         Self::Stopped,
+        Self::Fenced,
     ];
 
     /// Stable lower-case name (metrics label, logs, `ctl` output).
@@ -45,6 +50,7 @@ impl HostState {
             Self::Relocating => "relocating",
             Self::Relocated => "relocated",
             Self::Stopped => "stopped",
+            Self::Fenced => "fenced",
         }
     }
 
@@ -57,6 +63,7 @@ impl HostState {
             Self::Relocating => proto::HostState::Relocating,
             Self::Relocated => proto::HostState::Relocated,
             Self::Stopped => proto::HostState::Stopped,
+            Self::Fenced => proto::HostState::Fenced,
         }
     }
 
@@ -70,10 +77,12 @@ impl HostState {
             proto::HostState::Relocating => Self::Relocating,
             proto::HostState::Relocated => Self::Relocated,
             proto::HostState::Stopped => Self::Stopped,
+            proto::HostState::Fenced => Self::Fenced,
         })
     }
 
-    /// The runtime state announced in the MeshNode descriptor for this host state.
+    /// The runtime state announced in the MeshNode descriptor for this host state (a fenced
+    /// host has no descriptor: its lease is gone; `Stopped` is what peers last saw of it).
     pub fn runtime_state(self) -> RuntimeState {
         match self {
             Self::Starting => RuntimeState::Starting,
@@ -81,7 +90,7 @@ impl HostState {
             Self::Draining => RuntimeState::Draining,
             Self::Relocating => RuntimeState::Relocating,
             Self::Relocated => RuntimeState::Relocated,
-            Self::Stopped => RuntimeState::Stopped,
+            Self::Stopped | Self::Fenced => RuntimeState::Stopped,
         }
     }
 }

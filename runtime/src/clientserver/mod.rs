@@ -80,9 +80,7 @@ pub(crate) fn instant_after(now: tokio::time::Instant, d: Duration) -> tokio::ti
         .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
 }
 
-pub(crate) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+pub(crate) use crate::millis as ms;
 
 pub(crate) fn random<const N: usize>() -> Result<[u8; N], ClientServerError> {
     crate::mesh::auth::random_bytes::<N>().map_err(|_| ClientServerError::Random)

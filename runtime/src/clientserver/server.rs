@@ -1143,29 +1143,47 @@ async fn discovery_loop(inner: Arc<ServerInner>) {
         return;
     };
     let t = inner.config.timings.clone();
-    let mut tick = tokio::time::interval(t.lease_renew.min(t.discovery_poll));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let tick = t.lease_renew.min(t.discovery_poll);
     let mut last_renew = tokio::time::Instant::now();
     let mut published = 1u64;
+    // A failed renewal is retried after 50 ms, doubling (issue 20), not on the next tick.
+    let mut schedule = crate::mesh::lease::RetrySchedule::new(
+        crate::mesh::lease::RenewPolicy::new(ms(t.lease_renew), ms(t.fencing_margin)),
+    );
+    let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
-        tick.tick().await;
+        let wake = retry_at.map_or(tick, |at| {
+            at.saturating_duration_since(tokio::time::Instant::now())
+                .min(tick)
+        });
+        tokio::time::sleep(wake).await;
         if inner.shutting_down.load(Ordering::Acquire) {
             return;
         }
         let Some(token) = lock(&inner.lease).clone() else {
             return;
         };
-        if last_renew.elapsed() >= t.lease_renew {
+        let due = retry_at.map_or(last_renew.elapsed() >= t.lease_renew, |at| {
+            tokio::time::Instant::now() >= at
+        });
+        if due {
             let sent = inner.now();
             match store.renew_lease(&token, t.lease_ttl).await {
                 Ok(grant) => {
                     last_renew = tokio::time::Instant::now();
+                    retry_at = None;
+                    let _ = schedule.succeeded();
                     inner.fence_at.store(
                         sent.saturating_add(ms(grant.fencing_delay(t.fencing_margin))),
                         Ordering::Release,
                     );
                 }
-                Err(e) => tracing::warn!(error = %e, "ClientServer owner lease renewal failed"),
+                Err(e) => {
+                    if retry_at.is_none() {
+                        tracing::warn!(error = %e, "ClientServer owner lease renewal failed; retrying");
+                    }
+                    retry_at = Some(tokio::time::Instant::now() + schedule.failed());
+                }
             }
         }
         let revision = lock(&inner.selection).revision;

@@ -465,8 +465,8 @@ async fn put_descriptor(
 /// Renews a lease the publisher claimed itself. When the store says the lease is gone and no
 /// one else holds the owner ID (it expired by store time while renewals failed), it claims a
 /// new lease for the same owner ID and publishes the descriptor again: same lifecycle
-/// generation, next revision, the new lease generation. A failure is retried on the next
-/// period. When another claim *replaced* the lease (a live lease of a newer generation — for
+/// generation, next revision, the new lease generation. A failure is retried after 50 ms,
+/// doubling, capped well inside the TTL (`RetrySchedule`). When another claim *replaced* the lease (a live lease of a newer generation — for
 /// example a restart of the same RID), this lifecycle is superseded: it does not fight back,
 /// it stops renewing and leaves the descriptor to the newer holder.
 struct LeaseRenewal {
@@ -481,13 +481,21 @@ struct LeaseRenewal {
 impl LeaseRenewal {
     async fn run(self) {
         let m = &self.shared.metrics;
+        // A failed renewal is retried after 50 ms, doubling (issue 20), not a period later.
+        let mut schedule =
+            crate::mesh::lease::RetrySchedule::new(crate::mesh::lease::RenewPolicy::new(
+                crate::millis(self.renew),
+                crate::millis(self.ttl) / 5,
+            ));
+        let mut wait = self.renew;
         loop {
-            tokio::time::sleep(self.renew).await;
+            tokio::time::sleep(wait).await;
+            wait = schedule.failed();
             let Some(token) = lock(&self.lease).clone() else {
                 return;
             };
             match self.store.renew_lease(&token, self.ttl).await {
-                Ok(_) => {}
+                Ok(_) => wait = schedule.succeeded(),
                 Err(StoreError::Stale { .. }) => {
                     m.lease_renew_failures.fetch_add(1, Ordering::Relaxed);
                     match self.store.read_lease(&token.owner_id).await {
@@ -509,6 +517,7 @@ impl LeaseRenewal {
                     }
                     match self.reclaim(&token).await {
                         Ok(()) => {
+                            wait = schedule.succeeded();
                             m.lease_reclaims.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(
                                 owner_id = %token.owner_id,

@@ -116,6 +116,9 @@ pub struct MeshNodeConfig {
     pub advertise_host: Option<String>,
     /// Port; 0 binds an ephemeral port and advertises the actual one.
     pub port: u16,
+    /// The port peers dial, when it differs from the bound one (a port forward, a proxy in
+    /// front of the node); `None` advertises the bound port.
+    pub advertise_port: Option<u16>,
     /// Object role.
     pub object_role: ObjectRole,
     /// Application version (rollout ordering).
@@ -159,6 +162,7 @@ impl MeshNodeConfig {
             owner_id: None,
             bind_host: "127.0.0.1".into(),
             advertise_host: None,
+            advertise_port: None,
             port: 0,
             object_role: ObjectRole::Server,
             application_version: 0,

@@ -189,6 +189,11 @@ pub fn desired_peers(me: &NodeDescriptor, records: &[DescriptorRecord]) -> Vec<D
         if d.node.rid == me.node.rid || d.mesh_name != me.mesh_name || d.node.rid != r.key.rid {
             continue;
         }
+        // One address, one listener: a descriptor at this node's own address is a predecessor
+        // that ran here (a restart on the same port) and whose lease has not lapsed yet.
+        if d.endpoint == me.endpoint {
+            continue;
+        }
         if d.node.lifecycle_generation != r.lifecycle_generation {
             continue;
         }
@@ -223,7 +228,7 @@ mod tests {
                 lifecycle_generation: 3,
             },
             descriptor_revision: 1,
-            endpoint: format!("tcp://127.0.0.1:{}", rid.len()),
+            endpoint: format!("tcp://{rid}.test:7000"),
             security_identity: "s".into(),
             object_role: role,
             state: RuntimeState::Serving,
@@ -305,5 +310,13 @@ mod tests {
         let mut wrong_gen = rec(&d("e", ObjectRole::Server));
         wrong_gen.lifecycle_generation = 99;
         assert!(desired_peers(&me, &[bad, wrong_key, wrong_gen]).is_empty());
+    }
+
+    #[test]
+    fn a_predecessor_at_this_nodes_own_address_is_not_a_peer() {
+        let me = d("b", ObjectRole::Server);
+        let mut old = d("a", ObjectRole::Server);
+        old.endpoint.clone_from(&me.endpoint);
+        assert!(desired_peers(&me, &[rec(&old)]).is_empty());
     }
 }

@@ -5,6 +5,7 @@
 //! - [`config`] — [`MeshNodeConfig`](config::MeshNodeConfig) and its validation.
 //! - [`auth`] — the mesh secret and the admission challenge–response.
 //! - [`liveness`] — the pure liveness state machine (wire §5).
+//! - [`lease`] — the pure owner-lease keeper: renewal, retry backoff, fencing, loss.
 //! - [`discovery`] — descriptor storage, the desired peer set, the store backend trait.
 //! - [`handler`] — typed message handlers and the JSON / raw codecs.
 //! - [`connection`] — one admitted connection epoch: FIFO, credit, in-flight accounting.
@@ -132,6 +133,7 @@ pub mod connection;
 pub mod discovery;
 mod dispatch;
 pub mod handler;
+pub mod lease;
 pub mod liveness;
 pub mod node;
 pub mod object_command;

@@ -42,9 +42,23 @@ use crate::call::error::{CallError, ErrorKind};
 use crate::call::ids::{CorrelationIdAllocator, OperationIdAllocator, ReplyRouteIdAllocator};
 use crate::call::pending::{PeerRef, PendingKey, PendingTable};
 use crate::jobs::JobQueue;
+use crate::millis;
 use crate::select::SmoothWeighted;
 use crate::transport::header::Packed;
 use crate::transport::pump::{Pump, PumpConfig};
+
+/// The owner-lease keeper's counters ([`MeshNode::lease_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseStats {
+    /// Renewal attempts of this lifecycle.
+    pub attempts: u64,
+    /// Failed renewal attempts (stale answers included).
+    pub failures: u64,
+    /// Time spent fenced.
+    pub fenced: Duration,
+    /// Whether the lease is lost for good.
+    pub lost: bool,
+}
 
 /// Start-up failure of a MeshNode.
 #[derive(Debug, Error)]
@@ -216,7 +230,11 @@ impl MeshNode {
             .advertise_host
             .clone()
             .unwrap_or_else(|| config.bind_host.clone());
-        let endpoint = format!("tcp://{}:{port}", bracket(&advertise));
+        let endpoint = format!(
+            "tcp://{}:{}",
+            bracket(&advertise),
+            config.advertise_port.unwrap_or(port)
+        );
 
         let descriptor = NodeDescriptor {
             mesh_name: config.mesh_name.clone(),
@@ -246,6 +264,7 @@ impl MeshNode {
         let mut lease = None;
         let epoch = Instant::now();
         let mut fencing_deadline_ms = u64::MAX;
+        let mut keeper = None;
         if let Some(store) = &store {
             // A live lease of this owner ID belongs to an earlier lifecycle of this host that
             // may still be running (a crash-restart, a duplicated pod). Claiming now would
@@ -304,6 +323,14 @@ impl MeshNode {
                 )
                 .unwrap_or(u64::MAX),
             );
+            keeper = Some(super::lease::LeaseKeeper::claimed(
+                super::lease::RenewPolicy::new(
+                    millis(config.timings.lease_renew),
+                    millis(config.timings.fencing_margin),
+                ),
+                sent_ms,
+                millis(grant.fencing_delay(config.timings.fencing_margin)),
+            ));
             lease = Some(grant.token);
         }
 
@@ -345,6 +372,8 @@ impl MeshNode {
             selectors: Mutex::new(selectors),
             object_sink: std::sync::OnceLock::new(),
             fencing_deadline_ms: AtomicU64::new(fencing_deadline_ms),
+            lease_keeper: Mutex::new(keeper),
+            lease_lost: watch::channel(false).0,
         });
 
         let mut tasks = Vec::new();
@@ -357,6 +386,7 @@ impl MeshNode {
         tasks.extend(Dispatcher::spawn(&inner, dispatch_tasks));
         if inner.store.is_some() {
             tasks.push(tokio::spawn(reactor::discovery_loop(Arc::clone(&inner))));
+            tasks.push(tokio::spawn(reactor::lease_loop(Arc::clone(&inner))));
         }
         for p in inner.config.manual_peers.clone() {
             let _ = inner.cmd_tx.send(Cmd::AddManual(p));
@@ -738,6 +768,35 @@ impl MeshNode {
     /// admission here, before any other node could take its objects over.
     pub fn admission_open(&self) -> bool {
         self.inner.now_ms() < self.inner.fencing_deadline_ms.load(Ordering::Acquire)
+    }
+
+    /// Whether the owner lease is lost for good: the store said the token is stale, or the
+    /// lease deadline passed before a renewal landed. Such a node stays fenced; only a new
+    /// lifecycle (a new [`MeshNode`]) serves again (issue 20 item 2). Never true without a
+    /// store.
+    pub fn lease_lost(&self) -> bool {
+        *self.inner.lease_lost.borrow()
+    }
+
+    /// A watch that turns `true` when the owner lease is lost for good.
+    pub fn subscribe_lease_lost(&self) -> watch::Receiver<bool> {
+        self.inner.lease_lost.subscribe()
+    }
+
+    /// The owner-lease keeper's counters now (zeros without a store).
+    pub fn lease_stats(&self) -> LeaseStats {
+        let now = self.inner.now_ms();
+        let k = self
+            .inner
+            .lease_keeper
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        k.as_ref().map_or_else(LeaseStats::default, |k| LeaseStats {
+            attempts: k.attempts(),
+            failures: k.failures(),
+            fenced: Duration::from_millis(k.fenced_ms(now)),
+            lost: k.lost(),
+        })
     }
 
     /// Attach the object runtime that receives admitted Spot / Actor commands (once).

@@ -105,6 +105,9 @@ pub(crate) struct PeerEntry {
     pub redial_at: Option<u64>,
     /// Whether the pump currently has a connect registered for the dial endpoint.
     pub dialing: bool,
+    /// Dialer: the acceptor announced a new pipe (its probe) at this time and its greeting
+    /// has not arrived yet.
+    pub awaiting_greeting: Option<(bytes::Bytes, u64)>,
 }
 
 impl PeerEntry {
@@ -123,6 +126,7 @@ impl PeerEntry {
             lost_at: None,
             redial_at: None,
             dialing: false,
+            awaiting_greeting: None,
         }
     }
 

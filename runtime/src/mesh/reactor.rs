@@ -208,8 +208,12 @@ impl Reactor {
         let removed = self.inner.peers().remove(rid);
         if let Some(mut e) = removed {
             self.drop_connection(&mut e, true, "intent removed");
-            if let Some(ep) = e.dial_endpoint() {
-                self.inner.pump.disconnect(ep.to_owned());
+            // Only an entry that holds the connect tears it down: after a restart on the same
+            // address under a new RID, the old entry handed the endpoint over (`reconcile`).
+            if e.dialing
+                && let Some(ep) = e.dial_endpoint()
+            {
+                self.disconnect_endpoint(ep.to_owned(), "intent removed");
             }
             if let Some(d) = &e.descriptor {
                 self.fail_pending(&d.node);
@@ -242,6 +246,41 @@ impl Reactor {
         {
             let mut peers = self.inner.peers();
             for (rid, p) in wanted {
+                let fresh = !peers.contains_key(&rid);
+                if fresh && p.disposition == Disposition::Dial {
+                    // A new RID at an address another entry dials: a process restarted there
+                    // (a container restart with a fixed port) — one address, one listener. The
+                    // old entry stops dialing (its descriptor lapses with its lease) and its
+                    // connect is torn down: libzmq keys connections by endpoint, and a pipe it
+                    // re-established to the new process may have carried that process's
+                    // greeting before this node knew the RID. The new entry dials afresh once
+                    // the close is observed.
+                    let ep = p.descriptor.endpoint.as_str();
+                    let mut took_over = false;
+                    for o in peers.values_mut() {
+                        if o.dial_endpoint() == Some(ep) {
+                            if o.conn.is_some() {
+                                o.lost_at.get_or_insert(now);
+                            }
+                            if let Some(c) = o.conn.take() {
+                                c.close();
+                            }
+                            o.state = PeerState::NotConnected;
+                            o.hello = None;
+                            o.liveness = None;
+                            took_over |= o.dialing;
+                            o.dialing = false;
+                            o.redial_at = Some(u64::MAX);
+                            tracing::debug!(old = %o.rid, new = %rid, endpoint = ep, "a new RID took over the endpoint");
+                        }
+                    }
+                    if took_over {
+                        self.disconnect_endpoint(ep.to_owned(), "a new RID took over");
+                        let mut e = PeerEntry::new(rid.clone(), None);
+                        e.awaiting_close_until = Some(now + close_grace);
+                        peers.insert(rid.clone(), e);
+                    }
+                }
                 let e = peers
                     .entry(rid.clone())
                     .or_insert_with(|| PeerEntry::new(rid.clone(), None));
@@ -262,7 +301,7 @@ impl Reactor {
                         && ep != p.descriptor.endpoint
                         && e.dialing
                     {
-                        self.inner.pump.disconnect(ep);
+                        self.disconnect_endpoint(ep, "restarted elsewhere");
                         e.dialing = false;
                         e.awaiting_close_until = Some(now + close_grace);
                     }
@@ -384,11 +423,17 @@ impl Reactor {
         }
     }
 
+    /// Drop the ZeroMQ connection to `ep` (every pipe to it).
+    fn disconnect_endpoint(&self, ep: String, why: &str) {
+        tracing::debug!(endpoint = %ep, why, "disconnecting endpoint");
+        self.inner.pump.disconnect(ep);
+    }
+
     fn redial(&self, e: &mut PeerEntry, delay_ms: Option<u64>) {
         let now = self.now();
         if let Some(ep) = e.dial_endpoint().map(str::to_owned) {
             if e.dialing {
-                self.inner.pump.disconnect(ep);
+                self.disconnect_endpoint(ep, "redial");
                 e.dialing = false;
                 // Bounded grace in case libzmq reports no event for a never-connected pipe.
                 let grace = (self.inner.config.timings.probe_interval.as_millis() as u64).max(200);
@@ -444,6 +489,7 @@ impl Reactor {
     }
 
     fn on_monitor(&mut self, kind: MonitorKind, endpoint: &str) {
+        tracing::debug!(?kind, endpoint, "socket monitor event");
         match kind {
             MonitorKind::Disconnected | MonitorKind::Closed => {
                 let mut peers = self.inner.peers();
@@ -455,6 +501,13 @@ impl Reactor {
                     if kind == MonitorKind::Disconnected && e.conn.is_some() {
                         // The physical connection is gone: this epoch may have lost records.
                         self.drop_connection(e, false, "disconnected");
+                    }
+                    // A handshake on the pipe that closed cannot complete any more: without
+                    // this, the greeting of the next pipe (libzmq reconnects by itself, for
+                    // example after a cut connection) would be refused as unexpected and
+                    // the peer would stay not connected for good.
+                    if e.conn.is_none() {
+                        e.hello = None;
                     }
                 }
                 drop(peers);
@@ -500,6 +553,11 @@ impl Reactor {
                     }
                     // A handshake of the replaced pipe cannot complete any more.
                     e.hello = None;
+                    // Dialer: the acceptor's greeting should follow on this pipe; if it does
+                    // not (see `reprobe_silent_pipes`), the pipe is announced again.
+                    if e.dialing && e.dial_endpoint().is_some() {
+                        e.awaiting_greeting = Some((from.clone(), self.now()));
+                    }
                 }
                 drop(peers);
                 self.inner.notify_peers_changed();
@@ -601,6 +659,7 @@ impl Reactor {
             return;
         }
         if e.conn.is_some() || e.hello.is_some() {
+            tracing::debug!(peer = %rid, conn = e.conn.is_some(), hello = e.hello.is_some(), "unexpected greeting");
             // Sign a hello only for a connection that needs one: a greeting on a live or
             // handshaking connection is not from a new pipe of ours (a new pipe is announced
             // by the peer's probe first, which ends the old epoch).
@@ -610,6 +669,7 @@ impl Reactor {
         let Ok(dialer_nonce) = random_bytes::<32>() else {
             return;
         };
+        e.awaiting_greeting = None;
         let me = self.inner.descriptor();
         let hello_revision = me.descriptor_revision;
         let proof = self
@@ -1684,7 +1744,7 @@ impl Reactor {
             // Terminal for this endpoint and configuration: never re-dialed.
             e.state = PeerState::NotRequired;
             if let Some(ep) = e.dial_endpoint().map(str::to_owned) {
-                self.inner.pump.disconnect(ep);
+                self.disconnect_endpoint(ep, "not required");
             }
             e.dialing = false;
             e.redial_at = Some(u64::MAX);
@@ -1782,8 +1842,33 @@ impl Reactor {
 
     // ---- timers ----------------------------------------------------------------------
 
+    /// Dialer: a new pipe whose acceptor greeting has not come within [`REPROBE_AFTER_MS`] is
+    /// announced again (an empty message, as `PROBE_ROUTER` does), so the acceptor challenges
+    /// us. The first announcement can be lost when the pipe replaced another of the same
+    /// identity — after a cut connection through a proxy, found by the chaos run — and then the
+    /// pair never met again.
+    fn reprobe_silent_pipes(&self, now: u64) {
+        let mut peers = self.inner.peers();
+        for e in peers.values_mut() {
+            let Some((zmq_id, since)) = e.awaiting_greeting.clone() else {
+                continue;
+            };
+            if e.conn.is_some() || e.hello.is_some() || !e.dialing {
+                e.awaiting_greeting = None;
+            } else if now.saturating_sub(since) >= REPROBE_AFTER_MS {
+                tracing::debug!(peer = %e.rid, "no greeting on a new pipe: announcing it again");
+                let _ = self
+                    .inner
+                    .pump
+                    .send_control(zmq_id.clone(), vec![Vec::new()]);
+                e.awaiting_greeting = Some((zmq_id, now));
+            }
+        }
+    }
+
     fn on_tick(&mut self) {
         let now = self.now();
+        self.reprobe_silent_pipes(now);
         let mut dead = Vec::new();
         let mut probes = Vec::new();
         {
@@ -1883,6 +1968,10 @@ fn apply_update(d: &mut NodeDescriptor, u: &Update) {
     }
 }
 
+/// How long a dialer waits for the acceptor's greeting on a new pipe before announcing the
+/// pipe again.
+const REPROBE_AFTER_MS: u64 = 500;
+
 /// Admission's store check (wire §4): the peer's descriptor is live in the store with the
 /// same lifecycle, and its publishing owner still holds that lease.
 async fn owner_check(
@@ -1918,7 +2007,9 @@ async fn owner_check(
     }
 }
 
-/// Lease renewal, descriptor publication and polling, while the node runs.
+/// Descriptor publication and polling, while the node runs (lease renewal is
+/// [`lease_loop`]'s, so a slow poll never delays a renewal and a failed renewal is retried at
+/// once).
 pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
     let Some(store) = inner.store.clone() else {
         return;
@@ -1926,40 +2017,16 @@ pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
     let t = inner.config.timings.clone();
     let mut poll = tokio::time::interval(t.discovery_poll);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_renew = tokio::time::Instant::now();
     let mut published_revision = 1u64;
+    let mut store_failing = false;
     loop {
         poll.tick().await;
-        if inner.shutting_down.load(Ordering::Acquire) {
+        if inner.shutting_down.load(Ordering::Acquire) || *inner.lease_lost.borrow() {
             return;
         }
-        let token = inner
-            .lease
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let Some(token) = token else { return };
-        if last_renew.elapsed() >= t.lease_renew
-            && !inner.faults.pause_lease_renewal.load(Ordering::Acquire)
-        {
-            let sent_ms = inner.now_ms();
-            match store.renew_lease(&token, t.lease_ttl).await {
-                Ok(grant) => {
-                    last_renew = tokio::time::Instant::now();
-                    let delay = u64::try_from(grant.fencing_delay(t.fencing_margin).as_millis())
-                        .unwrap_or(u64::MAX);
-                    inner
-                        .fencing_deadline_ms
-                        .store(sent_ms.saturating_add(delay), Ordering::Release);
-                }
-                Err(zlink_store::StoreError::Stale { .. }) => {
-                    // The lease is gone for good (expired or replaced): fence at once.
-                    inner.fencing_deadline_ms.store(0, Ordering::Release);
-                    tracing::error!("owner lease lost: this host admits no new object work");
-                }
-                Err(e) => tracing::warn!(error = %e, "owner lease renewal failed"),
-            }
-        }
+        let Some(token) = inner.lease_token() else {
+            return;
+        };
         let me = inner.descriptor();
         if me.descriptor_revision != published_revision {
             let key = super::discovery::descriptor_key(&me.mesh_name, &me.node.rid);
@@ -1974,17 +2041,121 @@ pub(crate) async fn discovery_loop(inner: Arc<Inner>) {
                 .await
             {
                 Ok(_) => published_revision = me.descriptor_revision,
-                Err(e) => tracing::warn!(error = %e, "descriptor publish failed"),
+                Err(e) if !store_failing => {
+                    tracing::warn!(error = %e, "descriptor publish failed; retrying every poll");
+                }
+                Err(_) => {}
             }
         }
+        // One line when the store stops answering and one when it is back, not one per poll.
         match store.list_mesh_nodes(&me.mesh_name).await {
             Ok(records) => {
+                if store_failing {
+                    tracing::info!("descriptor poll works again");
+                }
+                store_failing = false;
                 let desired = desired_peers(&me, &records);
                 let _ = inner.cmd_tx.send(Cmd::Discovered(desired));
             }
             Err(e) => {
-                tracing::warn!(error = %e, "descriptor poll failed; keeping the last peer set")
+                if !store_failing {
+                    tracing::warn!(error = %e, "descriptor poll failed; keeping the last peer set and retrying every poll");
+                }
+                store_failing = true;
             }
+        }
+    }
+}
+
+/// The owner lease, renewed by the pure [`LeaseKeeper`](super::lease::LeaseKeeper): a renewal
+/// every `lease_renew`, a failed one retried after 50 ms doubling up to a quarter of the
+/// fencing margin, fenced at the fencing deadline, lost on a stale answer or at the lease
+/// deadline (then the task ends and [`Inner::lease_lost`] turns true).
+pub(crate) async fn lease_loop(inner: Arc<Inner>) {
+    use super::lease::{KeeperState, RenewOutcome};
+    let Some(store) = inner.store.clone() else {
+        return;
+    };
+    let ttl = inner.config.timings.lease_ttl;
+    let margin = inner.config.timings.fencing_margin;
+    let keeper = |f: &mut dyn FnMut(&mut super::lease::LeaseKeeper)| {
+        let mut k = inner
+            .lease_keeper
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = k.as_mut() {
+            f(k);
+            inner
+                .fencing_deadline_ms
+                .store(k.fencing_deadline_ms(), Ordering::Release);
+            return Some((k.state(), k.next_wake_ms(), k.lease_deadline_ms()));
+        }
+        None
+    };
+    let mut failing = false;
+    loop {
+        if inner.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(token) = inner.lease_token() else {
+            return;
+        };
+        let now = inner.now_ms();
+        let mut start = false;
+        let Some((state, wake, lease_deadline)) = keeper(&mut |k| start = k.tick(now)) else {
+            return;
+        };
+        if let KeeperState::Lost { reason, .. } = state {
+            tracing::error!(
+                ?reason,
+                "owner lease lost: this host admits no new object work"
+            );
+            inner.lease_lost.send_replace(true);
+            return;
+        }
+        if start && !inner.faults.pause_lease_renewal.load(Ordering::Acquire) {
+            let sent_ms = inner.now_ms();
+            // Bounded by the lease deadline: a hung call must not hide an expiry.
+            let within = Duration::from_millis(lease_deadline.saturating_sub(sent_ms).max(1));
+            let outcome = match tokio::time::timeout(within, store.renew_lease(&token, ttl)).await {
+                Ok(Ok(grant)) => {
+                    if failing {
+                        tracing::info!("owner lease renewed again");
+                    }
+                    failing = false;
+                    RenewOutcome::Renewed {
+                        sent_ms,
+                        fencing_delay_ms: crate::millis(grant.fencing_delay(margin)),
+                    }
+                }
+                Ok(Err(zlink_store::StoreError::Stale { .. })) => RenewOutcome::Stale,
+                Ok(Err(e)) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "owner lease renewal failed; retrying");
+                    }
+                    failing = true;
+                    RenewOutcome::Failed
+                }
+                Err(_) => {
+                    failing = true;
+                    RenewOutcome::Failed
+                }
+            };
+            let done = inner.now_ms();
+            keeper(&mut |k| k.renewal(done, outcome));
+            continue;
+        }
+        let now = inner.now_ms();
+        let sleep_ms = if start {
+            // Renewals paused by fault injection: look again shortly (the deadlines still
+            // apply).
+            20
+        } else {
+            wake.unwrap_or(now).saturating_sub(now).max(1)
+        };
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+            () = inner.faults.changed.notified() => {}
         }
     }
 }

@@ -134,6 +134,11 @@ pub(crate) struct Inner {
     /// deadline minus the fencing margin, measured from when that claim or renewal was sent.
     /// `u64::MAX` without a store.
     pub(crate) fencing_deadline_ms: AtomicU64,
+    /// The owner-lease keeper (issue 20 item 1); `None` without a store. The lease task is the
+    /// only writer; it mirrors the fencing deadline into [`Self::fencing_deadline_ms`].
+    pub(crate) lease_keeper: Mutex<Option<super::lease::LeaseKeeper>>,
+    /// `true` once the owner lease is lost for good (a stale answer, or its deadline passed).
+    pub(crate) lease_lost: watch::Sender<bool>,
 }
 
 /// Smooth weighted round-robin state of one Channel, with the peer-table version its
@@ -181,6 +186,14 @@ impl Inner {
     }
 
     /// Milliseconds of the node's monotonic clock.
+    /// The owner lease token (`None` without a store, or once released).
+    pub(crate) fn lease_token(&self) -> Option<OwnerToken> {
+        self.lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     pub(crate) fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }

@@ -228,6 +228,9 @@ pub trait ObjectCaller: Send + Sync + 'static {
         timeout: Option<Duration>,
         held: Option<SpotGate>,
     ) -> BoxFuture<Result<Option<TypedPayload>, CallError>>;
+
+    /// The node this object runs on: its RID and node lifecycle generation.
+    fn hosting_node(&self) -> (String, u64);
 }
 
 impl std::fmt::Debug for Binding {
@@ -364,6 +367,18 @@ impl<S> Clone for Ctx<S> {
 }
 
 impl<S: Send + 'static> Ctx<S> {
+    /// The node this turn runs on — its RID and node lifecycle generation — or `None` outside
+    /// an object runtime. A reply can carry it so a caller (the load generator's history
+    /// checker, issue 20) sees which owner served each call.
+    pub fn node(&self) -> Option<(String, u64)> {
+        self.shared
+            .home
+            .caller
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
+            .map(|c| c.hosting_node())
+    }
+
     /// The immutable metadata snapshot of the message this turn handles (empty for timer
     /// ticks and messages sent without metadata). The same contract holds for a local and a
     /// remote owner.
@@ -871,9 +886,7 @@ impl<S> Drop for YieldGuard<'_, S> {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+use crate::millis;
 
 /// One running object incarnation: its queue, timers and the task that hands out turns.
 pub struct ObjectExecutor<S> {

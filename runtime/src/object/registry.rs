@@ -694,8 +694,10 @@ impl<S: Send + 'static> TypeBuilder<'_, S> {
     }
 }
 
-/// Every registered type of a runtime, frozen by [`Registry::build`].
-#[derive(Default)]
+/// Every registered type of a runtime, frozen by [`Registry::build`]. Cloning is cheap (the
+/// types are shared): a host that rejoins as a new lifecycle starts its new runtime from a
+/// clone.
+#[derive(Default, Clone)]
 pub struct Registry {
     types: BTreeMap<String, Arc<dyn ObjectType>>,
     errors: Vec<RegistryError>,

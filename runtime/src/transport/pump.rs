@@ -648,7 +648,8 @@ impl PumpHandle {
         self.push(Command::Connect(endpoint), 0);
     }
 
-    /// Ask the socket to drop its connection to `endpoint`.
+    /// Ask the socket to drop its connection to `endpoint` (every pipe to it: libzmq keys
+    /// connections by endpoint).
     pub fn disconnect(&self, endpoint: String) {
         self.push(Command::Disconnect(endpoint), 0);
     }

@@ -209,6 +209,33 @@ impl Collector for HostFamilies {
             "zlink_admin_auth_failures_total",
             "Admin gRPC calls rejected for a missing or wrong bearer token.",
             &[(&[], host.auth_failures())],
+        )?;
+        let lease = host.lease_stats();
+        counter(
+            &mut enc,
+            "zlink_lease_renew_attempts_total",
+            "Owner lease renewal attempts, every node lifecycle of this process (a failed renewal is retried after 50 ms, doubling).",
+            &[(&[], lease.attempts)],
+        )?;
+        let mut fenced = counters(
+            &mut enc,
+            "zlink_host_fenced_seconds_total",
+            "Time this host spent fenced (admitting no new object work because its owner lease was not confirmed).",
+        )?;
+        let no_labels: Labels<'_> = &[];
+        ConstCounter::new(lease.fenced.as_secs_f64())
+            .encode(fenced.0.encode_family(&no_labels)?)?;
+        counter(
+            &mut enc,
+            "zlink_host_objects_dropped_total",
+            "Objects dropped because their node lifecycle lost its owner lease (another node may own them).",
+            &[(&[], host.objects_dropped())],
+        )?;
+        counter(
+            &mut enc,
+            "zlink_host_rejoins_total",
+            "Times the host rejoined the mesh as a new node lifecycle after a lost owner lease.",
+            &[(&[], host.rejoins())],
         )
     }
 }

@@ -187,6 +187,10 @@ impl<S: ObjectStore> Inner<S> {
 }
 
 impl<S: ObjectStore> ObjectCaller for Inner<S> {
+    fn hosting_node(&self) -> (String, u64) {
+        (self.mesh.rid().to_owned(), self.mesh.lifecycle_generation())
+    }
+
     fn call_object(
         &self,
         kind: StoreKind,

@@ -332,10 +332,7 @@ fn fence_of(
     }
 }
 
-/// A duration in whole milliseconds (saturating).
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+use crate::millis;
 
 /// Wall-clock Unix milliseconds (request deadlines are in this clock).
 fn now_unix_ms() -> u64 {
