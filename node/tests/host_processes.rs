@@ -777,9 +777,10 @@ fn redis_down_longer_than_the_lease_ttl_every_host_rejoins_without_a_restart() {
         );
     }
     let worst = serving_after.iter().max().unwrap();
+    eprintln!("serving again after Redis returned: {serving_after:?}");
     assert!(
-        *worst <= Duration::from_millis(3_000 + 2 * 100 + 500),
-        "serving again within TTL + two polls of Redis returning (+0.5 s for the status poll): {serving_after:?}"
+        *worst <= Duration::from_millis(3_000 + 2 * 100),
+        "serving again within TTL + two polls of Redis returning: {serving_after:?}"
     );
     let mut dropped = 0.0;
     for h in &hosts {
