@@ -295,18 +295,31 @@ pub async fn run(
     result
 }
 
+/// Wait for a ready, serving Object Server; then, for up to [`SPREAD_WAIT`] more, for every
+/// Object Server this node discovered to be ready too, so the first messages (which place the
+/// counters) spread over all of them instead of landing on whichever connected first.
 async fn wait_for_server(node: &MeshNode, mesh: &str, within: Duration) -> Result<(), LoadError> {
     let t0 = Instant::now();
     let mut changes = node.subscribe_peer_changes();
+    let mut first_ready: Option<Instant> = None;
     loop {
-        let ready = node.peers().iter().any(|p| {
+        let peers = node.peers();
+        let ready_server = peers.iter().any(|p| {
             p.state == PeerState::Ready
                 && p.descriptor.as_ref().is_some_and(|d| {
                     d.object_role == ObjectRole::Server && d.state == RuntimeState::Serving
                 })
         });
-        if ready {
-            return Ok(());
+        // A discovered peer not admitted yet (its descriptor is known once it is) is most
+        // likely another server: wait for it a little.
+        let pending = peers
+            .iter()
+            .any(|p| !matches!(p.state, PeerState::Ready | PeerState::NotRequired));
+        if ready_server {
+            let since = *first_ready.get_or_insert_with(Instant::now);
+            if !pending || since.elapsed() >= SPREAD_WAIT {
+                return Ok(());
+            }
         }
         let left = within.saturating_sub(t0.elapsed());
         if left.is_zero() {
@@ -318,6 +331,9 @@ async fn wait_for_server(node: &MeshNode, mesh: &str, within: Duration) -> Resul
         let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), changes.changed()).await;
     }
 }
+
+/// How long the load waits for the other discovered servers once one is ready.
+const SPREAD_WAIT: Duration = Duration::from_secs(3);
 
 async fn drive(
     node: &MeshNode,
