@@ -10,7 +10,9 @@
 //! object runtime start (the admin and HTTP listeners are already up, so an operator sees
 //! `Starting`); `Serving` once the runtime created this lifecycle's Entry Spot; `Draining` on
 //! SIGTERM, SIGINT or `Shutdown`; `Stopped` after the owner lease (and with it every descriptor
-//! and RID claim of this lifecycle) is released.
+//! and RID claim of this lifecycle) is released. `Fenced` while a host whose owner lease was
+//! lost rejoins as a new node lifecycle ([`recovery`], issue 20: `lease_loss: rejoin`), then
+//! `Serving` again; with `lease_loss: exit` it stops with [`EXIT_LEASE_LOST`].
 //!
 //! Drain: the host seal announces `Draining` in the MeshNode descriptor (an `update` to every
 //! peer at once, the store copy on the next discovery poll), so peers stop selecting this host

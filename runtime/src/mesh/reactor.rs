@@ -271,7 +271,7 @@ impl Reactor {
                             took_over |= o.dialing;
                             o.dialing = false;
                             o.redial_at = Some(u64::MAX);
-                            tracing::debug!(old = %o.rid, new = %rid, endpoint = ep, "a new RID took over the endpoint");
+                            tracing::info!(old = %o.rid, new = %rid, endpoint = ep, "a new RID took over the endpoint (a restart on the same address): the old one is not dialed again");
                         }
                     }
                     if took_over {
