@@ -67,8 +67,6 @@ pub struct Call {
     pub id: String,
     /// The message's number.
     pub seq: u64,
-    /// A request (answered with the serving owner) rather than a one-way send.
-    pub request: bool,
     /// Issued at (Unix ms).
     pub start_ms: u64,
     /// Ended at (Unix ms).
@@ -451,10 +449,9 @@ pub fn parse_load_history(text: &str) -> Result<(Vec<Call>, Vec<Read>), String> 
                     .unwrap_or_default(),
                 duplicates: n("duplicates"),
             }),
-            Some(k @ ("send" | "request")) => calls.push(Call {
+            Some("send" | "request") => calls.push(Call {
                 id: s("id"),
                 seq: j["seq"].as_u64().ok_or_else(|| bad("no seq"))?,
-                request: k == "request",
                 start_ms: n("start_ms"),
                 end_ms: n("t_ms"),
                 error: j["error"].as_str().map(str::to_owned),
@@ -483,7 +480,6 @@ mod tests {
         Call {
             id: id.into(),
             seq,
-            request: true,
             start_ms: at,
             end_ms: at + 1,
             error: None,
@@ -496,7 +492,6 @@ mod tests {
         Call {
             id: id.into(),
             seq,
-            request: false,
             start_ms: at,
             end_ms: at,
             error: None,

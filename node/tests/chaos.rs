@@ -31,10 +31,10 @@ mod rng;
 mod common_procs;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common_procs::{BIN, Host, SECRET};
+use common_procs::Host;
 use fault_proxy::{FaultProxy, Mode};
 use history::{Fault, FaultKind, History, Violation};
 
@@ -264,14 +264,15 @@ fn chaos_run_keeps_one_owner_per_id_and_loses_only_what_faults_allow() {
     let history_file = dir.join("history.jsonl");
     // The load is the observer, not the system under test: its own lease outlives the long
     // Redis outage (30 s), so the rejoined hosts admit it as the same client.
-    let load = Command::new(BIN)
-        .args(["load", "--json", "--config"])
-        .arg(&config)
-        .args([
+    let history_arg = history_file.to_string_lossy().into_owned();
+    let duration = (secs * 1_000).to_string();
+    let load = common_procs::load_cmd(
+        &config,
+        &[
             "--counters",
             "24",
             "--duration-ms",
-            &(secs * 1_000).to_string(),
+            &duration,
             "--request-every",
             "2",
             "--concurrency",
@@ -281,14 +282,12 @@ fn chaos_run_keeps_one_owner_per_id_and_loses_only_what_faults_allow() {
             "--settle-timeout-ms",
             "10000",
             "--history",
-        ])
-        .arg(&history_file)
-        .env("ZLINK_MESH_SECRET", SECRET)
-        .env("ZLINK_TIMINGS_LEASE_TTL_MS", "30000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+            &history_arg,
+        ],
+    )
+    .env("ZLINK_TIMINGS_LEASE_TTL_MS", "30000")
+    .spawn()
+    .unwrap();
     let load_started = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
 

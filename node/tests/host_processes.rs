@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common_procs;
-use common_procs::{BIN, Host, SECRET, TOKEN, WAIT, http_get, metric};
+use common_procs::{BIN, Host, SECRET, TOKEN, WAIT, http_get, load_cmd, load_report, metric};
 
 fn write_config(dir: &Path, redis_url: &str, namespace: &str) -> PathBuf {
     let path = dir.join("node.yaml");
@@ -353,10 +353,9 @@ fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
     for h in &hosts {
         h.wait_status("two ready peers", |s| s["peers_ready"] == 2);
     }
-    let mut load = Command::new(BIN)
-        .args(["load", "--json", "--config"])
-        .arg(&config)
-        .args([
+    let mut load = load_cmd(
+        &config,
+        &[
             "--counters",
             "30",
             "--messages-per-counter",
@@ -365,12 +364,10 @@ fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
             "3",
             "--concurrency",
             "8",
-        ])
-        .env("ZLINK_MESH_SECRET", SECRET)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    )
+    .spawn()
+    .unwrap();
     // Mid-load: the victim hosts counters (its Entry Spot is one Spot more).
     let victim = 0;
     let s = hosts[victim].wait_status("counters on the victim", |s| {
@@ -418,20 +415,8 @@ fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
         live, 30,
         "all 30 counters live on the two survivors ({hosted} moved)"
     );
-    for (i, h) in hosts.iter_mut().enumerate() {
-        if i == victim {
-            continue;
-        }
-        let out = h.ctl(&[
-            "drain",
-            "--deadline-ms",
-            "3000",
-            "--relocate-first",
-            "false",
-        ]);
-        assert!(out.status.success());
-        assert!(h.wait_exit().success());
-    }
+    drop(hosts.remove(victim));
+    common_procs::drain_all(&mut hosts);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -476,10 +461,9 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
         }
     };
     all_see_each_other(&hosts);
-    let load = Command::new(BIN)
-        .args(["load", "--json", "--config"])
-        .arg(&config)
-        .args([
+    let load = load_cmd(
+        &config,
+        &[
             "--counters",
             "40",
             "--duration-ms",
@@ -488,12 +472,10 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
             "3",
             "--concurrency",
             "8",
-        ])
-        .env("ZLINK_MESH_SECRET", SECRET)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    )
+    .spawn()
+    .unwrap();
     let t0 = Instant::now();
     let mut round = 0;
     // Leave time for the last round to finish before the load stops.
@@ -571,17 +553,7 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
         "out-of-order arrivals are reported: {r}"
     );
     eprintln!("soak: {round} rounds, load {r}");
-    for h in hosts.iter_mut() {
-        let out = h.ctl(&[
-            "drain",
-            "--deadline-ms",
-            "3000",
-            "--relocate-first",
-            "false",
-        ]);
-        assert!(out.status.success());
-        assert!(h.wait_exit().success());
-    }
+    common_procs::drain_all(&mut hosts);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -604,27 +576,6 @@ fn outage_setup(mesh: &str) -> (redis_server::RedisServer, PathBuf, PathBuf) {
     )
     .unwrap();
     (redis, dir, config)
-}
-
-fn load_cmd(config: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(["load", "--json", "--config"])
-        .arg(config)
-        .args(args)
-        .env("ZLINK_MESH_SECRET", SECRET)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-fn load_report(out: &std::process::Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "load printed no report ({e}): {stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 /// Issue 20 acceptance 1 (item 3): three `zlink-node run` hosts on a real redis-server, lease

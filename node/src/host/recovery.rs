@@ -262,11 +262,6 @@ impl Recovery {
             }
         }
     }
-
-    /// Whether the host shows `Fenced` (lease lost, rejoining).
-    pub fn shows_fenced(&self) -> bool {
-        matches!(self.phase, Phase::Rejoining { .. } | Phase::Exiting { .. })
-    }
 }
 
 #[cfg(test)]
@@ -296,7 +291,10 @@ mod tests {
         assert_eq!(r.observe(0, OK), Action::None);
         assert_eq!(r.observe(100, FENCED), Action::Fence);
         assert_eq!(r.phase(), Phase::Fenced { since_ms: 100 });
-        assert!(!r.shows_fenced(), "not lost: still the same lifecycle");
+        assert!(
+            matches!(r.phase(), Phase::Fenced { .. }),
+            "not lost: still the same lifecycle, no rejoin"
+        );
         assert_eq!(r.observe(200, FENCED), Action::None);
         assert_eq!(r.observe(300, OK), Action::None);
         assert_eq!(r.phase(), Phase::Serving);
@@ -309,7 +307,7 @@ mod tests {
         let mut r = rejoin();
         assert_eq!(r.observe(100, FENCED), Action::Fence);
         assert_eq!(r.observe(700, LOST), Action::Rejoin);
-        assert!(r.shows_fenced());
+        assert!(matches!(r.phase(), Phase::Rejoining { .. }));
         // While an attempt runs, nothing else starts.
         assert_eq!(r.observe(710, LOST), Action::None);
         let mut now = 800;
@@ -337,7 +335,6 @@ mod tests {
         assert_eq!(r.phase(), Phase::Serving);
         assert_eq!(r.rejoins(), 1);
         assert_eq!(r.fenced_ms(now + 5_000), now - 100, "the spell ended");
-        assert!(!r.shows_fenced());
         // The new lifecycle is observed afresh.
         assert_eq!(r.observe(now, OK), Action::None);
     }

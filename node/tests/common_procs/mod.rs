@@ -181,3 +181,26 @@ pub fn drain_all(hosts: &mut [Host]) {
         assert!(h.wait_exit().success(), "{} exited non-zero", h.rid);
     }
 }
+
+/// `zlink-node load --json --config <config> <args>` with the mesh secret, output piped.
+pub fn load_cmd(config: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["load", "--json", "--config"])
+        .arg(config)
+        .args(args)
+        .env("ZLINK_MESH_SECRET", SECRET)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// The JSON report a finished `zlink-node load --json` printed.
+pub fn load_report(out: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "load printed no report ({e}): {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}

@@ -554,7 +554,7 @@ impl Reactor {
                     // A handshake of the replaced pipe cannot complete any more.
                     e.hello = None;
                     // Dialer: the acceptor's greeting should follow on this pipe; if it does
-                    // not (see `reprobe_silent_pipes`), the pipe is announced again.
+                    // not (see `reprobe_if_silent`), the pipe is announced again.
                     if e.dialing && e.dial_endpoint().is_some() {
                         e.awaiting_greeting = Some((from.clone(), self.now()));
                     }
@@ -1847,33 +1847,30 @@ impl Reactor {
     /// us. The first announcement can be lost when the pipe replaced another of the same
     /// identity — after a cut connection through a proxy, found by the chaos run — and then the
     /// pair never met again.
-    fn reprobe_silent_pipes(&self, now: u64) {
-        let mut peers = self.inner.peers();
-        for e in peers.values_mut() {
-            let Some((zmq_id, since)) = e.awaiting_greeting.clone() else {
-                continue;
-            };
-            if e.conn.is_some() || e.hello.is_some() || !e.dialing {
-                e.awaiting_greeting = None;
-            } else if now.saturating_sub(since) >= REPROBE_AFTER_MS {
-                tracing::debug!(peer = %e.rid, "no greeting on a new pipe: announcing it again");
-                let _ = self
-                    .inner
-                    .pump
-                    .send_control(zmq_id.clone(), vec![Vec::new()]);
-                e.awaiting_greeting = Some((zmq_id, now));
-            }
+    fn reprobe_if_silent(&self, e: &mut PeerEntry, now: u64) {
+        let Some((zmq_id, since)) = e.awaiting_greeting.clone() else {
+            return;
+        };
+        if e.conn.is_some() || e.hello.is_some() || !e.dialing {
+            e.awaiting_greeting = None;
+        } else if now.saturating_sub(since) >= REPROBE_AFTER_MS {
+            tracing::debug!(peer = %e.rid, "no greeting on a new pipe: announcing it again");
+            let _ = self
+                .inner
+                .pump
+                .send_control(zmq_id.clone(), vec![Vec::new()]);
+            e.awaiting_greeting = Some((zmq_id, now));
         }
     }
 
     fn on_tick(&mut self) {
         let now = self.now();
-        self.reprobe_silent_pipes(now);
         let mut dead = Vec::new();
         let mut probes = Vec::new();
         {
             let mut peers = self.inner.peers();
             for e in peers.values_mut() {
+                self.reprobe_if_silent(e, now);
                 let Some(l) = e.liveness.as_mut() else {
                     continue;
                 };
