@@ -2,25 +2,26 @@
 //!
 //! The Kubernetes operator for zlink. It owns the node pods of a mesh itself — not through a
 //! Deployment or StatefulSet — because a rollout must empty an old pod before deleting it: it
-//! calls `Relocate(RollingUpdate, targetVersion)` on the pod's node over the `HostAdmin` gRPC
-//! API, watches the node's status stream until the node reports `SafeToShutdown`, and only then
-//! deletes the pod. Pod deletion by anyone else (node drain, eviction) is covered by a preStop
-//! hook that relocates with `PlannedMaintenance` and by a PodDisruptionBudget.
+//! starts a new-version pod, calls `Relocate(RollingUpdate, targetVersion)` on an old pod's node
+//! over the `HostAdmin` gRPC API, watches the node's status stream until that relocation is
+//! `Completed` and the node reports `SafeToShutdown`, and only then deletes the pod. A pod
+//! deleted by anyone else (node drain, eviction, `kubectl delete`) relocates on SIGTERM
+//! (`Relocate(PlannedMaintenance)` in the node), so no preStop hook is needed; a
+//! PodDisruptionBudget bounds evictions.
 //!
-//! Nothing is implemented yet; this crate doc records the plan so the first issue that touches
-//! the operator starts from it.
+//! ## Layout
 //!
-//! ## Planned layout
+//! - [`crd`] — the `zlink.io/v1alpha1` resources `Mesh` and `Channel`, with their CEL rules;
+//!   `zlink-operator crdgen` writes them to `crds/` and `charts/zlink/crds/` (a test checks
+//!   both copies are current). The operator never installs its own CRDs; the chart does.
+//! - [`planner`] — the rollout planner, a pure function `plan(spec, observed, now)`: no I/O, no
+//!   clock, no memory between calls. It is tested by tables and by properties over generated
+//!   cluster states, with a model-host simulation.
 //!
-//! - `crd` — the custom resource types (the mesh and its channels: desired version, replicas,
-//!   store, timeouts) with their status; the CRD YAML in `crds/` is generated from them by a
-//!   `crdgen` binary and a test checks the checked-in YAML is current. The operator never
-//!   installs its own CRDs; the Helm chart in `charts/zlink/` does.
-//! - `planner` — the rollout planner, a pure state machine: inputs are the desired spec, the
-//!   observed pods and the hosts' reported statuses; the output is the next actions (create a
-//!   pod, ask a host to relocate, delete a pod that is `SafeToShutdown`, wait). It reads no
-//!   clock and does no I/O, so it is tested exhaustively without a cluster.
-//! - `executor` — the thin shell that applies the planner's actions with kube-rs and tonic and
-//!   feeds observations back; idempotent, so a reconcile never depends on why it ran.
-//! - `controller` — the kube-rs controller loop: reconcile through a finalizer, status by
-//!   server-side apply, an error policy with a metric.
+//! Still to come (issue 18): the controller that feeds the planner from the API server and the
+//! nodes' `WatchStatus` streams and applies its actions, the Helm chart, and the process kubelet
+//! the e2e tests run pods under.
+
+pub mod crd;
+pub mod crdgen;
+pub mod planner;
