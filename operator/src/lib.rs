@@ -22,6 +22,10 @@
 //! nodes' `WatchStatus` streams and applies its actions, the Helm chart, and the process kubelet
 //! the e2e tests run pods under.
 
+pub mod controller;
 pub mod crd;
 pub mod crdgen;
+pub mod hosts;
+pub mod observe;
 pub mod planner;
+pub mod pods;

@@ -1,14 +1,20 @@
-//! `zlink-operator`: `crdgen` writes the CRDs (see `zlink_operator::crdgen`).
+//! `zlink-operator`: `run` runs the controller (see `zlink_operator::controller`), `crdgen`
+//! writes the CRDs (see `zlink_operator::crdgen`).
 //!
-//! `run` (the controller) and `check` (the `helm test` probe) come with the controller slice
-//! of issue 18; until then they are refused with exit status 2 and say so.
+//! `check` (the `helm test` probe) and leader election come with the chart slice of issue 18;
+//! until then `check` is refused with exit status 2 and says so, and `run` must be a single
+//! replica.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: zlink-operator crdgen [--root DIR] [--check]\n\
+        "usage: zlink-operator run [--namespace NS] [--admin-port PORT]\n\
+         \x20      zlink-operator crdgen [--root DIR] [--check]\n\
+         \n  run      reconcile every Mesh (of NS only, or ZLINK_OPERATOR_NAMESPACE; default: all\n\
+         \x20          namespaces) with the in-cluster or KUBECONFIG credentials; the nodes' admin\n\
+         \x20          API on PORT (default 7070); stops on SIGTERM or SIGINT\n\
          \n  crdgen   write the CRDs to DIR/crds and DIR/charts/zlink/crds (DIR: the repository\n\
          \x20          root, default the current directory); --check only reports stale files\n\
          \x20          and exits 1 when there are any"
@@ -60,13 +66,81 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             })
         }
-        "run" | "check" => {
-            eprintln!(
-                "zlink-operator {cmd}: not built yet (issue 18: the controller slice); only \
-                 `crdgen` works in this version"
-            );
+        "run" => run(rest),
+        "check" => {
+            eprintln!("zlink-operator {cmd}: not built yet (issue 18: the chart slice)");
             ExitCode::from(2)
         }
         _ => usage(),
     }
+}
+
+fn run(args: &[String]) -> ExitCode {
+    let mut namespace = std::env::var("ZLINK_OPERATOR_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let mut port: u16 = 7070;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match (a.as_str(), it.next()) {
+            ("--namespace", Some(ns)) => namespace = Some(ns.clone()).filter(|s| !s.is_empty()),
+            ("--admin-port", Some(p)) => match p.parse() {
+                Ok(p) => port = p,
+                Err(_) => {
+                    eprintln!("zlink-operator run: --admin-port {p:?} is not a port");
+                    return ExitCode::from(2);
+                }
+            },
+            _ => return usage(),
+        }
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("zlink-operator run: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("zlink-operator run: no Kubernetes credentials: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
+        let hosts = std::sync::Arc::new(zlink_operator::hosts::AdminHosts::new(port, wake_tx));
+        let config = zlink_operator::controller::Config {
+            namespace,
+            ..zlink_operator::controller::Config::default()
+        };
+        tracing::info!(namespace = ?config.namespace, admin_port = port, "zlink-operator running");
+        let ctx = std::sync::Arc::new(zlink_operator::controller::Context::new(
+            client, hosts, config,
+        ));
+        let shutdown = async {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return std::future::pending().await,
+                };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        };
+        zlink_operator::controller::run(ctx, wake_rx, shutdown).await;
+        tracing::info!("zlink-operator stopped");
+        ExitCode::SUCCESS
+    })
 }

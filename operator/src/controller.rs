@@ -1,0 +1,575 @@
+//! The controller (issue 18 item 6): a kube-runtime controller on `Mesh` that owns the node pods
+//! and the PodDisruptionBudget, watches Channels, and is woken by the hosts' status streams
+//! ([`Hosts`]). Each reconcile reads the cluster, asks the pure [`planner`](crate::planner) what
+//! to do, applies it, and writes the status by server-side apply.
+//!
+//! # Guarantees
+//! - It never writes the Mesh spec, and it has no finalizer: ownerReferences and the nodes'
+//!   SIGTERM drain clean up; the Location Store's data is kept.
+//! - The Redis Secret is read with a get only (no list or watch); while it is missing the Mesh
+//!   is requeued every [`Config::store_missing_requeue`] (30 s by default) and nothing is
+//!   created, relocated or deleted.
+//! - Pod deletes carry uid and resourceVersion preconditions; creates use deterministic names,
+//!   so a stale cache gets 409, never a second pod.
+//! - A failed reconcile is retried with a per-Mesh backoff (500 ms doubling to 60 s).
+//!
+//! # Assumptions
+//! The nodes' admin API listens on [`ADMIN_PORT`](crate::pods::ADMIN_PORT) of the pod IP and
+//! accepts the token of the Mesh's admin Secret.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource as _, ResourceExt as _};
+
+use crate::crd::{Channel, Condition, Mesh, MeshStatus, PodReport};
+use crate::hosts::{Hosts, PodAddr, RelocateCall};
+use crate::planner::{self, Action, HostObservation, Plan, RELOCATION_ANNOTATION};
+use crate::{observe, pods};
+
+/// The field manager of everything the operator applies.
+pub const FIELD_MANAGER: &str = "zlink-operator";
+
+/// Controller settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Only this namespace (`None`: every namespace).
+    pub namespace: Option<String>,
+    /// Requeue while the Redis Secret is missing.
+    pub store_missing_requeue: Duration,
+    /// Requeue of a Mesh nothing else wakes.
+    pub resync: Duration,
+    /// The reporting instance in events (the pod name).
+    pub instance: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            store_missing_requeue: Duration::from_secs(30),
+            resync: Duration::from_secs(60),
+            instance: std::env::var("POD_NAME").unwrap_or_else(|_| "zlink-operator".into()),
+        }
+    }
+}
+
+/// A reconcile failure (the API server's error, with what was being done).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct Error {
+    what: String,
+    #[source]
+    source: kube::Error,
+}
+
+fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error { what, source }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    hosts: Arc<dyn Hosts>,
+    recorder: Recorder,
+    config: Config,
+    failures: Mutex<HashMap<ObjectRef<Mesh>, u32>>,
+}
+
+impl Context {
+    /// A context over `client` and `hosts`.
+    pub fn new(client: Client, hosts: Arc<dyn Hosts>, config: Config) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(config.instance.clone()),
+            },
+        );
+        Self {
+            client,
+            hosts,
+            recorder,
+            config,
+            failures: Mutex::default(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(k8s_openapi::jiff::Timestamp::now().as_millisecond()).unwrap_or(0)
+}
+
+/// A random 32-byte secret as 64 hex digits.
+fn random_hex() -> String {
+    use ring::rand::SecureRandom as _;
+    let mut b = [0u8; 32];
+    if ring::rand::SystemRandom::new().fill(&mut b).is_err() {
+        // The OS RNG failing is not recoverable; a fixed value would be a shared secret.
+        panic!("the system random number generator failed");
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Creates the generated Secret `name` with `key` (random) unless it exists.
+async fn ensure_secret(
+    secrets: &Api<Secret>,
+    mesh: &Mesh,
+    name: &str,
+    key: &str,
+) -> Result<(), Error> {
+    if secrets
+        .get_opt(name)
+        .await
+        .map_err(ctx_err(format!("read Secret {name}")))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let s = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(pods::selector_labels(&mesh.name_any())),
+            owner_references: pods::owner(mesh).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        string_data: Some([(key.to_owned(), random_hex())].into()),
+        ..Secret::default()
+    };
+    match secrets.create(&PostParams::default(), &s).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 409) => Ok(()),
+        Err(e) => Err(ctx_err(format!("create Secret {name}"))(e)),
+    }
+}
+
+/// Reads `name`'s `key` (None when the Secret or the key is missing).
+async fn secret_value(
+    secrets: &Api<Secret>,
+    name: &str,
+    key: &str,
+) -> Result<Option<String>, Error> {
+    let s = secrets
+        .get_opt(name)
+        .await
+        .map_err(ctx_err(format!("read Secret {name}")))?;
+    Ok(s.and_then(|s| {
+        s.data
+            .and_then(|d| {
+                d.get(key)
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            })
+            .or_else(|| s.string_data.and_then(|d| d.get(key).cloned()))
+    }))
+}
+
+/// One reconcile of `mesh` (see the module docs).
+///
+/// # Errors
+/// The API server's error for a read or for the status write; single actions that fail are
+/// logged and retried by the next reconcile.
+pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = mesh.namespace().unwrap_or_default();
+    let name = mesh.name_any();
+    let key = ObjectRef::from_obj(&*mesh);
+    if mesh.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let client = &ctx.client;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let meshes: Api<Mesh> = Api::namespaced(client.clone(), &ns);
+    let channels_api: Api<Channel> = Api::namespaced(client.clone(), &ns);
+
+    // The store Secret: a get, never a list or watch.
+    let store = &mesh.spec.location_store.redis_url_secret_ref;
+    let store_ready = secret_value(&secrets, &store.name, &store.key)
+        .await?
+        .is_some_and(|v| !v.trim().is_empty());
+    if store_ready {
+        if mesh.spec.mesh_secret_ref.is_none() {
+            ensure_secret(
+                &secrets,
+                &mesh,
+                &pods::mesh_secret_name(&mesh),
+                pods::MESH_KEY,
+            )
+            .await?;
+        }
+        if mesh.spec.admin_secret_ref.is_none() {
+            ensure_secret(
+                &secrets,
+                &mesh,
+                &pods::admin_secret_name(&mesh),
+                pods::ADMIN_TOKEN_KEY,
+            )
+            .await?;
+        }
+    }
+    let token = secret_value(
+        &secrets,
+        &pods::admin_secret_name(&mesh),
+        pods::ADMIN_TOKEN_KEY,
+    )
+    .await?
+    .unwrap_or_default();
+
+    let all_channels = channels_api
+        .list(&ListParams::default())
+        .await
+        .map_err(ctx_err("list Channels"))?;
+    let (channels, _duplicates) = observe::mesh_channels(&name, &all_channels.items);
+
+    // The PodDisruptionBudget, by server-side apply.
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    pdbs.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&pods::pdb(&mesh)),
+    )
+    .await
+    .map_err(ctx_err("apply the PodDisruptionBudget"))?;
+
+    let listed = pods_api
+        .list(&ListParams::default().labels(&format!("{}={name}", pods::MESH_LABEL)))
+        .await
+        .map_err(ctx_err("list pods"))?;
+    let mesh_uid = mesh.uid();
+    let owned: Vec<&Pod> = listed
+        .items
+        .iter()
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && Some(&o.uid) == mesh_uid.as_ref())
+        })
+        .collect();
+    let mut addrs: HashMap<String, PodAddr> = HashMap::new();
+    let mut observed = planner::Observed::default();
+    for p in &owned {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+        let running = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            });
+        let addr = match (ip, p.metadata.uid.clone()) {
+            (Some(ip), Some(uid)) => Some(PodAddr {
+                mesh: key.clone(),
+                name: p.name_any(),
+                uid,
+                ip,
+            }),
+            _ => None,
+        };
+        let host = match &addr {
+            Some(a) if running && p.metadata.deletion_timestamp.is_none() => {
+                ctx.hosts.observe(a, &token)
+            }
+            _ => HostObservation::Unknown,
+        };
+        if let Some(o) = observe::observed_pod(p, host) {
+            if let Some(a) = addr {
+                addrs.insert(o.name.clone(), a);
+            }
+            observed.pods.push(o);
+        }
+    }
+    let keep: HashSet<String> = observed.pods.iter().map(|p| p.uid.clone()).collect();
+    ctx.hosts.retain(&key, &keep);
+
+    let desired = observe::desired(&mesh, &channels, store_ready);
+    let now = now_ms();
+    let plan = planner::plan(&desired, &observed, now);
+    execute(&ctx, &mesh, &channels, &plan, &addrs, &token, &pods_api).await;
+
+    let status = status_of(&mesh, &desired, &observed, &plan, now);
+    let patch = serde_json::json!({
+        "apiVersion": "zlink.io/v1alpha1",
+        "kind": "Mesh",
+        "status": status,
+    });
+    meshes
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(ctx_err("apply the Mesh status"))?;
+    lock(&ctx.failures).remove(&key);
+
+    let mut after = ctx.config.resync;
+    if !store_ready {
+        after = after.min(ctx.config.store_missing_requeue);
+    }
+    if let Some(at) = plan.requeue_at_ms {
+        after = after.min(Duration::from_millis(at.saturating_sub(now).max(100)));
+    }
+    if !plan.actions.is_empty() {
+        // Something changed: look again soon even if no watch event arrives.
+        after = after.min(Duration::from_secs(2));
+    }
+    Ok(Requeue::requeue(after))
+}
+
+async fn execute(
+    ctx: &Context,
+    mesh: &Mesh,
+    channels: &[(String, i32)],
+    plan: &Plan,
+    addrs: &HashMap<String, PodAddr>,
+    token: &str,
+    pods_api: &Api<Pod>,
+) {
+    let reference = mesh.object_ref(&());
+    for action in &plan.actions {
+        let result = match action {
+            Action::CreatePod { name, revision, .. } => {
+                let pod = pods::node_pod(mesh, channels, name, revision);
+                match pods_api.create(&PostParams::default(), &pod).await {
+                    Err(e) if is_status(&e, 409) => Ok(()),
+                    r => r.map(|_| ()),
+                }
+            }
+            Action::WriteIntent { pod, uid, intent } => {
+                let value = serde_json::to_string(intent).unwrap_or_default();
+                let patch = serde_json::json!({
+                    "metadata": {"uid": uid, "annotations": {RELOCATION_ANNOTATION: value}}
+                });
+                pods_api
+                    .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+            Action::Relocate {
+                pod,
+                id,
+                mode,
+                target_version,
+                deadline_ms,
+                target_rids,
+            } => {
+                if let Some(a) = addrs.get(pod) {
+                    ctx.hosts.relocate(
+                        a,
+                        token,
+                        RelocateCall {
+                            id: id.clone(),
+                            mode: *mode,
+                            target_version: *target_version,
+                            deadline_ms: *deadline_ms,
+                            target_rids: target_rids.clone(),
+                        },
+                    );
+                }
+                Ok(())
+            }
+            Action::DeletePod {
+                pod,
+                uid,
+                resource_version,
+                reason,
+            } => {
+                tracing::info!(pod, ?reason, "deleting a node pod");
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: Some(resource_version.clone()),
+                    }),
+                    ..DeleteParams::default()
+                };
+                match pods_api.delete(pod, &dp).await {
+                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+                    r => r.map(|_| ()),
+                }
+            }
+            Action::Event {
+                warning,
+                reason,
+                message,
+            } => ctx
+                .recorder
+                .publish(
+                    &Event {
+                        type_: if *warning {
+                            EventType::Warning
+                        } else {
+                            EventType::Normal
+                        },
+                        reason: (*reason).into(),
+                        note: Some(message.clone()),
+                        action: "Rollout".into(),
+                        secondary: None,
+                    },
+                    &reference,
+                )
+                .await
+                .map(|_| ()),
+        };
+        if let Err(e) = result {
+            tracing::warn!(mesh = %mesh.name_any(), ?action, error = %e, "an action failed; the next reconcile retries");
+        }
+    }
+}
+
+/// The Mesh status for `plan`, keeping each condition's transition time while its status stays.
+fn status_of(
+    mesh: &Mesh,
+    desired: &planner::Desired,
+    observed: &planner::Observed,
+    plan: &Plan,
+    now: u64,
+) -> MeshStatus {
+    let previous = mesh.status.clone().unwrap_or_default();
+    let generation = mesh.metadata.generation;
+    let stamp = Time(
+        k8s_openapi::jiff::Timestamp::from_millisecond(i64::try_from(now).unwrap_or(0))
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+    );
+    let stamp = serde_json::to_value(&stamp)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned));
+    let conditions = plan
+        .status
+        .conditions
+        .iter()
+        .map(|c| {
+            let status = if c.status { "True" } else { "False" };
+            let since = previous
+                .conditions
+                .iter()
+                .find(|p| p.type_ == c.type_ && p.status == status)
+                .and_then(|p| p.last_transition_time.clone())
+                .or_else(|| stamp.clone());
+            Condition {
+                type_: c.type_.into(),
+                status: status.into(),
+                reason: c.reason.into(),
+                message: c.message.clone(),
+                last_transition_time: since,
+                observed_generation: generation,
+            }
+        })
+        .collect();
+    let live: Vec<&planner::ObservedPod> =
+        observed.pods.iter().filter(|p| !p.terminating).collect();
+    let current_revision = live
+        .iter()
+        .filter(|p| p.revision != desired.revision)
+        .map(|p| p.revision.clone())
+        .min()
+        .unwrap_or_else(|| desired.revision.clone());
+    MeshStatus {
+        observed_generation: generation,
+        conditions,
+        replicas: i32::try_from(plan.status.replicas).unwrap_or(i32::MAX),
+        ready_replicas: i32::try_from(plan.status.ready).unwrap_or(i32::MAX),
+        available_replicas: i32::try_from(plan.status.available).unwrap_or(i32::MAX),
+        updated_replicas: i32::try_from(plan.status.updated).unwrap_or(i32::MAX),
+        selector: pods::selector(&mesh.name_any()),
+        current_revision,
+        update_revision: desired.revision.clone(),
+        current_version: live
+            .iter()
+            .map(|p| i64::try_from(p.version).unwrap_or(i64::MAX))
+            .min(),
+        update_version: Some(mesh.spec.application_version),
+        pods: plan
+            .status
+            .pods
+            .iter()
+            .map(|p| PodReport {
+                name: p.name.clone(),
+                phase: p.phase.into(),
+                rid: p.rid.clone(),
+                objects: p.objects,
+                reason: p.reason.into(),
+            })
+            .collect(),
+    }
+}
+
+/// The error policy: per-Mesh backoff, 500 ms doubling to 60 s.
+pub fn error_policy(mesh: Arc<Mesh>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    let key = ObjectRef::from_obj(&*mesh);
+    let n = {
+        let mut f = lock(&ctx.failures);
+        let n = f.entry(key).or_default();
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay =
+        Duration::from_millis(500u64.saturating_mul(1 << n.min(7))).min(Duration::from_secs(60));
+    tracing::warn!(mesh = %mesh.name_any(), %error, failures = n, ?delay, "reconcile failed");
+    Requeue::requeue(delay)
+}
+
+/// Runs the controller until `shutdown` resolves. `wake` carries the hosts' change
+/// notifications (the receiving end of the sender given to [`crate::hosts::AdminHosts`]).
+pub async fn run(
+    ctx: Arc<Context>,
+    wake: impl futures::Stream<Item = ObjectRef<Mesh>> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let ns = ctx.config.namespace.clone();
+    let api = |c: &Client| -> (Api<Mesh>, Api<Pod>, Api<PodDisruptionBudget>, Api<Channel>) {
+        match &ns {
+            Some(ns) => (
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+                Api::namespaced(c.clone(), ns),
+            ),
+            None => (
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+            ),
+        }
+    };
+    let (meshes, pods_api, pdbs, channels) = api(&client);
+    let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=zlink-operator");
+    Controller::new(meshes, watcher::Config::default())
+        .owns(pods_api, owned.clone())
+        .owns(pdbs, owned)
+        .watches(channels, watcher::Config::default(), |c: Channel| {
+            let ns = c.namespace().unwrap_or_default();
+            Some(ObjectRef::<Mesh>::new(&c.spec.mesh_ref).within(&ns))
+        })
+        .reconcile_on(wake)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
