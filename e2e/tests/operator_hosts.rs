@@ -132,6 +132,15 @@ async fn status_streams_wake_the_mesh_and_a_relocate_reaches_the_host_once() -> 
         .context("wake channel closed")?;
     ensure!(woken == ObjectRef::<Mesh>::new("game").within("ns"));
 
+    // A channel weight goes to the host and shows in its next status.
+    hosts.set_channel_weight(&a, TOKEN, "chat", 9);
+    until("chat weight 9 on a", || {
+        hosts
+            .channel_weights(&a)
+            .filter(|w| w.get("chat") == Some(&9))
+    })
+    .await?;
+
     let call = RelocateCall {
         id: "uid-a-1".into(),
         mode: Mode::RollingUpdate,

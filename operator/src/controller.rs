@@ -87,6 +87,7 @@ pub struct Context {
     recorder: Recorder,
     config: Config,
     failures: Mutex<HashMap<ObjectRef<Mesh>, u32>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl Context {
@@ -105,6 +106,15 @@ impl Context {
             recorder,
             config,
             failures: Mutex::default(),
+            shutdown: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Resolves once [`run`] was asked to stop.
+    fn shutdown_signal(&self) -> impl std::future::Future<Output = ()> + Send + Sync + 'static {
+        let mut rx = self.shutdown.subscribe();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
         }
     }
 }
@@ -307,7 +317,29 @@ pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Er
     let plan = planner::plan(&desired, &observed, now);
     execute(&ctx, &mesh, &channels, &plan, &addrs, &token, &pods_api).await;
 
-    let status = status_of(&mesh, &desired, &observed, &plan, now);
+    // Channel weights on every serving node, re-applied on drift.
+    let serving: Vec<(String, std::collections::BTreeMap<String, u32>)> = observed
+        .pods
+        .iter()
+        .filter(|p| {
+            !p.terminating
+                && matches!(&p.host, HostObservation::Status(v) if v.state == planner::HostState::Serving)
+        })
+        .filter_map(|p| {
+            let a = addrs.get(&p.name)?;
+            Some((p.name.clone(), ctx.hosts.channel_weights(a)?))
+        })
+        .collect();
+    let (calls, channel_report) = crate::channels::reconcile_weights(&channels, &serving);
+    for c in calls {
+        if let Some(a) = addrs.get(&c.pod) {
+            ctx.hosts
+                .set_channel_weight(a, &token, &c.channel, c.weight);
+        }
+    }
+
+    let mut status = status_of(&mesh, &desired, &observed, &plan, now);
+    status.channels = channel_report;
     let patch = serde_json::json!({
         "apiVersion": "zlink.io/v1alpha1",
         "kind": "Mesh",
@@ -447,35 +479,15 @@ fn status_of(
 ) -> MeshStatus {
     let previous = mesh.status.clone().unwrap_or_default();
     let generation = mesh.metadata.generation;
-    let stamp = Time(
-        k8s_openapi::jiff::Timestamp::from_millisecond(i64::try_from(now).unwrap_or(0))
-            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+    let conditions = with_times(
+        &previous.conditions,
+        plan.status
+            .conditions
+            .iter()
+            .map(|c| (c.type_, c.status, c.reason, c.message.clone())),
+        generation,
+        now,
     );
-    let stamp = serde_json::to_value(&stamp)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned));
-    let conditions = plan
-        .status
-        .conditions
-        .iter()
-        .map(|c| {
-            let status = if c.status { "True" } else { "False" };
-            let since = previous
-                .conditions
-                .iter()
-                .find(|p| p.type_ == c.type_ && p.status == status)
-                .and_then(|p| p.last_transition_time.clone())
-                .or_else(|| stamp.clone());
-            Condition {
-                type_: c.type_.into(),
-                status: status.into(),
-                reason: c.reason.into(),
-                message: c.message.clone(),
-                last_transition_time: since,
-                observed_generation: generation,
-            }
-        })
-        .collect();
     let live: Vec<&planner::ObservedPod> =
         observed.pods.iter().filter(|p| !p.terminating).collect();
     let current_revision = live
@@ -511,7 +523,186 @@ fn status_of(
                 reason: p.reason.into(),
             })
             .collect(),
+        channels: Vec::new(),
     }
+}
+
+/// Conditions from (type, status, reason, message), each keeping its last transition time from
+/// `previous` while its status stays.
+fn with_times(
+    previous: &[Condition],
+    next: impl Iterator<Item = (&'static str, bool, &'static str, String)>,
+    generation: Option<i64>,
+    now: u64,
+) -> Vec<Condition> {
+    let stamp = k8s_openapi::jiff::Timestamp::from_millisecond(i64::try_from(now).unwrap_or(0))
+        .ok()
+        .and_then(|t| serde_json::to_value(Time(t)).ok())
+        .and_then(|v| v.as_str().map(str::to_owned));
+    next.map(|(type_, status, reason, message)| {
+        let status = if status { "True" } else { "False" };
+        let since = previous
+            .iter()
+            .find(|p| p.type_ == type_ && p.status == status)
+            .and_then(|p| p.last_transition_time.clone())
+            .or_else(|| stamp.clone());
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: since,
+            observed_generation: generation,
+        }
+    })
+    .collect()
+}
+
+/// One reconcile of a Channel: `Accepted` (its Mesh exists and no older Channel names the same
+/// channel) and `Applied` (every serving node of the Mesh runs its weight, as the Mesh status
+/// reports). The Mesh reconcile does the applying.
+///
+/// # Errors
+/// The API server's error for a read or for the status write.
+pub async fn reconcile_channel(ch: Arc<Channel>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = ch.namespace().unwrap_or_default();
+    let name = ch.name_any();
+    let meshes: Api<Mesh> = Api::namespaced(ctx.client.clone(), &ns);
+    let channels: Api<Channel> = Api::namespaced(ctx.client.clone(), &ns);
+    let mesh = meshes
+        .get_opt(&ch.spec.mesh_ref)
+        .await
+        .map_err(ctx_err("read the Channel's Mesh"))?;
+    let mut applied_nodes = 0;
+    let (accepted, applied) = match &mesh {
+        None => (
+            (
+                false,
+                "MeshNotFound",
+                format!("no Mesh {} in namespace {ns}", ch.spec.mesh_ref),
+            ),
+            (false, "MeshNotFound", String::new()),
+        ),
+        Some(m) => {
+            let all = channels
+                .list(&ListParams::default())
+                .await
+                .map_err(ctx_err("list Channels"))?;
+            let (_, dups) = observe::mesh_channels(&m.name_any(), &all.items);
+            if dups.contains(&name) {
+                (
+                    (
+                        false,
+                        "DuplicateChannel",
+                        format!(
+                            "an older Channel already names channel {} of Mesh {}",
+                            ch.spec.channel_name, ch.spec.mesh_ref
+                        ),
+                    ),
+                    (false, "DuplicateChannel", String::new()),
+                )
+            } else {
+                let report = m
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.channels.iter().find(|c| c.name == ch.spec.channel_name));
+                let applied = match report {
+                    Some(r)
+                        if r.weight == ch.spec.weight
+                            && r.nodes > 0
+                            && r.applied_nodes == r.nodes =>
+                    {
+                        applied_nodes = r.applied_nodes;
+                        (
+                            true,
+                            "Applied",
+                            format!("{} nodes run weight {}", r.nodes, r.weight),
+                        )
+                    }
+                    Some(r) => {
+                        applied_nodes = if r.weight == ch.spec.weight {
+                            r.applied_nodes
+                        } else {
+                            0
+                        };
+                        (
+                            false,
+                            "Pending",
+                            format!(
+                                "{applied_nodes} of {} nodes run weight {}",
+                                r.nodes, ch.spec.weight
+                            ),
+                        )
+                    }
+                    None => (
+                        false,
+                        "Pending",
+                        "the Mesh has not reported this channel yet".into(),
+                    ),
+                };
+                ((true, "Accepted", String::new()), applied)
+            }
+        }
+    };
+    let previous = ch.status.clone().unwrap_or_default();
+    let was_accepted = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Accepted")
+        .map(|c| (c.status == "True", c.reason.clone()));
+    if !accepted.0 && was_accepted != Some((false, accepted.1.to_owned())) {
+        let _ = ctx
+            .recorder
+            .publish(
+                &Event {
+                    type_: EventType::Warning,
+                    reason: accepted.1.into(),
+                    note: Some(accepted.2.clone()),
+                    action: "Accept".into(),
+                    secondary: None,
+                },
+                &ch.object_ref(&()),
+            )
+            .await;
+    }
+    let done = applied.0;
+    let conditions = with_times(
+        &previous.conditions,
+        [
+            ("Accepted", accepted.0, accepted.1, accepted.2),
+            ("Applied", applied.0, applied.1, applied.2),
+        ]
+        .into_iter(),
+        ch.metadata.generation,
+        now_ms(),
+    );
+    let status = crate::crd::ChannelStatus {
+        observed_generation: ch.metadata.generation,
+        conditions,
+        applied_nodes,
+    };
+    channels
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&serde_json::json!({
+                "apiVersion": "zlink.io/v1alpha1",
+                "kind": "Channel",
+                "status": status,
+            })),
+        )
+        .await
+        .map_err(ctx_err("apply the Channel status"))?;
+    Ok(Requeue::requeue(if done {
+        ctx.config.resync
+    } else {
+        Duration::from_secs(1)
+    }))
+}
+
+fn channel_error_policy(ch: Arc<Channel>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(channel = %ch.name_any(), %error, "channel reconcile failed");
+    Requeue::requeue(Duration::from_secs(5))
 }
 
 /// The error policy: per-Mesh backoff, 500 ms doubling to 60 s.
@@ -555,8 +746,16 @@ pub async fn run(
         }
     };
     let (meshes, pods_api, pdbs, channels) = api(&client);
+    let channel_controller = Controller::new(channels.clone(), watcher::Config::default())
+        .graceful_shutdown_on(ctx.shutdown_signal())
+        .run(reconcile_channel, channel_error_policy, Arc::clone(&ctx))
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "channel controller event");
+            }
+        });
     let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=zlink-operator");
-    Controller::new(meshes, watcher::Config::default())
+    let mesh_controller = Controller::new(meshes, watcher::Config::default())
         .owns(pods_api, owned.clone())
         .owns(pdbs, owned)
         .watches(channels, watcher::Config::default(), |c: Channel| {
@@ -564,12 +763,17 @@ pub async fn run(
             Some(ObjectRef::<Mesh>::new(&c.spec.mesh_ref).within(&ns))
         })
         .reconcile_on(wake)
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .graceful_shutdown_on(ctx.shutdown_signal())
+        .run(reconcile, error_policy, Arc::clone(&ctx))
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    let stop = Arc::clone(&ctx);
+    let trigger = async move {
+        shutdown.await;
+        stop.shutdown.send_replace(true);
+    };
+    futures::join!(mesh_controller, channel_controller, trigger);
 }

@@ -403,6 +403,23 @@ pub struct MeshStatus {
     /// One entry per node pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<PodReport>,
+    /// Each channel of the mesh and how many nodes run its weight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelReport>,
+}
+
+/// One channel as the mesh's nodes report it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelReport {
+    /// The channel's name.
+    pub name: String,
+    /// The weight of the Channel spec.
+    pub weight: i32,
+    /// Serving nodes whose reported weight equals it.
+    pub applied_nodes: i32,
+    /// Serving nodes.
+    pub nodes: i32,
 }
 
 /// A status condition (the shape of `metav1.Condition`).

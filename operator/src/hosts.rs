@@ -12,7 +12,7 @@
 //! `AuthFailed` for `UNAUTHENTICATED` / `PERMISSION_DENIED`) until it reconnects (250 ms doubling
 //! to 5 s). A failed `Relocate` is logged; the planner asks again on its next reconcile.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,6 +62,11 @@ pub trait Hosts: Send + Sync + 'static {
     fn relocate(&self, pod: &PodAddr, token: &str, call: RelocateCall);
     /// Stops watching the pods of `mesh` whose uid is not in `keep`.
     fn retain(&self, mesh: &ObjectRef<Mesh>, keep: &HashSet<String>);
+    /// The channel weights `pod`'s host last reported (None without a status).
+    fn channel_weights(&self, pod: &PodAddr) -> Option<BTreeMap<String, u32>>;
+    /// Asks `pod`'s host to set `channel`'s weight; returns at once (the new weight shows in
+    /// [`Hosts::channel_weights`]).
+    fn set_channel_weight(&self, pod: &PodAddr, token: &str, channel: &str, weight: u32);
 }
 
 #[derive(Default)]
@@ -273,6 +278,46 @@ impl Hosts for AdminHosts {
                 Err(s) => tracing::warn!(%url, id = %call.id, error = %s, "Relocate failed"),
             }
             lock(&in_flight).remove(&call.id);
+            let _ = wake.unbounded_send(mesh);
+        });
+    }
+
+    fn channel_weights(&self, pod: &PodAddr) -> Option<BTreeMap<String, u32>> {
+        let w = lock(&self.watches);
+        let s = w.get(&pod.uid)?.status.as_ref()?;
+        Some(
+            s.channels
+                .iter()
+                .map(|c| (c.channel.clone(), c.weight))
+                .collect(),
+        )
+    }
+
+    fn set_channel_weight(&self, pod: &PodAddr, token: &str, channel: &str, weight: u32) {
+        let key = format!("{}/{channel}/{weight}", pod.uid);
+        if !lock(&self.in_flight).insert(key.clone()) {
+            return;
+        }
+        let url = format!("http://{}:{}", pod.ip, self.port);
+        let (token, channel, mesh) = (token.to_owned(), channel.to_owned(), pod.mesh.clone());
+        let (in_flight, wake) = (Arc::clone(&self.in_flight), self.wake.clone());
+        tokio::spawn(async move {
+            let result = async {
+                let mut c = client(&url, &token).await?;
+                c.set_channel_weight(proto::SetChannelWeightRequest {
+                    channel: channel.clone(),
+                    weight,
+                })
+                .await
+            }
+            .await;
+            match result {
+                Ok(_) => tracing::info!(%url, %channel, weight, "channel weight set"),
+                Err(s) => {
+                    tracing::warn!(%url, %channel, weight, error = %s, "SetChannelWeight failed")
+                }
+            }
+            lock(&in_flight).remove(&key);
             let _ = wake.unbounded_send(mesh);
         });
     }

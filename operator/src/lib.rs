@@ -22,6 +22,7 @@
 //! nodes' `WatchStatus` streams and applies its actions, the Helm chart, and the process kubelet
 //! the e2e tests run pods under.
 
+pub mod channels;
 pub mod controller;
 pub mod crd;
 pub mod crdgen;

@@ -100,6 +100,7 @@ pub struct FakeHost {
     pub safe: bool,
     pub alive: bool,
     pub unsupported: bool,
+    pub channels: BTreeMap<String, u32>,
 }
 
 /// Stands in for the nodes' HostAdmin API behind the controller's `Hosts` trait: each pod's
@@ -125,7 +126,14 @@ impl ScriptedHosts {
     }
 
     /// A host starts serving for pod `uid`.
-    fn start(&self, uid: &str, name: &str, version: u64, objects: u64) {
+    fn start(
+        &self,
+        uid: &str,
+        name: &str,
+        version: u64,
+        objects: u64,
+        channels: BTreeMap<String, u32>,
+    ) {
         Self::lock(&self.hosts).insert(
             uid.into(),
             FakeHost {
@@ -138,6 +146,7 @@ impl ScriptedHosts {
                 safe: true,
                 alive: true,
                 unsupported: false,
+                channels,
             },
         );
         self.wake_all();
@@ -276,6 +285,23 @@ impl Hosts for Scripted {
     }
 
     fn retain(&self, _mesh: &ObjectRef<Mesh>, _keep: &HashSet<String>) {}
+
+    fn channel_weights(&self, pod: &PodAddr) -> Option<BTreeMap<String, u32>> {
+        ScriptedHosts::lock(&self.0.hosts)
+            .get(&pod.uid)
+            .filter(|h| h.alive)
+            .map(|h| h.channels.clone())
+    }
+
+    fn set_channel_weight(&self, pod: &PodAddr, _token: &str, channel: &str, weight: u32) {
+        if let Some(w) = ScriptedHosts::lock(&self.0.hosts)
+            .get_mut(&pod.uid)
+            .and_then(|h| h.channels.get_mut(channel))
+        {
+            *w = weight;
+        }
+        self.0.wake_all();
+    }
 }
 
 /// Stands in for a kubelet (see the module docs): gives every new pod an IP, a running node
@@ -316,7 +342,24 @@ pub async fn test_kubelet(pods: Api<Pod>, hosts: Arc<ScriptedHosts>, objects_per
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(0);
                     let objects = if version == 1 { objects_per_v1_pod } else { 0 };
-                    hosts.start(&uid, &name, version, objects);
+                    // The channels the pod was given (ZLINK_MESH_CHANNELS name:role:weight).
+                    let channels = p
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.containers.first())
+                        .and_then(|c| c.env.as_ref())
+                        .and_then(|e| e.iter().find(|v| v.name == "ZLINK_MESH_CHANNELS"))
+                        .and_then(|v| v.value.clone())
+                        .unwrap_or_default()
+                        .split(',')
+                        .filter_map(|item| {
+                            let mut parts = item.split(':');
+                            let name = parts.next().filter(|n| !n.is_empty())?;
+                            let weight = parts.nth(1)?.parse().ok()?;
+                            Some((name.to_owned(), weight))
+                        })
+                        .collect();
+                    hosts.start(&uid, &name, version, objects, channels);
                     started.insert(uid);
                 }
             }
@@ -576,6 +619,25 @@ impl Harness {
             .collect();
         names.sort();
         Ok(names)
+    }
+
+    /// Sets `channel`'s weight on every live host directly (drift, as a person might cause).
+    pub fn drift(&self, channel: &str, weight: u32) {
+        for h in ScriptedHosts::lock(&self.hosts.hosts).values_mut() {
+            if let Some(w) = h.channels.get_mut(channel) {
+                *w = weight;
+            }
+        }
+        self.hosts.wake_all();
+    }
+
+    /// Each live host's weight of `channel`, by pod name.
+    pub fn weights(&self, channel: &str) -> BTreeMap<String, u32> {
+        ScriptedHosts::lock(&self.hosts.hosts)
+            .values()
+            .filter(|h| h.alive)
+            .filter_map(|h| Some((h.name.clone(), *h.channels.get(channel)?)))
+            .collect()
     }
 
     /// Relocate ids by pod uid.
