@@ -777,3 +777,28 @@ pub async fn run(
     };
     futures::join!(mesh_controller, channel_controller, trigger);
 }
+
+/// The `helm test` probe (`zlink-operator check`): the credentials reach the API server, the
+/// CRDs are served, and Meshes and Channels can be listed in `namespace` (`None`: everywhere).
+///
+/// # Errors
+/// A message naming what failed.
+pub async fn check(client: Client, namespace: Option<&str>) -> Result<String, String> {
+    let (meshes, channels): (Api<Mesh>, Api<Channel>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
+    let lp = ListParams::default().limit(1);
+    let where_ = namespace.unwrap_or("every namespace");
+    meshes.list(&lp).await.map_err(|e| {
+        format!("cannot list Meshes in {where_} (are the CRDs installed, and is the operator's Role bound?): {e}")
+    })?;
+    channels
+        .list(&lp)
+        .await
+        .map_err(|e| format!("cannot list Channels in {where_}: {e}"))?;
+    Ok(format!("ok: Meshes and Channels readable in {where_}"))
+}

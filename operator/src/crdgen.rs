@@ -32,6 +32,85 @@ pub fn render() -> anyhow::Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// Makes a JSON schema strict, as kubeconform's `-strict` expects of a "standalone-strict"
+/// schema: every object schema that lists its properties and says nothing about others gets
+/// `additionalProperties: false`, recursively.
+pub fn strict(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    match schema {
+        Value::Object(m) => {
+            let has_props = m.get("properties").is_some_and(Value::is_object);
+            let preserve = m
+                .get("x-kubernetes-preserve-unknown-fields")
+                .is_some_and(|v| v == &Value::Bool(true));
+            if has_props && !preserve && !m.contains_key("additionalProperties") {
+                m.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for v in m.values_mut() {
+                strict(v);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strict),
+        _ => {}
+    }
+}
+
+/// The kubeconform schemas of the CRDs as (file name, schema): `<kind>-<group prefix>-<version>.json`
+/// (kubeconform's `{{ .ResourceKind }}{{ .KindSuffix }}.json`), strict, with `apiVersion`,
+/// `kind` and `metadata` added so whole manifests validate.
+///
+/// # Errors
+/// A CRD without a schema (a bug).
+pub fn kubeconform_schemas() -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let mut out = Vec::new();
+    for crd in [Mesh::crd(), Channel::crd()] {
+        let kind = crd.spec.names.kind.clone();
+        let group = crd.spec.group.clone();
+        for v in &crd.spec.versions {
+            let schema = v
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .context("a CRD version without a schema")?;
+            let mut schema = serde_json::to_value(schema)?;
+            if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+                props.insert(
+                    "apiVersion".into(),
+                    serde_json::json!({"type": "string", "enum": [format!("{group}/{}", v.name)]}),
+                );
+                props.insert(
+                    "kind".into(),
+                    serde_json::json!({"type": "string", "enum": [kind.clone()]}),
+                );
+                props.insert("metadata".into(), serde_json::json!({"type": "object"}));
+            }
+            strict(&mut schema);
+            let prefix = group.split('.').next().unwrap_or_default();
+            out.push((
+                format!("{}-{prefix}-{}.json", kind.to_lowercase(), v.name),
+                schema,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Writes [`kubeconform_schemas`] into `dir`; returns the files written.
+///
+/// # Errors
+/// A directory or file that cannot be written.
+pub fn write_kubeconform(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let mut written = Vec::new();
+    for (name, schema) in kubeconform_schemas()? {
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_vec_pretty(&schema)?)
+            .with_context(|| format!("write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 /// Writes every CRD into each of [`CRD_DIRS`] under `root`; returns the files written.
 ///
 /// # Errors

@@ -1,9 +1,9 @@
 //! `zlink-operator`: `run` runs the controller (see `zlink_operator::controller`), `crdgen`
 //! writes the CRDs (see `zlink_operator::crdgen`).
 //!
-//! `check` (the `helm test` probe) and leader election come with the chart slice of issue 18;
-//! until then `check` is refused with exit status 2 and says so, and `run` must be a single
-//! replica.
+//! `check` is the chart's `helm test` probe: the credentials reach the API server, the CRDs
+//! are served, and the operator may list Meshes and Channels where it watches. Leader election
+//! is not built yet: `run` must be a single replica (the chart runs one).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,13 +11,15 @@ use std::process::ExitCode;
 fn usage() -> ExitCode {
     eprintln!(
         "usage: zlink-operator run [--namespace NS] [--admin-port PORT]\n\
-         \x20      zlink-operator crdgen [--root DIR] [--check]\n\
+         \x20      zlink-operator check\n\
+         \x20      zlink-operator crdgen [--root DIR] [--check | --kubeconform SCHEMA_DIR]\n\
          \n  run      reconcile every Mesh (of NS only, or ZLINK_OPERATOR_NAMESPACE; default: all\n\
          \x20          namespaces) with the in-cluster or KUBECONFIG credentials; the nodes' admin\n\
          \x20          API on PORT (default 7070); stops on SIGTERM or SIGINT\n\
          \n  crdgen   write the CRDs to DIR/crds and DIR/charts/zlink/crds (DIR: the repository\n\
          \x20          root, default the current directory); --check only reports stale files\n\
-         \x20          and exits 1 when there are any"
+         \x20          and exits 1 when there are any; --kubeconform writes the CRDs'\n\
+         \x20          kubeconform schemas (<kind>-zlink-<version>.json, strict) to SCHEMA_DIR"
     );
     ExitCode::from(2)
 }
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
         "crdgen" => {
             let mut root = PathBuf::from(".");
             let mut check = false;
+            let mut kubeconform: Option<PathBuf> = None;
             let mut it = rest.iter();
             while let Some(a) = it.next() {
                 match a.as_str() {
@@ -39,10 +42,21 @@ fn main() -> ExitCode {
                         None => return usage(),
                     },
                     "--check" => check = true,
+                    "--kubeconform" => match it.next() {
+                        Some(dir) => kubeconform = Some(PathBuf::from(dir)),
+                        None => return usage(),
+                    },
                     _ => return usage(),
                 }
             }
-            let result = if check {
+            let result = if let Some(dir) = kubeconform {
+                zlink_operator::crdgen::write_kubeconform(&dir).map(|written| {
+                    for p in &written {
+                        println!("wrote {}", p.display());
+                    }
+                    ExitCode::SUCCESS
+                })
+            } else if check {
                 zlink_operator::crdgen::stale(&root).map(|stale| {
                     for p in &stale {
                         eprintln!("stale: {} (run `zlink-operator crdgen`)", p.display());
@@ -67,12 +81,44 @@ fn main() -> ExitCode {
             })
         }
         "run" => run(rest),
-        "check" => {
-            eprintln!("zlink-operator {cmd}: not built yet (issue 18: the chart slice)");
-            ExitCode::from(2)
-        }
+        "check" if rest.is_empty() => check(),
         _ => usage(),
     }
+}
+
+fn check() -> ExitCode {
+    let namespace = std::env::var("ZLINK_OPERATOR_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("zlink-operator check: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let client = match kube::Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("zlink-operator check: no Kubernetes credentials: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match zlink_operator::controller::check(client, namespace.as_deref()).await {
+            Ok(msg) => {
+                println!("zlink-operator check: {msg}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("zlink-operator check: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 fn run(args: &[String]) -> ExitCode {
