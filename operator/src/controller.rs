@@ -1,6 +1,6 @@
 //! The controller (issue 18 item 6): a kube-runtime controller on `Mesh` that owns the node pods
 //! and the PodDisruptionBudget, watches Channels, and is woken by the hosts' status streams
-//! ([`Hosts`]). Each reconcile reads the cluster, asks the pure [`planner`](crate::planner) what
+//! ([`Hosts`]). Each reconcile reads the cluster, asks the pure [`planner`] what
 //! to do, applies it, and writes the status by server-side apply.
 //!
 //! # Guarantees

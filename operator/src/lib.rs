@@ -18,9 +18,14 @@
 //!   clock, no memory between calls. It is tested by tables and by properties over generated
 //!   cluster states, with a model-host simulation.
 //!
-//! Still to come (issue 18): the controller that feeds the planner from the API server and the
-//! nodes' `WatchStatus` streams and applies its actions, the Helm chart, and the process kubelet
-//! the e2e tests run pods under.
+//! - [`controller`] — the kube-runtime controllers (Mesh, Channel): read the cluster and the
+//!   hosts, ask the planner, apply its actions, write the status by server-side apply.
+//! - [`pods`] / [`observe`] / [`channels`] — pure builders and conversions: node pods and the
+//!   PDB from the spec, cluster objects to planner inputs, channel-weight drift.
+//! - [`hosts`] — the nodes' HostAdmin API behind a trait (`AdminHosts` over gRPC).
+//!
+//! Still to come (issue 18): leader election, `/metrics`, and the process kubelet the e2e tests
+//! will run real pods under. See `docs/operator.md`.
 
 pub mod channels;
 pub mod controller;
