@@ -27,3 +27,4 @@
 pub mod fault_proxy;
 pub mod history;
 pub mod k8s;
+pub mod kubelet;
