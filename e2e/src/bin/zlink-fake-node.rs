@@ -12,11 +12,15 @@
 //! - `ZLINK_ADMIN_TOKEN_FILE` or `ZLINK_ADMIN_TOKEN`: the bearer token (required).
 //! - `ZLINK_APPLICATION_VERSION` (default 1), `ZLINK_MESH_RID_PREFIX` or `POD_NAME` (the RID is
 //!   `<prefix>-<random>` per process, like a node's per lifecycle).
-//! - `ZLINK_FAKE_SCRIPT`: `succeed` (default), `fail`, `hang`, `never-safe`, `crash`, `silent`,
+//!
+//! The test knobs are `FAKE_NODE_*`, outside the operator's `ZLINK_*` names, so a Mesh's
+//! `template.env` can set them:
+//!
+//! - `FAKE_NODE_SCRIPT`: `succeed` (default), `fail`, `hang`, `never-safe`, `crash`, `silent`,
 //!   `unimplemented` — what a `Relocate` does.
-//! - `ZLINK_FAKE_OBJECTS` (default 0), `ZLINK_FAKE_STEP_MS` (default 200: the relocation time,
+//! - `FAKE_NODE_OBJECTS` (default 0), `FAKE_NODE_STEP_MS` (default 200: the relocation time,
 //!   and again until SafeToShutdown).
-//! - `ZLINK_FAKE_DIR`: a directory shared by the fakes of one test; each writes a file named by
+//! - `FAKE_NODE_DIR`: a directory shared by the fakes of one test; each writes a file named by
 //!   its RID while it runs, and reports every other file as a Ready peer.
 //!
 //! `GET /calls` (HTTP) answers `{"<relocation id>": <Relocate calls>}`. SIGTERM removes the
@@ -305,25 +309,25 @@ async fn run() -> anyhow::Result<()> {
     }
     .trim()
     .to_owned();
-    let script_name = env("ZLINK_FAKE_SCRIPT").unwrap_or_default();
-    let script = Script::parse(&script_name)
-        .with_context(|| format!("ZLINK_FAKE_SCRIPT {script_name:?}"))?;
+    let script_name = env("FAKE_NODE_SCRIPT").unwrap_or_default();
+    let script =
+        Script::parse(&script_name).with_context(|| format!("FAKE_NODE_SCRIPT {script_name:?}"))?;
     let version: u64 = env("ZLINK_APPLICATION_VERSION")
         .map_or(Ok(1), |v| v.parse())
         .context("ZLINK_APPLICATION_VERSION")?;
-    let objects: u64 = env("ZLINK_FAKE_OBJECTS")
+    let objects: u64 = env("FAKE_NODE_OBJECTS")
         .map_or(Ok(0), |v| v.parse())
-        .context("ZLINK_FAKE_OBJECTS")?;
+        .context("FAKE_NODE_OBJECTS")?;
     let step = Duration::from_millis(
-        env("ZLINK_FAKE_STEP_MS")
+        env("FAKE_NODE_STEP_MS")
             .map_or(Ok(200), |v| v.parse())
-            .context("ZLINK_FAKE_STEP_MS")?,
+            .context("FAKE_NODE_STEP_MS")?,
     );
     let prefix = env("ZLINK_MESH_RID_PREFIX")
         .or_else(|| env("POD_NAME"))
         .unwrap_or_else(|| "fake".into());
     let rid = format!("{prefix}-{}", random_suffix());
-    let dir = env("ZLINK_FAKE_DIR").map(PathBuf::from);
+    let dir = env("FAKE_NODE_DIR").map(PathBuf::from);
 
     let (status, _) = watch::channel(HostStatus {
         state: proto::HostState::Serving as i32,
