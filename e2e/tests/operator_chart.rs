@@ -293,6 +293,7 @@ async fn the_chart_lints_renders_validates_and_applies() -> anyhow::Result<()> {
         ("get", "", "secrets"),
         ("create", "policy", "poddisruptionbudgets"),
         ("create", "events.k8s.io", "events"),
+        ("update", "coordination.k8s.io", "leases"),
     ] {
         ensure!(
             may(verb, group, resource, true).await?,
@@ -307,6 +308,7 @@ async fn the_chart_lints_renders_validates_and_applies() -> anyhow::Result<()> {
         ("list", "*", "*", true),
         ("update", "zlink.io", "meshes", true),
         ("list", "zlink.io", "meshes", false),
+        ("delete", "coordination.k8s.io", "leases", true),
     ] {
         ensure!(
             !may(verb, group, resource, in_ns).await?,

@@ -23,15 +23,16 @@
 //! - [`pods`] / [`observe`] / [`channels`] — pure builders and conversions: node pods and the
 //!   PDB from the spec, cluster objects to planner inputs, channel-weight drift.
 //! - [`hosts`] — the nodes' HostAdmin API behind a trait (`AdminHosts` over gRPC).
+//! - [`leader`] — leader election on a Lease (a pure elector and its shell).
 //!
-//! Still to come (issue 18): leader election, `/metrics`, and the process kubelet the e2e tests
-//! will run real pods under. See `docs/operator.md`.
+//! Still to come (issue 18): `/metrics` and JSON logs. See `docs/operator.md`.
 
 pub mod channels;
 pub mod controller;
 pub mod crd;
 pub mod crdgen;
 pub mod hosts;
+pub mod leader;
 pub mod observe;
 pub mod planner;
 pub mod pods;

@@ -170,22 +170,68 @@ fn run(args: &[String]) -> ExitCode {
             namespace,
             ..zlink_operator::controller::Config::default()
         };
-        tracing::info!(namespace = ?config.namespace, admin_port = port, "zlink-operator running");
-        let ctx = std::sync::Arc::new(zlink_operator::controller::Context::new(
-            client, hosts, config,
-        ));
-        let shutdown = async {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return std::future::pending().await,
-                };
+        let signal = async {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
             tokio::select! {
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}
             }
         };
+        let mut signal = Box::pin(signal);
+        // Leader election (ZLINK_OPERATOR_LEADER_ELECTION=false turns it off): one controller
+        // at a time over the Lease `zlink-operator` in the operator's own namespace.
+        let elect = std::env::var("ZLINK_OPERATOR_LEADER_ELECTION").map_or(true, |v| v != "false");
+        let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut elector_task = None;
+        if elect {
+            let lease_ns = std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+                .or_else(|| config.namespace.clone())
+                .unwrap_or_else(|| "default".into());
+            let identity = config.instance.clone();
+            let mut le = zlink_operator::leader::LeaderElection::new(
+                kube::Api::namespaced(client.clone(), &lease_ns),
+                "zlink-operator",
+                &identity,
+                zlink_operator::leader::Timings::default(),
+            );
+            tracing::info!(lease_ns = %lease_ns, %identity, "waiting for the leader Lease");
+            if !le.acquire(&mut signal).await {
+                return ExitCode::SUCCESS;
+            }
+            elector_task = Some(tokio::spawn(async move {
+                tokio::select! {
+                    () = le.keep() => { let _ = lost_tx.send(()); }
+                    _ = release_rx => le.release().await,
+                }
+            }));
+        } else {
+            drop(lost_tx);
+        }
+        tracing::info!(namespace = ?config.namespace, admin_port = port, "zlink-operator running");
+        let ctx = std::sync::Arc::new(zlink_operator::controller::Context::new(client, hosts, config));
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lost_flag = std::sync::Arc::clone(&lost);
+        let shutdown = async move {
+            tokio::select! {
+                () = signal => {}
+                r = lost_rx => if r.is_ok() { lost_flag.store(true, std::sync::atomic::Ordering::SeqCst) } else { std::future::pending::<()>().await },
+            }
+        };
         zlink_operator::controller::run(ctx, wake_rx, shutdown).await;
+        if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::error!("zlink-operator stopped: the leader Lease was lost");
+            return ExitCode::FAILURE;
+        }
+        let _ = release_tx.send(());
+        if let Some(t) = elector_task {
+            let _ = t.await;
+        }
         tracing::info!("zlink-operator stopped");
         ExitCode::SUCCESS
     })
