@@ -71,6 +71,17 @@ impl Objects {
         Ok(())
     }
 
+    /// Whether incarnation `generation` of `key` is still being created or activated (its
+    /// slot exists and is not Ready yet: a cold activation's first message may not be in its
+    /// queue yet).
+    pub(crate) fn is_creating(&self, key: &AuthorityKey, generation: u64) -> bool {
+        let mut inner = self.lock();
+        inner
+            .table
+            .slot_of(key, generation)
+            .is_ok_and(|s| s.state() == SlotState::Creating)
+    }
+
     /// Dispatch an item (temporary queue, then seal, then queue); wakes the executor when the
     /// item joined its queue.
     pub(crate) fn dispatch(&self, key: &AuthorityKey, lane: Lane, work: Work) -> Dispatched<Work> {

@@ -199,6 +199,16 @@ impl<S: ObjectStore> Inner<S> {
             authority_owner_generation: aog,
             owner_lease_generation: lease.lease_generation,
         };
+        // An object whose cold activation has not dispatched its first message yet is not idle
+        // (issue 17 item 3): sealing now would put the first message behind the intake, which
+        // cannot take it (a one-way first message would be lost). Wait for the activation.
+        while self.objects.is_creating(&key, generation) {
+            if Instant::now() >= deadline {
+                let _ = report.send(stayed(StayReason::Deadline));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         // Joins, leaves, closes and destroys of this object wait until the move ends (they
         // would write its authority, which only the target may change now); they then find it
         // moved (stale) or back.
