@@ -100,6 +100,19 @@ async fn a_version_bump_relocates_each_old_pod_once_and_deletes_it_only_when_saf
     // Every object moved to the new pods.
     let objects = h.hosts.objects();
     ensure!(objects.values().sum::<u64>() == 20, "objects {objects:?}");
+    // The controller's metrics saw it all.
+    let m = h.metrics.as_ref().context("metrics")?;
+    ensure!(m.actions("create_pod", true) >= 4, "{}", m.encode());
+    ensure!(
+        m.actions("write_intent", true) >= 2 && m.actions("relocate", true) >= 2,
+        "{}",
+        m.encode()
+    );
+    ensure!(m.actions("delete_pod", true) == 2, "{}", m.encode());
+    ensure!(
+        m.encode()
+            .contains("zlink_operator_reconciles_total{controller=\"mesh\",result=\"ok\"}")
+    );
     eprintln!("rollout: deleted {deleted:?}; ids {ids:?}; objects now {objects:?}");
     Ok(())
 }

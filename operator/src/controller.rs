@@ -88,6 +88,7 @@ pub struct Context {
     config: Config,
     failures: Mutex<HashMap<ObjectRef<Mesh>, u32>>,
     shutdown: tokio::sync::watch::Sender<bool>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Context {
@@ -107,7 +108,13 @@ impl Context {
             config,
             failures: Mutex::default(),
             shutdown: tokio::sync::watch::Sender::new(false),
+            metrics: Arc::default(),
         }
+    }
+
+    /// The operator's metrics (served at `/metrics` by `zlink-operator run`).
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.metrics
     }
 
     /// Resolves once [`run`] was asked to stop.
@@ -335,6 +342,7 @@ pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Er
         if let Some(a) = addrs.get(&c.pod) {
             ctx.hosts
                 .set_channel_weight(a, &token, &c.channel, c.weight);
+            ctx.metrics.acted("set_weight", true);
         }
     }
 
@@ -463,6 +471,14 @@ async fn execute(
                 .await
                 .map(|_| ()),
         };
+        let name = match action {
+            Action::CreatePod { .. } => "create_pod",
+            Action::WriteIntent { .. } => "write_intent",
+            Action::Relocate { .. } => "relocate",
+            Action::DeletePod { .. } => "delete_pod",
+            Action::Event { .. } => "event",
+        };
+        ctx.metrics.acted(name, result.is_ok());
         if let Err(e) = result {
             tracing::warn!(mesh = %mesh.name_any(), ?action, error = %e, "an action failed; the next reconcile retries");
         }
@@ -748,7 +764,15 @@ pub async fn run(
     let (meshes, pods_api, pdbs, channels) = api(&client);
     let channel_controller = Controller::new(channels.clone(), watcher::Config::default())
         .graceful_shutdown_on(ctx.shutdown_signal())
-        .run(reconcile_channel, channel_error_policy, Arc::clone(&ctx))
+        .run(
+            |ch, ctx: Arc<Context>| async move {
+                let r = reconcile_channel(ch, Arc::clone(&ctx)).await;
+                ctx.metrics.reconciled("channel", r.is_ok());
+                r
+            },
+            channel_error_policy,
+            Arc::clone(&ctx),
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "channel controller event");
@@ -764,7 +788,15 @@ pub async fn run(
         })
         .reconcile_on(wake)
         .graceful_shutdown_on(ctx.shutdown_signal())
-        .run(reconcile, error_policy, Arc::clone(&ctx))
+        .run(
+            |mesh, ctx: Arc<Context>| async move {
+                let r = reconcile(mesh, Arc::clone(&ctx)).await;
+                ctx.metrics.reconciled("mesh", r.is_ok());
+                r
+            },
+            error_policy,
+            Arc::clone(&ctx),
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "controller event");

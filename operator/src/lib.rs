@@ -33,6 +33,7 @@ pub mod crd;
 pub mod crdgen;
 pub mod hosts;
 pub mod leader;
+pub mod metrics;
 pub mod observe;
 pub mod planner;
 pub mod pods;

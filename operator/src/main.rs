@@ -10,12 +10,13 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: zlink-operator run [--namespace NS] [--admin-port PORT]\n\
+        "usage: zlink-operator run [--namespace NS] [--admin-port PORT] [--metrics-listen ADDR]\n\
          \x20      zlink-operator check\n\
          \x20      zlink-operator crdgen [--root DIR] [--check | --kubeconform SCHEMA_DIR]\n\
          \n  run      reconcile every Mesh (of NS only, or ZLINK_OPERATOR_NAMESPACE; default: all\n\
          \x20          namespaces) with the in-cluster or KUBECONFIG credentials; the nodes' admin\n\
-         \x20          API on PORT (default 7070); stops on SIGTERM or SIGINT\n\
+         \x20          API on PORT (default 7070); /metrics and /healthz on ADDR (default\n\
+         \x20          0.0.0.0:8080, or ZLINK_OPERATOR_METRICS_LISTEN); stops on SIGTERM or SIGINT\n\
          \n  crdgen   write the CRDs to DIR/crds and DIR/charts/zlink/crds (DIR: the repository\n\
          \x20          root, default the current directory); --check only reports stale files\n\
          \x20          and exits 1 when there are any; --kubeconform writes the CRDs'\n\
@@ -126,9 +127,14 @@ fn run(args: &[String]) -> ExitCode {
         .ok()
         .filter(|s| !s.is_empty());
     let mut port: u16 = 7070;
+    let mut metrics_listen = std::env::var("ZLINK_OPERATOR_METRICS_LISTEN")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "0.0.0.0:8080".into());
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match (a.as_str(), it.next()) {
+            ("--metrics-listen", Some(addr)) => metrics_listen.clone_from(addr),
             ("--namespace", Some(ns)) => namespace = Some(ns.clone()).filter(|s| !s.is_empty()),
             ("--admin-port", Some(p)) => match p.parse() {
                 Ok(p) => port = p,
@@ -140,12 +146,21 @@ fn run(args: &[String]) -> ExitCode {
             _ => return usage(),
         }
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    let Ok(metrics_addr) = metrics_listen.parse::<std::net::SocketAddr>() else {
+        eprintln!("zlink-operator run: --metrics-listen {metrics_listen:?} is not host:port");
+        return ExitCode::from(2);
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // ZLINK_LOG_FORMAT=json: one JSON object per line (the chart's default).
+    if std::env::var("ZLINK_LOG_FORMAT").is_ok_and(|v| v == "json") {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -181,6 +196,33 @@ fn run(args: &[String]) -> ExitCode {
             }
         };
         let mut signal = Box::pin(signal);
+        let ctx = std::sync::Arc::new(zlink_operator::controller::Context::new(client.clone(), hosts, config.clone()));
+        let metrics = std::sync::Arc::clone(ctx.metrics());
+        let app = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let text = metrics.encode();
+                    async move {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                            text,
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok" }));
+        match tokio::net::TcpListener::bind(metrics_addr).await {
+            Ok(l) => {
+                tokio::spawn(async move {
+                    let _ = axum::serve(l, app).await;
+                });
+            }
+            Err(e) => {
+                eprintln!("zlink-operator run: cannot listen on {metrics_addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
         // Leader election (ZLINK_OPERATOR_LEADER_ELECTION=false turns it off): one controller
         // at a time over the Lease `zlink-operator` in the operator's own namespace.
         let elect = std::env::var("ZLINK_OPERATOR_LEADER_ELECTION").map_or(true, |v| v != "false");
@@ -213,8 +255,8 @@ fn run(args: &[String]) -> ExitCode {
         } else {
             drop(lost_tx);
         }
-        tracing::info!(namespace = ?config.namespace, admin_port = port, "zlink-operator running");
-        let ctx = std::sync::Arc::new(zlink_operator::controller::Context::new(client, hosts, config));
+        ctx.metrics().leader.set(1);
+        tracing::info!(namespace = ?config.namespace, admin_port = port, %metrics_addr, "zlink-operator running");
         let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let lost_flag = std::sync::Arc::clone(&lost);
         let shutdown = async move {

@@ -453,6 +453,8 @@ pub struct Harness {
         tokio::task::JoinHandle<()>,
     )>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The metrics of the running controller.
+    pub metrics: Option<Arc<zlink_operator::metrics::Metrics>>,
 }
 
 impl Drop for Harness {
@@ -505,6 +507,7 @@ impl Harness {
             report,
             controller: None,
             tasks,
+            metrics: None,
         };
         h.start_controller();
         Ok(Some(h))
@@ -524,6 +527,7 @@ impl Harness {
                 instance: "e2e".into(),
             },
         ));
+        self.metrics = Some(Arc::clone(ctx.metrics()));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(controller::run(ctx, wake_rx, async move {
             let _ = stop_rx.await;
