@@ -202,8 +202,22 @@ async fn unimplemented_a_wrong_token_and_nothing_listening_are_typed() -> anyhow
         (hosts.observe(&nobody, TOKEN) == HostObservation::Unreachable).then_some(())
     })
     .await?;
-    // A pod gone from the mesh is no longer watched: a later look starts afresh.
+    // Pods gone from the mesh are no longer watched: a later look starts afresh (no status
+    // yet), while a kept pod keeps its stream.
+    until("c serving again with the right token", || {
+        status(hosts.observe(&c, TOKEN))
+    })
+    .await?;
     hosts.retain(&c.mesh, &HashSet::from([c.uid.clone()]));
+    ensure!(
+        matches!(hosts.observe(&c, TOKEN), HostObservation::Status(_)),
+        "a kept pod lost its stream"
+    );
+    hosts.retain(&c.mesh, &HashSet::new());
+    ensure!(
+        hosts.observe(&c, TOKEN) == HostObservation::Unknown,
+        "a forgotten pod kept its stream"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

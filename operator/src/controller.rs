@@ -149,21 +149,18 @@ fn random_hex() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Creates the generated Secret `name` with `key` (random) unless it exists.
+/// The value of `key` in Secret `name`, creating the Secret with a random value first when it
+/// does not exist (a lost create race reads the winner's).
 async fn ensure_secret(
     secrets: &Api<Secret>,
     mesh: &Mesh,
     name: &str,
     key: &str,
-) -> Result<(), Error> {
-    if secrets
-        .get_opt(name)
-        .await
-        .map_err(ctx_err(format!("read Secret {name}")))?
-        .is_some()
-    {
-        return Ok(());
+) -> Result<Option<String>, Error> {
+    if let Some(v) = secret_value(secrets, name, key).await? {
+        return Ok(Some(v));
     }
+    let value = random_hex();
     let s = Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -171,12 +168,12 @@ async fn ensure_secret(
             owner_references: pods::owner(mesh).map(|o| vec![o]),
             ..ObjectMeta::default()
         },
-        string_data: Some([(key.to_owned(), random_hex())].into()),
+        string_data: Some([(key.to_owned(), value.clone())].into()),
         ..Secret::default()
     };
     match secrets.create(&PostParams::default(), &s).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_status(&e, 409) => Ok(()),
+        Ok(_) => Ok(Some(value)),
+        Err(e) if is_status(&e, 409) => secret_value(secrets, name, key).await,
         Err(e) => Err(ctx_err(format!("create Secret {name}"))(e)),
     }
 }
@@ -224,33 +221,22 @@ pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Er
     let store_ready = secret_value(&secrets, &store.name, &store.key)
         .await?
         .is_some_and(|v| !v.trim().is_empty());
-    if store_ready {
-        if mesh.spec.mesh_secret_ref.is_none() {
-            ensure_secret(
-                &secrets,
-                &mesh,
-                &pods::mesh_secret_name(&mesh),
-                pods::MESH_KEY,
-            )
-            .await?;
-        }
-        if mesh.spec.admin_secret_ref.is_none() {
-            ensure_secret(
-                &secrets,
-                &mesh,
-                &pods::admin_secret_name(&mesh),
-                pods::ADMIN_TOKEN_KEY,
-            )
-            .await?;
-        }
+    let admin = pods::admin_secret_name(&mesh);
+    let token = if store_ready && mesh.spec.admin_secret_ref.is_none() {
+        ensure_secret(&secrets, &mesh, &admin, pods::ADMIN_TOKEN_KEY).await?
+    } else {
+        secret_value(&secrets, &admin, pods::ADMIN_TOKEN_KEY).await?
     }
-    let token = secret_value(
-        &secrets,
-        &pods::admin_secret_name(&mesh),
-        pods::ADMIN_TOKEN_KEY,
-    )
-    .await?
     .unwrap_or_default();
+    if store_ready && mesh.spec.mesh_secret_ref.is_none() {
+        ensure_secret(
+            &secrets,
+            &mesh,
+            &pods::mesh_secret_name(&mesh),
+            pods::MESH_KEY,
+        )
+        .await?;
+    }
 
     let all_channels = channels_api
         .list(&ListParams::default())
@@ -285,36 +271,22 @@ pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Er
     let mut addrs: HashMap<String, PodAddr> = HashMap::new();
     let mut observed = planner::Observed::default();
     for p in &owned {
-        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
-        let running = p
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-            });
-        let addr = match (ip, p.metadata.uid.clone()) {
-            (Some(ip), Some(uid)) => Some(PodAddr {
+        let Some(mut o) = observe::observed_pod(p, HostObservation::Unknown) else {
+            continue;
+        };
+        if let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+            let a = PodAddr {
                 mesh: key.clone(),
-                name: p.name_any(),
-                uid,
+                name: o.name.clone(),
+                uid: o.uid.clone(),
                 ip,
-            }),
-            _ => None,
-        };
-        let host = match &addr {
-            Some(a) if running && p.metadata.deletion_timestamp.is_none() => {
-                ctx.hosts.observe(a, &token)
+            };
+            if o.container_running && !o.terminating {
+                o.host = ctx.hosts.observe(&a, &token);
             }
-            _ => HostObservation::Unknown,
-        };
-        if let Some(o) = observe::observed_pod(p, host) {
-            if let Some(a) = addr {
-                addrs.insert(o.name.clone(), a);
-            }
-            observed.pods.push(o);
+            addrs.insert(o.name.clone(), a);
         }
+        observed.pods.push(o);
     }
     let keep: HashSet<String> = observed.pods.iter().map(|p| p.uid.clone()).collect();
     ctx.hosts.retain(&key, &keep);

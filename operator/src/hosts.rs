@@ -132,11 +132,18 @@ impl AdminHosts {
                             _ => HostObservation::Unreachable,
                         };
                         tracing::debug!(%url, error = %status, "host status stream failed");
-                        let changed = lock(&watches).get_mut(&uid).is_some_and(|w| {
-                            let changed = w.error.as_ref() != Some(&obs);
-                            w.error = Some(obs);
-                            changed
-                        });
+                        let (changed, was_streaming) =
+                            lock(&watches).get_mut(&uid).map_or((false, false), |w| {
+                                // A stream that delivered statuses before it broke starts
+                                // the backoff afresh.
+                                let streaming = w.error.is_none() && w.status.is_some();
+                                let changed = w.error.as_ref() != Some(&obs);
+                                w.error = Some(obs);
+                                (changed, streaming)
+                            });
+                        if was_streaming {
+                            backoff = Duration::from_millis(250);
+                        }
                         if changed {
                             let _ = wake.unbounded_send(mesh.clone());
                         }

@@ -95,6 +95,25 @@ fn field(pod: &Pod, path: &str, src: &Sources) -> Result<String, ConfigError> {
     })
 }
 
+/// Key `key` of object `name` in `objects` (a Secret's or ConfigMap's data): `None` when it is
+/// missing and `optional`.
+fn key_ref(
+    objects: &BTreeMap<String, BTreeMap<String, String>>,
+    what: &str,
+    name: &str,
+    key: &str,
+    optional: Option<bool>,
+    env: &str,
+) -> Result<Option<String>, ConfigError> {
+    match objects.get(name).and_then(|o| o.get(key)) {
+        Some(v) => Ok(Some(v.clone())),
+        None if optional.unwrap_or(false) => Ok(None),
+        None => Err(ConfigError(format!(
+            "{what} {name:?} key {key:?} not found (env {env})"
+        ))),
+    }
+}
+
 /// The environment of a container with `env` in `pod`, in order.
 ///
 /// # Errors
@@ -114,37 +133,16 @@ pub fn resolve(
                 if let Some(f) = &from.field_ref {
                     Some(field(pod, &f.field_path, src)?)
                 } else if let Some(k) = &from.secret_key_ref {
-                    let v = src
-                        .secrets
-                        .get(&k.name)
-                        .and_then(|s| s.get(&k.key))
-                        .cloned();
-                    match (v, k.optional.unwrap_or(false)) {
-                        (Some(v), _) => Some(v),
-                        (None, true) => None,
-                        (None, false) => {
-                            return Err(ConfigError(format!(
-                                "secret {:?} key {:?} not found (env {})",
-                                k.name, k.key, e.name
-                            )));
-                        }
-                    }
+                    key_ref(&src.secrets, "secret", &k.name, &k.key, k.optional, &e.name)?
                 } else if let Some(k) = &from.config_map_key_ref {
-                    let v = src
-                        .config_maps
-                        .get(&k.name)
-                        .and_then(|s| s.get(&k.key))
-                        .cloned();
-                    match (v, k.optional.unwrap_or(false)) {
-                        (Some(v), _) => Some(v),
-                        (None, true) => None,
-                        (None, false) => {
-                            return Err(ConfigError(format!(
-                                "configmap {:?} key {:?} not found (env {})",
-                                k.name, k.key, e.name
-                            )));
-                        }
-                    }
+                    key_ref(
+                        &src.config_maps,
+                        "configmap",
+                        &k.name,
+                        &k.key,
+                        k.optional,
+                        &e.name,
+                    )?
                 } else {
                     return Err(ConfigError(format!(
                         "env {}: only fieldRef, secretKeyRef and configMapKeyRef are supported",

@@ -295,7 +295,7 @@ struct Status {
 }
 
 impl Status {
-    fn to_json(&self, p: &Pod, c: &Container, started_at: &str) -> serde_json::Value {
+    fn to_json(&self, c: &Container, started_at: &str) -> serde_json::Value {
         let t = now();
         let cond = |ty: &str, ok: bool| json!({"type": ty, "status": if ok { "True" } else { "False" }, "lastTransitionTime": t});
         let mut cs = json!({
@@ -330,7 +330,6 @@ impl Status {
             status["reason"] = json!(reason);
             status["message"] = json!(message);
         }
-        let _ = p;
         json!({"status": status})
     }
 }
@@ -648,7 +647,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
             "Unsupported".into(),
             format!("the process kubelet does not support {why}"),
         ));
-        patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+        patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
         let _ = stop.wait_for(Option::is_some).await;
         final_delete(&pods).await;
         return;
@@ -672,7 +671,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
                     "ImagePullBackOff",
                     &format!("image {image:?} is not in the process kubelet's table"),
                 );
-                patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+                patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
                 let _ = tokio::time::timeout(Duration::from_secs(1), stop.changed()).await;
                 continue;
             };
@@ -682,7 +681,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
             Ok(v) => v,
             Err(e) => {
                 st.state = waiting("CreateContainerConfigError", &e.0);
-                patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+                patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
                 let _ = tokio::time::timeout(Duration::from_secs(1), stop.changed()).await;
                 if stop.borrow().is_some() {
                     final_delete(&pods).await;
@@ -721,7 +720,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
             Ok(ch) => ch,
             Err(e) => {
                 st.state = waiting("RunContainerError", &e.to_string());
-                patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+                patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
                 let _ = tokio::time::timeout(backoff, stop.changed()).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
@@ -731,7 +730,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
         st.ip.clone_from(&ip);
         st.started = true;
         st.state = json!({"running": {"startedAt": now()}});
-        patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+        patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
         let readiness = probe_target(&c, true);
         let liveness = probe_target(&c, false);
         let mut next_ready = tokio::time::Instant::now();
@@ -765,7 +764,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
                 };
                 if ready != st.ready {
                     st.ready = ready;
-                    patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+                    patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
                 }
             }
             if let Some((port, path, period, threshold)) = &liveness
@@ -794,7 +793,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
         if !again {
             st.phase = if exit == 0 { "Succeeded" } else { "Failed" };
             st.state = st.last.clone().unwrap_or_default();
-            patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+            patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
             let _ = stop.wait_for(Option::is_some).await;
             final_delete(&pods).await;
             return;
@@ -807,7 +806,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
                 backoff.as_millis()
             ),
         );
-        patch_status(&pods, &name, &st.to_json(&p, &c, &started_at)).await;
+        patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
         let _ = tokio::time::timeout(backoff, stop.changed()).await;
         backoff = (backoff * 2).min(Duration::from_secs(10));
         if stop.borrow().is_some() {
