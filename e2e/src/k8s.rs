@@ -5,9 +5,14 @@
 //! its own namespace with [`ControlPlane::namespace`], so tests in one binary run in parallel
 //! without seeing each other's objects.
 //!
-//! The control plane is an API server only: no scheduler, controller-manager or kubelet. Pods
-//! are stored but stay `Pending`; namespaces never finish deleting; nothing garbage-collects
-//! owned objects. `docs/testing.md` lists what that means for tests.
+//! That shared control plane is an API server only: no scheduler, controller-manager or kubelet.
+//! Pods are stored but stay `Pending`; namespaces never finish deleting; nothing
+//! garbage-collects owned objects. `docs/testing.md` lists what that means for tests.
+//!
+//! Tests that need the rest take [`full_control_plane`] (shared per test binary, with
+//! kube-controller-manager, kube-scheduler and an audit log), or a control plane of their own
+//! with [`own_control_plane`] when they disturb it (restarting the apiserver, say). They are not
+//! in the API-only plane because tests share it across namespaces and were written for it.
 //!
 //! # When the tools are missing
 //! The binaries come from `scripts/k8s-tools`, which builds them from Go modules once (about
@@ -24,7 +29,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,10 +44,36 @@ use kube::{Client, Config};
 pub struct ControlPlane {
     kubeconfig: PathBuf,
     env: HashMap<String, String>,
-    /// Holds `scripts/k8s-env` and the write end of its stdin. The process is never waited
-    /// for: when the test binary exits the pipe closes, and the script stops etcd and
-    /// kube-apiserver and deletes its directory.
-    _process: Option<Mutex<(Child, ChildStdin)>>,
+    /// Holds `scripts/k8s-env`, the write end of its stdin and its stdout. A shared control plane
+    /// is never waited for: when the test binary exits the pipe closes, and the script stops
+    /// its processes and deletes its directory. An owned one ([`own_control_plane`]) is stopped
+    /// and waited for when dropped.
+    process: Option<Mutex<Script>>,
+}
+
+/// A running `scripts/k8s-env`.
+struct Script {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// What a control plane runs besides etcd and kube-apiserver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// kube-controller-manager and kube-scheduler (`ZLINK_K8S_COMPONENTS`): garbage collection,
+    /// Deployments, ReplicaSets, ServiceAccounts, namespace deletion, PDB status, scheduling.
+    pub controllers: bool,
+    /// An audit log (`ZLINK_K8S_AUDIT_LOG`), read with [`ControlPlane::audit_events`].
+    pub audit_log: bool,
+}
+
+impl Options {
+    /// Everything: controllers, scheduler and the audit log.
+    pub const FULL: Self = Self {
+        controllers: true,
+        audit_log: true,
+    };
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -56,6 +87,7 @@ impl std::fmt::Debug for ControlPlane {
 
 /// The outcome of the first start, shared: a failure is reported to every test, not retried.
 static CONTROL_PLANE: OnceLock<Result<Option<ControlPlane>, String>> = OnceLock::new();
+static FULL_CONTROL_PLANE: OnceLock<Result<Option<ControlPlane>, String>> = OnceLock::new();
 static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Returns the control plane of this test binary, starting it on first use.
@@ -64,10 +96,33 @@ static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 /// not required to run (neither `CI=true` nor `ZLINK_K8S_REQUIRED=1`). Panics when the control
 /// plane is required but cannot be built or started.
 pub fn control_plane() -> Option<&'static ControlPlane> {
-    match CONTROL_PLANE.get_or_init(|| start().map_err(|error| format!("{error:#}"))) {
+    match CONTROL_PLANE.get_or_init(|| start(Options::default()).map_err(|e| format!("{e:#}"))) {
         Ok(plane) => plane.as_ref(),
         Err(error) => panic!("could not start the Kubernetes control plane: {error}"),
     }
+}
+
+/// Like [`control_plane`], with kube-controller-manager, kube-scheduler and an audit log
+/// ([`Options::FULL`]); one per test binary, shared by the tests that ask for it.
+pub fn full_control_plane() -> Option<&'static ControlPlane> {
+    match FULL_CONTROL_PLANE.get_or_init(|| start(Options::FULL).map_err(|e| format!("{e:#}"))) {
+        Ok(plane) => plane.as_ref(),
+        Err(error) => panic!("could not start the Kubernetes control plane: {error}"),
+    }
+}
+
+/// A control plane for the calling test alone (for tests that restart or break it), stopped when
+/// dropped. `Ok(None)` under the same condition as [`control_plane`]. It blocks while the control
+/// plane starts (a few seconds).
+///
+/// # Errors
+/// When it cannot be started; with `ZLINK_E2E_KUBECONFIG` set, since an external cluster cannot
+/// be owned.
+pub fn own_control_plane(options: Options) -> anyhow::Result<Option<ControlPlane>> {
+    if std::env::var_os("ZLINK_E2E_KUBECONFIG").is_some() {
+        bail!("a control plane of its own cannot be made from ZLINK_E2E_KUBECONFIG's cluster");
+    }
+    start(options)
 }
 
 /// Whether a missing control plane fails the test rather than skipping it.
@@ -94,7 +149,7 @@ fn notice(message: &str) {
     let _ = writeln!(stderr, "zlink-e2e: {message}");
 }
 
-fn start() -> anyhow::Result<Option<ControlPlane>> {
+fn start(options: Options) -> anyhow::Result<Option<ControlPlane>> {
     if let Some(path) = std::env::var_os("ZLINK_E2E_KUBECONFIG") {
         let kubeconfig = PathBuf::from(path);
         notice(&format!(
@@ -104,7 +159,7 @@ fn start() -> anyhow::Result<Option<ControlPlane>> {
         return Ok(Some(ControlPlane {
             kubeconfig,
             env: HashMap::new(),
-            _process: None,
+            process: None,
         }));
     }
 
@@ -129,7 +184,19 @@ fn start() -> anyhow::Result<Option<ControlPlane>> {
     }
 
     let script = root.join("scripts/k8s-env");
-    let mut child = Command::new(&script)
+    let components = if options.controllers {
+        "controller-manager,scheduler"
+    } else {
+        "none"
+    };
+    let mut command = Command::new(&script);
+    command.env("ZLINK_K8S_COMPONENTS", components);
+    if options.audit_log {
+        command.env("ZLINK_K8S_AUDIT_LOG", "1");
+    } else {
+        command.env_remove("ZLINK_K8S_AUDIT_LOG");
+    }
+    let mut child = command
         .current_dir(&root)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -139,17 +206,27 @@ fn start() -> anyhow::Result<Option<ControlPlane>> {
     let stdin = child.stdin.take().context("no stdin pipe")?;
     let stdout = child.stdout.take().context("no stdout pipe")?;
 
+    let mut stdout = BufReader::new(stdout);
     let mut env = HashMap::new();
     let mut ready = false;
-    for line in BufReader::new(stdout).lines() {
-        let line = line.context("reading the output of scripts/k8s-env")?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stdout
+            .read_line(&mut line)
+            .context("reading the output of scripts/k8s-env")?
+            == 0
+        {
+            break;
+        }
+        let line = line.trim_end();
         if line == "ZLINK_K8S_READY=1" {
             ready = true;
             break;
         }
-        let assignment = line.strip_prefix("export ").unwrap_or(&line);
+        let assignment = line.strip_prefix("export ").unwrap_or(line);
         if let Some((key, value)) = assignment.split_once('=') {
-            env.insert(key.to_owned(), value.to_owned());
+            env.insert(key.to_owned(), unquote(value));
         }
     }
     if !ready {
@@ -166,8 +243,39 @@ fn start() -> anyhow::Result<Option<ControlPlane>> {
     Ok(Some(ControlPlane {
         kubeconfig,
         env,
-        _process: Some(Mutex::new((child, stdin))),
+        process: Some(Mutex::new(Script {
+            child,
+            stdin: Some(stdin),
+            stdout,
+        })),
     }))
+}
+
+/// Undoes bash's `printf %q` for the values k8s-env prints (paths, URLs, lists): `\x` → `x`.
+fn unquote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(process) = self.process.take() {
+            let mut script = process.into_inner().unwrap_or_else(|p| p.into_inner());
+            // End of stdin: the script stops its processes and removes its directory.
+            drop(script.stdin.take());
+            let _ = script.child.wait();
+        }
+    }
 }
 
 impl ControlPlane {
@@ -182,6 +290,66 @@ impl ControlPlane {
         &self.env
     }
 
+    /// The audit log file, when this control plane writes one ([`Options::audit_log`]).
+    pub fn audit_log(&self) -> Option<PathBuf> {
+        self.env.get("ZLINK_K8S_AUDIT_LOG").map(PathBuf::from)
+    }
+
+    /// The audit events written so far (one JSON object per line; a torn last line is skipped).
+    ///
+    /// # Errors
+    /// When there is no audit log or it cannot be read.
+    pub fn audit_events(&self) -> anyhow::Result<Vec<serde_json::Value>> {
+        let path = self
+            .audit_log()
+            .context("this control plane writes no audit log (Options::audit_log)")?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the audit log {}", path.display()))?;
+        Ok(text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
+    }
+
+    /// Stops kube-apiserver (SIGTERM) and starts it again on the same port and etcd, returning
+    /// once it is ready. Clients reconnect on their own. This blocks for a few seconds: from an
+    /// async test, call it through `tokio::task::block_in_place` on a multi-threaded runtime.
+    ///
+    /// # Errors
+    /// For an external cluster, or when the script fails to bring it back.
+    pub fn restart_apiserver(&self) -> anyhow::Result<()> {
+        let process = self
+            .process
+            .as_ref()
+            .context("an external cluster (ZLINK_E2E_KUBECONFIG) cannot be restarted")?;
+        let mut script = process.lock().unwrap_or_else(|p| p.into_inner());
+        let stdin = script
+            .stdin
+            .as_mut()
+            .context("the control plane is stopping")?;
+        writeln!(stdin, "restart kube-apiserver").context("writing to scripts/k8s-env")?;
+        stdin.flush().context("writing to scripts/k8s-env")?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if script
+                .stdout
+                .read_line(&mut line)
+                .context("reading scripts/k8s-env")?
+                == 0
+            {
+                bail!("scripts/k8s-env exited while restarting kube-apiserver (its log is above)");
+            }
+            match line.trim_end() {
+                "ZLINK_K8S_RESTARTED=1" => return Ok(()),
+                other if other.starts_with("ZLINK_K8S_ERROR=") => {
+                    bail!("scripts/k8s-env: {other}")
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// A client for the admin user, bound to the calling tokio runtime (each `#[tokio::test]`
     /// has its own runtime, so make one per test).
     pub async fn client(&self) -> anyhow::Result<Client> {
@@ -194,8 +362,8 @@ impl ControlPlane {
     }
 
     /// Creates a fresh namespace for one test, named `<hint>-<n>-<random>`, with the `default`
-    /// service account that the (absent) controller-manager would have created, so pods can be
-    /// admitted.
+    /// service account (made here when no controller-manager runs, or before it gets to it), so
+    /// pods can be admitted at once.
     pub async fn namespace(&self, hint: &str) -> anyhow::Result<TestNamespace> {
         let client = self.client().await?;
         let name = namespace_name(hint);
@@ -214,10 +382,14 @@ impl ControlPlane {
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
         let mut account = ServiceAccount::default();
         account.metadata.name = Some("default".to_owned());
-        accounts
-            .create(&PostParams::default(), &account)
-            .await
-            .with_context(|| format!("creating service account {name}/default"))?;
+        match accounts.create(&PostParams::default(), &account).await {
+            Ok(_) => {}
+            // The controller-manager's ServiceAccount controller was first.
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating service account {name}/default"));
+            }
+        }
         Ok(TestNamespace { name, client })
     }
 }

@@ -3,8 +3,9 @@
 //! runtime. It stands in for a kubelet only; nothing of it ships.
 //!
 //! - **Nodes**: `nodes` fake Nodes, Ready, with Leases renewed in `kube-node-lease`.
-//! - **Scheduling**: until kube-scheduler is part of the test control plane, pods without a
-//!   `nodeName` are bound round-robin to its Nodes (`bind_unscheduled`).
+//! - **Scheduling**: on a control plane without kube-scheduler (`k8s::control_plane()`), pods
+//!   without a `nodeName` are bound round-robin to its Nodes (`bind_unscheduled`); with one
+//!   (`k8s::full_control_plane()`), leave that off and the scheduler binds them.
 //! - **Network**: one 127.x.y.z per pod (from `ip_base`), so pods listen on their real ports.
 //!   Loopback only.
 //! - **Images**: a table maps images (with or without tag) to executables; an unknown image waits
