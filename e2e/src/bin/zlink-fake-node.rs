@@ -23,6 +23,12 @@
 //! - `FAKE_NODE_DIR`: a directory shared by the fakes of one test; each writes a file named by
 //!   its RID while it runs, and reports every other file as a Ready peer.
 //!
+//! - `FAKE_NODE_EVENTS`: a file the fakes of one test append JSON lines to, one per step of a
+//!   relocation: `{"pod", "rid", "relocation_id", "event": "completed" | "failed" | "safe",
+//!   "unix_us"}`, written *before* the step shows in `HostStatus`. A test compares them with
+//!   the audit log's `requestReceivedTimestamp` (same machine, same clock) to prove an order
+//!   without racing its own status stream.
+//!
 //! `GET /calls` (HTTP) answers `{"<relocation id>": <Relocate calls>}`. SIGTERM removes the
 //! registry file and exits 0.
 
@@ -76,6 +82,8 @@ struct Fake {
     status: watch::Sender<HostStatus>,
     calls: Mutex<BTreeMap<String, u64>>,
     silent: watch::Sender<bool>,
+    pod: String,
+    events: Option<PathBuf>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -88,6 +96,28 @@ impl Fake {
             f(s);
             s.sequence += 1;
         });
+    }
+
+    /// Appends one line to `FAKE_NODE_EVENTS` (one `write` of a short line with `O_APPEND`, so
+    /// the lines of concurrent fakes do not interleave).
+    fn record(&self, relocation_id: &str, event: &str) {
+        use std::io::Write as _;
+        let Some(path) = &self.events else { return };
+        let unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros());
+        let line = serde_json::json!({
+            "pod": self.pod, "rid": self.status.borrow().rid, "relocation_id": relocation_id,
+            "event": event, "unix_us": unix_us,
+        });
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+        if let Err(e) = written {
+            eprintln!("zlink-fake-node: FAKE_NODE_EVENTS {}: {e}", path.display());
+        }
     }
 
     async fn hang_if_silent(&self) {
@@ -224,11 +254,20 @@ impl HostAdmin for Service {
                 });
             });
             let f = Arc::clone(&fake);
+            let id = id.clone();
             tokio::spawn(async move {
                 if f.script == Script::Hang {
                     return;
                 }
                 tokio::time::sleep(f.step).await;
+                f.record(
+                    &id,
+                    if f.script == Script::Fail {
+                        "failed"
+                    } else {
+                        "completed"
+                    },
+                );
                 f.update(|s| {
                     s.state = proto::HostState::Relocated as i32;
                     if let Some(r) = s.relocation.as_mut() {
@@ -245,6 +284,7 @@ impl HostAdmin for Service {
                     return;
                 }
                 tokio::time::sleep(f.step).await;
+                f.record(&id, "safe");
                 f.update(|s| s.safe_to_shutdown = true);
             });
         }
@@ -347,6 +387,8 @@ async fn run() -> anyhow::Result<()> {
         status,
         calls: Mutex::default(),
         silent,
+        pod: env("POD_NAME").unwrap_or_default(),
+        events: env("FAKE_NODE_EVENTS").map(PathBuf::from),
     });
 
     // Peers: every other registry file in the shared directory.
