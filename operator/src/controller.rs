@@ -139,7 +139,7 @@ fn now_ms() -> u64 {
 }
 
 /// A random 32-byte secret as 64 hex digits.
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     use ring::rand::SecureRandom as _;
     let mut b = [0u8; 32];
     if ring::rand::SystemRandom::new().fill(&mut b).is_err() {

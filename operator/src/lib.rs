@@ -28,6 +28,7 @@
 //! Still to come (issue 18): `/metrics` and JSON logs. See `docs/operator.md`.
 
 pub mod channels;
+pub mod cli;
 pub mod controller;
 pub mod crd;
 pub mod crdgen;

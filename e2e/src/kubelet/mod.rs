@@ -19,7 +19,8 @@
 //! - **Probes and restarts**: httpGet readiness (the Ready condition) and liveness (a restart);
 //!   `restartPolicy` with backoff (500 ms doubling to 10 s); pod IP, container states, exit codes
 //!   and conditions in the status.
-//! - **Delete**: SIGTERM, SIGKILL after the grace period, then the final delete (grace 0, uid
+//! - **Delete**: SIGTERM, SIGKILL after the grace period, the terminal phase (`Succeeded` on
+//!   exit 0, else `Failed`) and exit code in the status, then the final delete (grace 0, uid
 //!   precondition).
 //! - **Limits**: more than one container, init containers, host namespaces or other volume kinds
 //!   fail the pod (`Unsupported`). Each pod's output goes to `<work_dir>/<pod uid>/log`.
@@ -599,6 +600,24 @@ fn probe_target(c: &Container, readiness: bool) -> Option<(i32, String, u64, u32
     ))
 }
 
+/// A container's exit code as a kubelet reports it: the process's code, or 128 + the signal
+/// that ended it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(137)
+}
+
+/// A `terminated` container state.
+fn terminated(exit: i32) -> serde_json::Value {
+    json!({"terminated": {
+        "exitCode": exit, "finishedAt": now(),
+        "reason": if exit == 0 { "Completed" } else { "Error" },
+    }})
+}
+
 fn signal(pid: u32, sig: &str) {
     let _ = std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -739,16 +758,26 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
         let mut live_failures = 0u32;
         let exit = loop {
             tokio::select! {
-                r = child.wait() => break r.ok().and_then(|s| s.code()).unwrap_or(137),
+                r = child.wait() => break r.map_or(137, exit_code),
                 _ = stop.changed() => {
                     let grace = stop.borrow().unwrap_or(0);
                     if let Some(pid) = child.id() {
                         signal(pid, "-TERM");
                     }
                     let secs = u64::try_from(grace).unwrap_or(0);
-                    if tokio::time::timeout(Duration::from_secs(secs), child.wait()).await.is_err() {
-                        let _ = child.kill().await;
-                    }
+                    let exit = match tokio::time::timeout(Duration::from_secs(secs), child.wait()).await {
+                        Ok(r) => r.map_or(137, exit_code),
+                        Err(_) => {
+                            let _ = child.kill().await;
+                            137
+                        }
+                    };
+                    // Like a kubelet: the terminal phase and the container's exit code go into
+                    // the status before the final delete, so a watcher sees how the pod ended.
+                    st.ready = false;
+                    st.phase = if exit == 0 { "Succeeded" } else { "Failed" };
+                    st.state = terminated(exit);
+                    patch_status(&pods, &name, &st.to_json(&c, &started_at)).await;
                     final_delete(&pods).await;
                     return;
                 }
@@ -783,9 +812,7 @@ async fn supervise(s: Arc<Shared>, p: Pod, mut stop: watch::Receiver<Option<i64>
             }
         };
         st.ready = false;
-        st.last = Some(
-            json!({"terminated": {"exitCode": exit, "finishedAt": now(), "reason": if exit == 0 { "Completed" } else { "Error" }}}),
-        );
+        st.last = Some(terminated(exit));
         let again = match restart_policy.as_str() {
             "Never" => false,
             "OnFailure" => exit != 0,
