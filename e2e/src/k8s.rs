@@ -115,12 +115,17 @@ pub fn full_control_plane() -> Option<&'static ControlPlane> {
 /// dropped. `Ok(None)` under the same condition as [`control_plane`]. It blocks while the control
 /// plane starts (a few seconds).
 ///
+/// With `ZLINK_E2E_KUBECONFIG` set (an external cluster, which cannot be owned, restarted or
+/// audited from here) it prints a notice and returns `Ok(None)`: the test is skipped.
+///
 /// # Errors
-/// When it cannot be started; with `ZLINK_E2E_KUBECONFIG` set, since an external cluster cannot
-/// be owned.
+/// When it cannot be started.
 pub fn own_control_plane(options: Options) -> anyhow::Result<Option<ControlPlane>> {
     if std::env::var_os("ZLINK_E2E_KUBECONFIG").is_some() {
-        bail!("a control plane of its own cannot be made from ZLINK_E2E_KUBECONFIG's cluster");
+        eprintln!(
+            "NOTICE: skipped: this test needs a control plane of its own, and ZLINK_E2E_KUBECONFIG names an external cluster"
+        );
+        return Ok(None);
     }
     start(options)
 }

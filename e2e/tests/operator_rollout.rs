@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::ResourceExt as _;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use operator_common::{condition, wait_for};
@@ -84,8 +84,8 @@ fn received_us(event: &serde_json::Value) -> anyhow::Result<i128> {
     Ok(ts.as_microsecond().into())
 }
 
-/// Every old pod was deleted only after its fake node had recorded the annotated relocation
-/// `Completed` and then SafeToShutdown: the first `delete` of the pod in the audit log (the
+/// Every old pod had one relocation, and was deleted only after its fake node had recorded the
+/// annotated relocation `Completed` and then SafeToShutdown: the first `delete` of the pod in the audit log (the
 /// operator's; the kubelet's final delete comes later) was received after the fake's `safe`
 /// line. Both clocks are this machine's, in microseconds.
 fn check_deletes_after_safe(
@@ -93,7 +93,8 @@ fn check_deletes_after_safe(
     fake_events: &[serde_json::Value],
     namespace: &str,
     deleted: &BTreeMap<String, Option<String>>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<BTreeMap<String, i128>> {
+    let mut first_deletes = BTreeMap::new();
     for (pod, intent) in deleted {
         let intent = intent
             .as_deref()
@@ -117,6 +118,17 @@ fn check_deletes_after_safe(
                 .find(|e| e["pod"] == pod.as_str() && e["event"] == event)
                 .with_context(|| format!("{pod}'s fake node recorded no {event:?} step"))
         };
+        // One relocation per old pod: every step its node recorded is of the annotated id,
+        // and it completed once (a second `Relocate` id would add a second `completed`).
+        let mine: Vec<&serde_json::Value> = fake_events
+            .iter()
+            .filter(|e| e["pod"] == pod.as_str())
+            .collect();
+        ensure!(
+            mine.iter().all(|e| e["relocation_id"] == intent)
+                && mine.iter().filter(|e| e["event"] == "completed").count() == 1,
+            "{pod}: more than the one relocation {intent:?}: {mine:?}"
+        );
         let completed = step("completed")?;
         let safe = step("safe")?;
         ensure!(
@@ -132,8 +144,16 @@ fn check_deletes_after_safe(
             "{pod}: relocation {intent} safe, deleted {} µs later",
             first_delete - safe_us
         );
+        first_deletes.insert(pod.clone(), first_delete);
     }
-    Ok(())
+    Ok(first_deletes)
+}
+
+/// Now, in microseconds since the Unix epoch (the clock of the audit log and the fakes).
+fn unix_us() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros().try_into().unwrap_or(i128::MAX))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,10 +162,39 @@ async fn a_rollout_of_three_fake_node_pods_deletes_each_old_pod_only_after_a_saf
     let Some(plane) = k8s::full_control_plane() else {
         return Ok(());
     };
+    rollout(plane, false).await
+}
+
+/// The same rollout on a control plane of its own (etcd, kube-apiserver, an audit log; no
+/// controllers: the kubelet binds the pods), whose kube-apiserver is restarted while the first
+/// old pod's relocation is in flight: the rollout still ends Ready, every old pod is deleted
+/// only after it was safe, and each got exactly one relocation id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_apiserver_restart_mid_rollout_costs_no_second_relocation_and_no_early_delete()
+-> anyhow::Result<()> {
+    let Some(plane) = tokio::task::block_in_place(|| {
+        k8s::own_control_plane(k8s::Options {
+            controllers: false,
+            audit_log: true,
+        })
+    })?
+    else {
+        return Ok(());
+    };
+    rollout(&plane, true).await
+}
+
+/// A v1 → v2 rollout of three replicas, optionally restarting kube-apiserver once the first
+/// old pod carries its relocation annotation.
+async fn rollout(plane: &k8s::ControlPlane, restart: bool) -> anyhow::Result<()> {
     let ns = plane.namespace("rollout").await?;
     operator_common::install_crds(ns.client()).await?;
     let env = plane.env();
-    let work = std::env::temp_dir().join(format!("zlink-rollout-{}", std::process::id()));
+    let work = std::env::temp_dir().join(format!(
+        "zlink-rollout-{}-{}",
+        std::process::id(),
+        if restart { "restart" } else { "plain" }
+    ));
     let _ = std::fs::remove_dir_all(&work);
     let kcfg = kubelet::Config {
         nodes: 3,
@@ -153,9 +202,10 @@ async fn a_rollout_of_three_fake_node_pods_deletes_each_old_pod_only_after_a_saf
             "zlink-fake-node".to_owned(),
             env!("CARGO_BIN_EXE_zlink-fake-node").into(),
         )]),
-        ip_base: [42, 0],
+        ip_base: if restart { [44, 0] } else { [42, 0] },
         work_dir: work.join("pods"),
-        bind_unscheduled: true,
+        // The full control plane has kube-scheduler; the restart test's has none.
+        bind_unscheduled: restart,
         server: env.get("ZLINK_K8S_SERVER").cloned().context("server")?,
         ca_file: env.get("ZLINK_K8S_CA_FILE").cloned().context("CA")?.into(),
     };
@@ -203,7 +253,7 @@ async fn a_rollout_of_three_fake_node_pods_deletes_each_old_pod_only_after_a_saf
             "template": {"env": [
                 {"name": "FAKE_NODE_DIR", "value": peers.display().to_string()},
                 {"name": "FAKE_NODE_OBJECTS", "value": "5"},
-                {"name": "FAKE_NODE_STEP_MS", "value": "200"},
+                {"name": "FAKE_NODE_STEP_MS", "value": if restart { "500" } else { "200" }},
                 {"name": "FAKE_NODE_EVENTS", "value": fake_events.display().to_string()},
             ]},
         },
@@ -243,6 +293,28 @@ async fn a_rollout_of_three_fake_node_pods_deletes_each_old_pod_only_after_a_saf
             &Patch::Merge(json!({"spec": {"applicationVersion": 2, "image": "zlink-fake-node:2"}})),
         )
         .await?;
+    let mut restarted_us = None;
+    if restart {
+        let relocating = wait_for("an old pod's relocation to start", async || {
+            let list = pods.list(&Default::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .find(|p| {
+                    old.contains(&p.name_any())
+                        && p.annotations().contains_key("zlink.io/relocation")
+                })
+                .map(ResourceExt::name_any))
+        })
+        .await?;
+        let t = std::time::Instant::now();
+        tokio::task::block_in_place(|| plane.restart_apiserver())?;
+        restarted_us = Some(unix_us());
+        eprintln!(
+            "kube-apiserver restarted while {relocating} relocated ({:.1} s)",
+            t.elapsed().as_secs_f64()
+        );
+    }
     let m = ready(2).await?;
     let now: HashSet<String> = pods
         .list(&Default::default())
@@ -282,7 +354,16 @@ async fn a_rollout_of_three_fake_node_pods_deletes_each_old_pod_only_after_a_saf
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()?;
     if plane.audit_log().is_some() {
-        check_deletes_after_safe(&plane.audit_events()?, &fake, ns.name(), &s.deleted)?;
+        let first_deletes =
+            check_deletes_after_safe(&plane.audit_events()?, &fake, ns.name(), &s.deleted)?;
+        // The operator kept rolling on the restarted apiserver: an old pod was deleted (after
+        // a relocation that started before it went down, or after) once it was back.
+        if let Some(at) = restarted_us {
+            ensure!(
+                first_deletes.values().any(|d| *d > at),
+                "no old pod was deleted after the restart: {first_deletes:?}, restarted at {at}"
+            );
+        }
     } else {
         eprintln!(
             "NOTICE: this cluster writes no audit log we can read (ZLINK_E2E_KUBECONFIG): the delete-after-safe order is not checked"
