@@ -318,6 +318,10 @@ pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Er
         }
     }
 
+    let faults = fault_transitions(
+        mesh.status.as_ref().map_or(&[][..], |s| &s.conditions[..]),
+        &plan.status.conditions,
+    );
     let mut status = status_of(&mesh, &desired, &observed, &plan, now);
     status.channels = channel_report;
     let patch = serde_json::json!({
@@ -334,6 +338,21 @@ pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Er
         .await
         .map_err(ctx_err("apply the Mesh status"))?;
     lock(&ctx.failures).remove(&key);
+    // A Warning event per condition that just turned bad (after the status is written, so a
+    // failed write does not announce what the status does not show; the next reconcile sees the
+    // same transition again).
+    for (reason, message) in faults {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(message),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &mesh.object_ref(&())).await {
+            tracing::warn!(mesh = %name, reason, error = %e, "publishing an event failed");
+        }
+    }
 
     let mut after = ctx.config.resync;
     if !store_ready {
@@ -455,6 +474,31 @@ async fn execute(
             tracing::warn!(mesh = %mesh.name_any(), ?action, error = %e, "an action failed; the next reconcile retries");
         }
     }
+}
+
+/// The conditions of `planned` that just turned bad — `Degraded` or `RolloutBlocked` true,
+/// `Progressing` or `Available` false — with a reason other than the one `previous` showed for
+/// the same state: each is announced once as a Warning event (reason, message), not on every
+/// reconcile while it stays.
+fn fault_transitions(
+    previous: &[crate::crd::Condition],
+    planned: &[planner::PlannedCondition],
+) -> Vec<(&'static str, String)> {
+    planned
+        .iter()
+        .filter(|c| match c.type_ {
+            "Degraded" | "RolloutBlocked" => c.status,
+            "Progressing" | "Available" => !c.status,
+            _ => false,
+        })
+        .filter(|c| {
+            let status = if c.status { "True" } else { "False" };
+            !previous
+                .iter()
+                .any(|p| p.type_ == c.type_ && p.status == status && p.reason == c.reason)
+        })
+        .map(|c| (c.reason, c.message.clone()))
+        .collect()
 }
 
 /// The Mesh status for `plan`, keeping each condition's transition time while its status stays.
@@ -805,4 +849,88 @@ pub async fn check(client: Client, namespace: Option<&str>) -> Result<String, St
         .await
         .map_err(|e| format!("cannot list Channels in {where_}: {e}"))?;
     Ok(format!("ok: Meshes and Channels readable in {where_}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fault_transitions;
+    use crate::crd::Condition;
+    use crate::planner::PlannedCondition;
+
+    fn was(type_: &str, status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            last_transition_time: None,
+            observed_generation: None,
+        }
+    }
+
+    fn now(type_: &'static str, status: bool, reason: &'static str) -> PlannedCondition {
+        PlannedCondition {
+            type_,
+            status,
+            reason,
+            message: format!("{type_} {reason}"),
+        }
+    }
+
+    #[test]
+    fn a_condition_turning_bad_is_announced_once() {
+        // (previous, planned, announced reasons)
+        let cases: Vec<(Vec<Condition>, Vec<PlannedCondition>, Vec<&str>)> = vec![
+            // Nothing before: every bad condition is new; good ones never announce.
+            (
+                vec![],
+                vec![
+                    now("Ready", false, "Progressing"),
+                    now("Degraded", true, "HostUnreachable"),
+                    now("RolloutBlocked", false, "NotBlocked"),
+                    now("Progressing", true, "RolloutInProgress"),
+                ],
+                vec!["HostUnreachable"],
+            ),
+            // The same bad state and reason as before: said already.
+            (
+                vec![was("Degraded", "True", "HostUnreachable")],
+                vec![now("Degraded", true, "HostUnreachable")],
+                vec![],
+            ),
+            // Bad with another reason: announced.
+            (
+                vec![was("Degraded", "True", "HostUnreachable")],
+                vec![now("Degraded", true, "AdminAuthFailed")],
+                vec!["AdminAuthFailed"],
+            ),
+            // Progressing and Available are bad when false.
+            (
+                vec![was("Progressing", "True", "RolloutInProgress")],
+                vec![
+                    now("Progressing", false, "ProgressDeadlineExceeded"),
+                    now("Available", false, "MinimumReplicasUnavailable"),
+                    now("RolloutBlocked", true, "NewPodNotReady"),
+                ],
+                vec![
+                    "ProgressDeadlineExceeded",
+                    "MinimumReplicasUnavailable",
+                    "NewPodNotReady",
+                ],
+            ),
+            // Recovered: nothing to announce.
+            (
+                vec![was("RolloutBlocked", "True", "RelocationFailed")],
+                vec![now("RolloutBlocked", false, "NotBlocked")],
+                vec![],
+            ),
+        ];
+        for (previous, planned, want) in cases {
+            let got: Vec<&str> = fault_transitions(&previous, &planned)
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect();
+            assert_eq!(got, want, "previous {previous:?}");
+        }
+    }
 }

@@ -29,6 +29,11 @@
 //!   the audit log's `requestReceivedTimestamp` (same machine, same clock) to prove an order
 //!   without racing its own status stream.
 //!
+//! - `FAKE_NODE_FAULT`: `not-ready` (`/readyz` answers 503), `no-admin` (nothing listens on the
+//!   gRPC address: the admin API is unreachable) or `bad-token` (every bearer token is
+//!   refused); `FAKE_NODE_FAULT_VERSION`: only when `ZLINK_APPLICATION_VERSION` is this one
+//!   (unset: every version), so a Mesh's template can break its new pods only.
+//!
 //! `GET /calls` (HTTP) answers `{"<relocation id>": <Relocate calls>}`. SIGTERM removes the
 //! registry file and exits 0.
 
@@ -48,6 +53,26 @@ use zlink_admin_api::proto::{
     RelocateResponse, RelocationStatus, SetChannelWeightRequest, SetChannelWeightResponse,
     ShutdownRequest, ShutdownResponse, WatchStatusRequest,
 };
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    NotReady,
+    NoAdmin,
+    BadToken,
+}
+
+impl Fault {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "" => Self::None,
+            "not-ready" => Self::NotReady,
+            "no-admin" => Self::NoAdmin,
+            "bad-token" => Self::BadToken,
+            _ => return None,
+        })
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Script {
@@ -363,6 +388,15 @@ async fn run() -> anyhow::Result<()> {
             .map_or(Ok(200), |v| v.parse())
             .context("FAKE_NODE_STEP_MS")?,
     );
+    let fault_name = env("FAKE_NODE_FAULT").unwrap_or_default();
+    let mut fault =
+        Fault::parse(&fault_name).with_context(|| format!("FAKE_NODE_FAULT {fault_name:?}"))?;
+    if let Some(only) = env("FAKE_NODE_FAULT_VERSION") {
+        let only: u64 = only.parse().context("FAKE_NODE_FAULT_VERSION")?;
+        if only != version {
+            fault = Fault::None;
+        }
+    }
     let prefix = env("ZLINK_MESH_RID_PREFIX")
         .or_else(|| env("POD_NAME"))
         .unwrap_or_else(|| "fake".into());
@@ -436,6 +470,11 @@ async fn run() -> anyhow::Result<()> {
 
     let f = Arc::clone(&fake);
     let auth = move |req: Request<()>| {
+        if fault == Fault::BadToken {
+            return Err(Status::unauthenticated(
+                "missing or invalid bearer token (FAKE_NODE_FAULT=bad-token)",
+            ));
+        }
         let expected = format!("Bearer {}", f.token);
         match req.metadata().get("authorization").map(|v| v.as_bytes()) {
             Some(v) if v == expected.as_bytes() => Ok(req),
@@ -448,9 +487,27 @@ async fn run() -> anyhow::Result<()> {
             auth,
         ))
         .serve(grpc);
+    let grpc_server = async move {
+        if fault == Fault::NoAdmin {
+            std::future::pending::<()>().await;
+        }
+        grpc_server.await
+    };
     let f = Arc::clone(&fake);
     let app = axum::Router::new()
-        .route("/readyz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || async move {
+                if fault == Fault::NotReady {
+                    (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready (FAKE_NODE_FAULT)",
+                    )
+                } else {
+                    (axum::http::StatusCode::OK, "ok")
+                }
+            }),
+        )
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .route(
             "/calls",
@@ -464,7 +521,9 @@ async fn run() -> anyhow::Result<()> {
         .with_context(|| format!("bind {http}"))?;
     let http_server = axum::serve(listener, app);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    eprintln!("zlink-fake-node: {rid} serving admin on {grpc}, http on {http}, script {script:?}");
+    eprintln!(
+        "zlink-fake-node: {rid} serving admin on {grpc}, http on {http}, script {script:?}, fault {fault:?}"
+    );
     tokio::select! {
         r = grpc_server => r.context("the gRPC server")?,
         r = http_server => r.context("the HTTP server")?,

@@ -8,8 +8,10 @@
 //! them; every other live pod is *leaving* (an old revision, or an excess one after a scale
 //! down). Each call:
 //!
-//! 1. **Deletes** leaving pods that may go: ones with no running container (directly), ones that
-//!    are *safe* (below), ones marked `zlink.io/force-delete` (with a Warning), and — only when
+//! 1. **Deletes** leaving pods that may go: ones with no running container (directly), ones not
+//!    Ready whose host reports no objects and that have no relocation intent (an abandoned surge
+//!    pod of a version that never became Ready: nothing to move, and it holds the surge slot a
+//!    fixing version needs), ones that are *safe* (below), ones marked `zlink.io/force-delete` (with a Warning), and — only when
 //!    `replicas` is 0 — every pod (with a Warning: there is nowhere to move objects).
 //! 2. **Surges**: creates pods of the spec's revision while the mesh has fewer than `replicas`
 //!    of them and fewer than `replicas + maxSurge` pods in all (terminating ones count).
@@ -280,6 +282,15 @@ impl ObservedPod {
             }
     }
 
+    /// Not Ready, no relocation intent, and a host that reports no objects
+    /// ([`DeleteReason::NotReadyEmpty`]). An unreachable or unknown host does not count: it may
+    /// hold objects.
+    pub fn not_ready_and_empty(&self) -> bool {
+        !self.ready
+            && self.intent.is_none()
+            && matches!(&self.host, HostObservation::Status(v) if v.objects == 0)
+    }
+
     /// Safe to delete (see the module docs).
     pub fn safe(&self) -> bool {
         let (Some(i), Some(v)) = (self.current_intent(), self.view()) else {
@@ -307,6 +318,10 @@ pub enum DeleteReason {
     Safe,
     /// No container runs: nothing to move.
     NoContainer,
+    /// Not Ready, no relocation intent, and its host reports no objects: nothing to move and no
+    /// traffic to lose — typically the surge pod of a version that never became Ready, which
+    /// would otherwise hold the surge slot a fixing version needs.
+    NotReadyEmpty,
     /// `zlink.io/force-delete`.
     Forced,
     /// `replicas` is 0.
@@ -569,6 +584,8 @@ pub fn plan(desired: &Desired, observed: &Observed, now_ms: u64) -> Plan {
             Some(DeleteReason::ScaledToZero)
         } else if !p.container_running {
             Some(DeleteReason::NoContainer)
+        } else if p.not_ready_and_empty() {
+            Some(DeleteReason::NotReadyEmpty)
         } else if p.safe() {
             Some(DeleteReason::Safe)
         } else if p.force_delete {
@@ -598,7 +615,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now_ms: u64) -> Plan {
                     p.name
                 ),
             }),
-            DeleteReason::Safe | DeleteReason::NoContainer => {}
+            DeleteReason::Safe | DeleteReason::NoContainer | DeleteReason::NotReadyEmpty => {}
         }
         actions.push(Action::DeletePod {
             pod: p.name.clone(),

@@ -470,6 +470,73 @@ fn a_new_pod_not_ready_by_the_progress_deadline_blocks_the_rollout() {
 }
 
 #[test]
+fn a_superseded_pod_that_never_became_ready_and_holds_nothing_is_deleted_to_free_the_surge() {
+    // v1 pods m-00000000-{0,1,2}; the surge pod of a bad v2 (revision "bad") never became
+    // Ready; the spec now asks for REV_NEW. With replicas 3 + maxSurge 1 the bad pod holds the
+    // only surge slot.
+    let bad_rev = "badbadbadbadbad0";
+    let mut bad = pod(&pod_name("m", bad_rev, 0), bad_rev, 2, 0);
+    bad.ready = false;
+    let cases: Vec<(&str, ObservedPod, bool)> = vec![
+        ("not Ready, empty, no intent", bad.clone(), true),
+        (
+            "Ready",
+            {
+                let mut p = bad.clone();
+                p.ready = true;
+                p
+            },
+            false,
+        ),
+        (
+            "holds objects",
+            {
+                let mut p = bad.clone();
+                view(&mut p).objects = 1;
+                p
+            },
+            false,
+        ),
+        (
+            "unreachable host",
+            {
+                let mut p = bad.clone();
+                p.host = HostObservation::Unreachable;
+                p
+            },
+            false,
+        ),
+        (
+            "a relocation intent",
+            {
+                let mut p = bad.clone();
+                p.intent = Some(intent_of(&p, 1, 0));
+                p
+            },
+            false,
+        ),
+    ];
+    for (what, b, deleted) in cases {
+        let mut pods = old3();
+        pods.push(b);
+        let p = plan(&desired(), &meshed(pods), 1_000);
+        let got = p.actions.iter().any(|a| {
+            matches!(a, Action::DeletePod { pod, reason: DeleteReason::NotReadyEmpty, .. }
+                if *pod == pod_name("m", bad_rev, 0))
+        });
+        assert_eq!(got, deleted, "{what}: {:?}", p.actions);
+        // No old pod is touched for it.
+        assert!(
+            p.actions.iter().all(
+                |a| !matches!(a, Action::DeletePod { pod, .. } if pod.starts_with("m-00000000"))
+            ),
+            "{what}: {:?}",
+            p.actions
+        );
+    }
+}
+
+#[test]
 fn paused_starts_no_relocation_and_no_surge() {
     let mut d = desired();
     d.paused = true;
@@ -801,6 +868,11 @@ pub(super) fn check_invariants(d: &Desired, obs: &Observed, now: u64, p: &Plan, 
                 let ok = match reason {
                     DeleteReason::Safe => q.safe(),
                     DeleteReason::NoContainer => !q.container_running,
+                    DeleteReason::NotReadyEmpty => {
+                        !q.ready
+                            && q.intent.is_none()
+                            && matches!(&q.host, HostObservation::Status(v) if v.objects == 0)
+                    }
                     DeleteReason::Forced => q.force_delete,
                     DeleteReason::ScaledToZero => d.replicas == 0,
                 };
