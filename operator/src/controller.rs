@@ -89,6 +89,10 @@ pub struct Context {
     failures: Mutex<HashMap<ObjectRef<Mesh>, u32>>,
     shutdown: tokio::sync::watch::Sender<bool>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The last value read of each generated Secret, by (namespace, name): (the owning Mesh's
+    /// uid, value). A generated Secret deleted by hand is recreated with it, so the running
+    /// pods' mounted copies stay valid.
+    generated: Mutex<HashMap<(String, String), (String, String)>>,
 }
 
 impl Context {
@@ -109,6 +113,7 @@ impl Context {
             failures: Mutex::default(),
             shutdown: tokio::sync::watch::Sender::new(false),
             metrics: Arc::default(),
+            generated: Mutex::default(),
         }
     }
 
@@ -149,33 +154,111 @@ pub(crate) fn random_hex() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The value of `key` in Secret `name`, creating the Secret with a random value first when it
-/// does not exist (a lost create race reads the winner's).
+/// The value of `key` in the generated Secret `name`, which the operator keeps as it made it:
+/// - missing: created `immutable` with the value last read (when it was deleted by hand while
+///   this operator ran: the running pods' mounted copies stay valid) or a random one; a lost
+///   create race reads the winner's;
+/// - present: its labels, its owner reference and `immutable: true` are restored when a hand
+///   edit removed them (its data cannot be edited once immutable: the API server refuses it);
+/// - present without `key` (a mutable Secret edited by hand): the key is written back.
 async fn ensure_secret(
+    ctx: &Context,
     secrets: &Api<Secret>,
     mesh: &Mesh,
     name: &str,
     key: &str,
 ) -> Result<Option<String>, Error> {
-    if let Some(v) = secret_value(secrets, name, key).await? {
-        return Ok(Some(v));
-    }
-    let value = random_hex();
-    let s = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(pods::selector_labels(&mesh.name_any())),
-            owner_references: pods::owner(mesh).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
-        string_data: Some([(key.to_owned(), value.clone())].into()),
-        ..Secret::default()
+    let ns = mesh.namespace().unwrap_or_default();
+    let mesh_uid = mesh.uid().unwrap_or_default();
+    let cache_key = (ns, name.to_owned());
+    let labels = pods::selector_labels(&mesh.name_any());
+    let owner = pods::owner(mesh);
+    let current = secrets
+        .get_opt(name)
+        .await
+        .map_err(ctx_err(format!("read Secret {name}")))?;
+    let remembered = lock(&ctx.generated)
+        .get(&cache_key)
+        .filter(|(uid, _)| *uid == mesh_uid)
+        .map(|(_, v)| v.clone());
+    let value = match current {
+        Some(s) => {
+            let value = value_of(&s, key);
+            let labelled = labels.iter().all(|(k, v)| s.labels().get(k) == Some(v));
+            let owned = owner
+                .as_ref()
+                .is_none_or(|o| s.owner_references().iter().any(|r| r.uid == o.uid));
+            let immutable = s.immutable == Some(true);
+            if value.is_some() && labelled && owned && immutable {
+                value
+            } else {
+                let restored = value.clone().or(remembered).unwrap_or_else(random_hex);
+                let mut patch = serde_json::json!({
+                    "metadata": {"labels": labels, "ownerReferences": owner.iter().collect::<Vec<_>>()},
+                    "immutable": true,
+                });
+                if value.is_none() && !immutable {
+                    patch["stringData"] = serde_json::json!({ key: restored });
+                }
+                tracing::warn!(
+                    secret = name,
+                    labelled,
+                    owned,
+                    immutable,
+                    has_key = value.is_some(),
+                    "restoring a generated Secret edited by hand"
+                );
+                secrets
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(ctx_err(format!("restore Secret {name}")))?;
+                if value.is_none() && immutable {
+                    // Made by hand, not by the operator: it cannot be fixed in place.
+                    tracing::error!(
+                        secret = name,
+                        key,
+                        "the generated Secret is immutable and lacks its key: delete it and the operator makes it again"
+                    );
+                    return Ok(None);
+                }
+                Some(restored)
+            }
+        }
+        None => {
+            let value = remembered.unwrap_or_else(random_hex);
+            let s = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    labels: Some(labels),
+                    owner_references: owner.map(|o| vec![o]),
+                    ..ObjectMeta::default()
+                },
+                immutable: Some(true),
+                string_data: Some([(key.to_owned(), value.clone())].into()),
+                ..Secret::default()
+            };
+            match secrets.create(&PostParams::default(), &s).await {
+                Ok(_) => Some(value),
+                Err(e) if is_status(&e, 409) => secret_value(secrets, name, key).await?,
+                Err(e) => return Err(ctx_err(format!("create Secret {name}"))(e)),
+            }
+        }
     };
-    match secrets.create(&PostParams::default(), &s).await {
-        Ok(_) => Ok(Some(value)),
-        Err(e) if is_status(&e, 409) => secret_value(secrets, name, key).await,
-        Err(e) => Err(ctx_err(format!("create Secret {name}"))(e)),
+    if let Some(v) = &value {
+        lock(&ctx.generated).insert(cache_key, (mesh_uid, v.clone()));
     }
+    Ok(value)
+}
+
+/// `key` of Secret `s` (from `data`, or `stringData` of an object not yet stored).
+fn value_of(s: &Secret, key: &str) -> Option<String> {
+    s.data
+        .as_ref()
+        .and_then(|d| {
+            d.get(key)
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        })
+        .or_else(|| s.string_data.as_ref().and_then(|d| d.get(key).cloned()))
 }
 
 /// Reads `name`'s `key` (None when the Secret or the key is missing).
@@ -188,14 +271,7 @@ async fn secret_value(
         .get_opt(name)
         .await
         .map_err(ctx_err(format!("read Secret {name}")))?;
-    Ok(s.and_then(|s| {
-        s.data
-            .and_then(|d| {
-                d.get(key)
-                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-            })
-            .or_else(|| s.string_data.and_then(|d| d.get(key).cloned()))
-    }))
+    Ok(s.and_then(|s| value_of(&s, key)))
 }
 
 /// One reconcile of `mesh` (see the module docs).
@@ -223,13 +299,14 @@ pub async fn reconcile(mesh: Arc<Mesh>, ctx: Arc<Context>) -> Result<Requeue, Er
         .is_some_and(|v| !v.trim().is_empty());
     let admin = pods::admin_secret_name(&mesh);
     let token = if store_ready && mesh.spec.admin_secret_ref.is_none() {
-        ensure_secret(&secrets, &mesh, &admin, pods::ADMIN_TOKEN_KEY).await?
+        ensure_secret(&ctx, &secrets, &mesh, &admin, pods::ADMIN_TOKEN_KEY).await?
     } else {
         secret_value(&secrets, &admin, pods::ADMIN_TOKEN_KEY).await?
     }
     .unwrap_or_default();
     if store_ready && mesh.spec.mesh_secret_ref.is_none() {
         ensure_secret(
+            &ctx,
             &secrets,
             &mesh,
             &pods::mesh_secret_name(&mesh),
