@@ -2,9 +2,11 @@
 //! - `helm lint --strict` passes for the defaults and each `ci/` values file, and an unknown
 //!   value key fails (the strict `values.schema.json`);
 //! - `helm template | kubeconform -strict` passes offline against schemas generated from the
-//!   real kube-apiserver's `/openapi/v2` plus `crdgen --kubeconform`'s, examples included — and a
+//!   real kube-apiserver's `/openapi/v2` plus `crdgen --kubeconform`'s, examples and the
+//!   `e2e/kind` manifests included — and a
 //!   misspelt field fails, so the check is not hollow;
-//! - `kubectl apply --dry-run=server` accepts the rendered chart and the examples;
+//! - `kubectl apply --dry-run=server` accepts the rendered chart, the examples and the `e2e/kind`
+//!   manifests;
 //! - the operator's ServiceAccount gets exactly its RBAC: SelfSubjectAccessReview allows what it
 //!   needs and denies listing Secrets, Nodes and wildcards; `check` passes as that account in
 //!   its namespace and fails in another.
@@ -201,10 +203,25 @@ async fn the_chart_lints_renders_validates_and_applies() -> anyhow::Result<()> {
     ensure!(kinds > 50, "only {kinds} kinds in /openapi/v2");
     zlink_operator::crdgen::write_kubeconform(&dir)?;
 
+    // The chart's examples and the manifests the e2e/kind scripts apply (with their
+    // placeholders filled in as the scripts do; the kind cluster config is not a Kubernetes
+    // object and is left out).
     let mut examples = String::new();
     for e in std::fs::read_dir(chart().join("examples"))? {
         examples.push_str("---\n");
         examples.push_str(&std::fs::read_to_string(e?.path())?);
+    }
+    let kind_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kind");
+    for name in ["mesh.yaml", "load-job.yaml"] {
+        let text = std::fs::read_to_string(kind_dir.join(name))?
+            .replace("@TAG@", "kind")
+            .replace("@DURATION_MS@", "60000");
+        ensure!(
+            !text.contains('@'),
+            "e2e/kind/{name} has an unknown placeholder"
+        );
+        examples.push_str("---\n");
+        examples.push_str(&text);
     }
     for v in values_files()? {
         let rendered = template(&helm, ns.name(), v.as_deref())?;
