@@ -309,9 +309,9 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
         .await?;
     ready(3).await?;
 
+    let pods: Api<Pod> = ns.api();
     // 5. Delete the Mesh: the garbage collector takes what it owned, node pods exit 0.
     let mesh_uid = mesh.uid().context("the Mesh's uid")?;
-    let pods: Api<Pod> = ns.api();
     let node_pods: Vec<String> = pods
         .list(&ListParams::default().labels("zlink.io/mesh=game"))
         .await?

@@ -162,7 +162,7 @@ async fn a_rollout_of_three_fake_node_pods_deletes_each_old_pod_only_after_a_saf
     let Some(plane) = k8s::full_control_plane() else {
         return Ok(());
     };
-    rollout(plane, false).await
+    rollout(plane, Fault::None).await
 }
 
 /// The same rollout on a control plane of its own (etcd, kube-apiserver, an audit log; no
@@ -181,19 +181,53 @@ async fn a_kube_apiserver_restart_mid_rollout_costs_no_second_relocation_and_no_
     else {
         return Ok(());
     };
-    rollout(&plane, true).await
+    rollout(&plane, Fault::ApiserverRestart).await
 }
 
-/// A v1 → v2 rollout of three replicas, optionally restarting kube-apiserver once the first
-/// old pod carries its relocation annotation.
-async fn rollout(plane: &k8s::ControlPlane, restart: bool) -> anyhow::Result<()> {
+/// The same rollout on a control plane of its own, each old pod's node process restarting in
+/// place on its first `Relocate` (`FAKE_NODE_SCRIPT=restart-once`: a new RID while the container
+/// keeps running): the changed RID voids that attempt, and the next attempt — a new relocation
+/// id — succeeds. Each old pod is deleted after its second attempt was safe, and its node never
+/// completed the first. (A restart the operator sees as a container not running is deleted at
+/// once instead: a stopped process holds nothing — the planner's `NoContainer` rule.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_restart_mid_relocation_gets_a_new_attempt_and_id() -> anyhow::Result<()> {
+    let Some(plane) = tokio::task::block_in_place(|| {
+        k8s::own_control_plane(k8s::Options {
+            controllers: false,
+            audit_log: true,
+        })
+    })?
+    else {
+        return Ok(());
+    };
+    rollout(&plane, Fault::RestartOnce).await
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// kube-apiserver restarted once the first old pod carries its relocation annotation.
+    ApiserverRestart,
+    /// Every old pod's node process restarts on its first `Relocate`.
+    RestartOnce,
+}
+
+/// A v1 → v2 rollout of three replicas under `fault`.
+async fn rollout(plane: &k8s::ControlPlane, fault: Fault) -> anyhow::Result<()> {
+    let restart = fault == Fault::ApiserverRestart;
+    let own_plane = fault != Fault::None;
     let ns = plane.namespace("rollout").await?;
     operator_common::install_crds(ns.client()).await?;
     let env = plane.env();
     let work = std::env::temp_dir().join(format!(
         "zlink-rollout-{}-{}",
         std::process::id(),
-        if restart { "restart" } else { "plain" }
+        match fault {
+            Fault::None => "plain",
+            Fault::ApiserverRestart => "restart",
+            Fault::RestartOnce => "node-restart",
+        }
     ));
     let _ = std::fs::remove_dir_all(&work);
     let kcfg = kubelet::Config {
@@ -202,10 +236,14 @@ async fn rollout(plane: &k8s::ControlPlane, restart: bool) -> anyhow::Result<()>
             "zlink-fake-node".to_owned(),
             env!("CARGO_BIN_EXE_zlink-fake-node").into(),
         )]),
-        ip_base: if restart { [44, 0] } else { [42, 0] },
+        ip_base: match fault {
+            Fault::None => [42, 0],
+            Fault::ApiserverRestart => [44, 0],
+            Fault::RestartOnce => [46, 0],
+        },
         work_dir: work.join("pods"),
-        // The full control plane has kube-scheduler; the restart test's has none.
-        bind_unscheduled: restart,
+        // The full control plane has kube-scheduler; the own ones have none.
+        bind_unscheduled: own_plane,
         server: env.get("ZLINK_K8S_SERVER").cloned().context("server")?,
         ca_file: env.get("ZLINK_K8S_CA_FILE").cloned().context("CA")?.into(),
     };
@@ -241,6 +279,7 @@ async fn rollout(plane: &k8s::ControlPlane, restart: bool) -> anyhow::Result<()>
     secrets.create(&PostParams::default(), &secret).await?;
     let peers = work.join("peers");
     let fake_events = work.join("fake-events.jsonl");
+    let markers = work.join("crashed");
     let mesh: Mesh = serde_json::from_value(json!({
         "apiVersion": "zlink.io/v1alpha1", "kind": "Mesh",
         "metadata": {"name": "game"},
@@ -255,6 +294,8 @@ async fn rollout(plane: &k8s::ControlPlane, restart: bool) -> anyhow::Result<()>
                 {"name": "FAKE_NODE_OBJECTS", "value": "5"},
                 {"name": "FAKE_NODE_STEP_MS", "value": if restart { "500" } else { "200" }},
                 {"name": "FAKE_NODE_EVENTS", "value": fake_events.display().to_string()},
+                {"name": "FAKE_NODE_SCRIPT", "value": if fault == Fault::RestartOnce { "restart-once" } else { "succeed" }},
+                {"name": "FAKE_NODE_MARKERS", "value": markers.display().to_string()},
             ]},
         },
     }))?;
@@ -358,6 +399,19 @@ async fn rollout(plane: &k8s::ControlPlane, restart: bool) -> anyhow::Result<()>
             check_deletes_after_safe(&plane.audit_events()?, &fake, ns.name(), &s.deleted)?;
         // The operator kept rolling on the restarted apiserver: an old pod was deleted (after
         // a relocation that started before it went down, or after) once it was back.
+        if fault == Fault::RestartOnce {
+            // Each old pod's node restarted on its first attempt (its marker names that id) and
+            // the pod was deleted after the second: a new id, never the first one again.
+            for (pod, intent) in &s.deleted {
+                let crashed_on = std::fs::read_to_string(markers.join(pod))
+                    .with_context(|| format!("{pod}'s node never restarted"))?;
+                let intent = intent.as_deref().unwrap_or_default();
+                ensure!(
+                    crashed_on.ends_with("-1") && intent.ends_with("-2") && crashed_on != intent,
+                    "{pod}: restarted on {crashed_on:?}, deleted after {intent:?}"
+                );
+            }
+        }
         if let Some(at) = restarted_us {
             ensure!(
                 first_deletes.values().any(|d| *d > at),

@@ -17,7 +17,11 @@
 //! `template.env` can set them:
 //!
 //! - `FAKE_NODE_SCRIPT`: `succeed` (default), `fail`, `hang`, `never-safe`, `crash`, `silent`,
-//!   `unimplemented` — what a `Relocate` does.
+//!   `unimplemented` — what a `Relocate` does; `restart-once`: on the first `Relocate` a pod
+//!   gets, the node process restarts in place (it `exec`s itself: a new RID, a fresh status, the
+//!   container still running — what a quick container restart looks like between two
+//!   observations), later ones succeed; the pods remember through marker files `<POD_NAME>` in
+//!   `FAKE_NODE_MARKERS` (required then).
 //! - `FAKE_NODE_OBJECTS` (default 0), `FAKE_NODE_STEP_MS` (default 200: the relocation time,
 //!   and again until SafeToShutdown).
 //! - `FAKE_NODE_DIR`: a directory shared by the fakes of one test; each writes a file named by
@@ -81,6 +85,7 @@ enum Script {
     Hang,
     NeverSafe,
     Crash,
+    RestartOnce,
     Silent,
     Unimplemented,
 }
@@ -93,6 +98,7 @@ impl Script {
             "hang" => Self::Hang,
             "never-safe" => Self::NeverSafe,
             "crash" => Self::Crash,
+            "restart-once" => Self::RestartOnce,
             "silent" => Self::Silent,
             "unimplemented" => Self::Unimplemented,
             _ => return None,
@@ -109,6 +115,7 @@ struct Fake {
     silent: watch::Sender<bool>,
     pod: String,
     events: Option<PathBuf>,
+    markers: Option<PathBuf>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -251,6 +258,21 @@ impl HostAdmin for Service {
             Script::Crash => {
                 eprintln!("zlink-fake-node: crashing on Relocate {id} (script)");
                 std::process::exit(137);
+            }
+            Script::RestartOnce => {
+                let marker = fake.markers.as_ref().map(|d| d.join(&fake.pod));
+                if let Some(marker) = marker.filter(|m| !m.exists()) {
+                    use std::os::unix::process::CommandExt as _;
+                    let _ = std::fs::write(&marker, &id);
+                    eprintln!("zlink-fake-node: restarting on Relocate {id} (script restart-once)");
+                    // Our sockets are close-on-exec: the new image binds the same ports.
+                    let exe = std::env::current_exe()
+                        .map_err(|e| Status::internal(format!("current_exe: {e}")))?;
+                    let e = std::process::Command::new(exe)
+                        .args(std::env::args_os().skip(1))
+                        .exec();
+                    return Err(Status::internal(format!("exec: {e}")));
+                }
             }
             Script::Silent => {
                 let _ = fake.silent.send(true);
@@ -413,6 +435,13 @@ async fn run() -> anyhow::Result<()> {
         sequence: 1,
         ..HostStatus::default()
     });
+    let markers = env("FAKE_NODE_MARKERS").map(PathBuf::from);
+    if script == Script::RestartOnce {
+        let dir = markers
+            .as_ref()
+            .context("FAKE_NODE_SCRIPT=restart-once needs FAKE_NODE_MARKERS")?;
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
     let (silent, _) = watch::channel(false);
     let fake = Arc::new(Fake {
         script,
@@ -423,6 +452,7 @@ async fn run() -> anyhow::Result<()> {
         silent,
         pod: env("POD_NAME").unwrap_or_default(),
         events: env("FAKE_NODE_EVENTS").map(PathBuf::from),
+        markers,
     });
 
     // Peers: every other registry file in the shared directory.
