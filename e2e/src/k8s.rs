@@ -323,6 +323,22 @@ impl ControlPlane {
     /// # Errors
     /// For an external cluster, or when the script fails to bring it back.
     pub fn restart_apiserver(&self) -> anyhow::Result<()> {
+        self.restart("kube-apiserver")
+    }
+
+    /// Stops kube-controller-manager and starts it again, returning once it is healthy: its API
+    /// discovery starts fresh, so its controllers see CRDs created after it first started (the
+    /// disruption controller needs a CRD's scale subresource to count a PDB's pods). Blocks
+    /// like [`Self::restart_apiserver`].
+    ///
+    /// # Errors
+    /// For an external cluster, a control plane without controllers, or when the script fails
+    /// to bring it back.
+    pub fn restart_controller_manager(&self) -> anyhow::Result<()> {
+        self.restart("kube-controller-manager")
+    }
+
+    fn restart(&self, component: &str) -> anyhow::Result<()> {
         let process = self
             .process
             .as_ref()
@@ -332,7 +348,7 @@ impl ControlPlane {
             .stdin
             .as_mut()
             .context("the control plane is stopping")?;
-        writeln!(stdin, "restart kube-apiserver").context("writing to scripts/k8s-env")?;
+        writeln!(stdin, "restart {component}").context("writing to scripts/k8s-env")?;
         stdin.flush().context("writing to scripts/k8s-env")?;
         let mut line = String::new();
         loop {
@@ -343,7 +359,7 @@ impl ControlPlane {
                 .context("reading scripts/k8s-env")?
                 == 0
             {
-                bail!("scripts/k8s-env exited while restarting kube-apiserver (its log is above)");
+                bail!("scripts/k8s-env exited while restarting {component} (its log is above)");
             }
             match line.trim_end() {
                 "ZLINK_K8S_RESTARTED=1" => return Ok(()),

@@ -12,7 +12,8 @@
 //! 3. The in-pod operator makes a Mesh of two fake nodes Ready; the audit log shows the node
 //!    pods created by the chart's ServiceAccount (the pod's TokenRequest credentials).
 //! 4. The leader's process is SIGKILLed (its Lease is not released): another operator process
-//!    takes the Lease once it expires and reconciles a scale-up to three.
+//!    takes the Lease once it expires and reconciles a scale-up to three; a node pod evicted
+//!    through the operator's PodDisruptionBudget exits 0 on its SIGTERM and is replaced.
 //! 5. The Mesh is deleted: the garbage collector removes every object it owns, each node pod's
 //!    process exits 0 on its SIGTERM (the kubelet records the terminal phase and exit code
 //!    before the final delete).
@@ -83,7 +84,8 @@ fn pid_of(pod: &str, exe_name: &str) -> anyhow::Result<u32> {
     Ok(found[0])
 }
 
-/// How each pod ended: its status in the watch's `Delete` event (the kubelet's last patch).
+/// How each pod ended, by uid: its status in the watch's `Delete` event (the kubelet's last
+/// patch). By uid, since the operator gives a replacement pod the name of the one it replaces.
 #[derive(Default)]
 struct Ended(HashMap<String, (String, Option<i32>)>);
 
@@ -102,7 +104,7 @@ async fn record_endings(pods: Api<Pod>, ended: Arc<Mutex<Ended>>) {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0
                 .insert(
-                    p.metadata.name.unwrap_or_default(),
+                    p.metadata.uid.unwrap_or_default(),
                     (status.phase.unwrap_or_default(), exit),
                 );
         }
@@ -168,6 +170,10 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
         "replicas=2",
     ]))?;
     eprintln!("helm install --wait: {:.1} s", t.elapsed().as_secs_f64());
+    // kube-controller-manager started before helm made the CRDs; its disruption controller
+    // cannot find the Mesh's scale subresource until its discovery starts fresh (it did not
+    // within 90 s on its own: docs/operator.md, "The PodDisruptionBudget right after install").
+    tokio::task::block_in_place(|| plane.restart_controller_manager())?;
     let deployments: Api<Deployment> = ns.api();
     let d = deployments.get(RELEASE).await?;
     let sa = d
@@ -310,14 +316,66 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
     ready(3).await?;
 
     let pods: Api<Pod> = ns.api();
+    // An eviction through the operator's PodDisruptionBudget (what `kubectl drain` does): the
+    // pod gets its SIGTERM, exits 0, and the operator replaces it.
+    let pdbs: Api<PodDisruptionBudget> = ns.api();
+    wait_for("the PDB to allow a disruption", async || {
+        let allowed = pdbs
+            .get("game")
+            .await?
+            .status
+            .and_then(|s| s.disruptions_allowed)
+            .unwrap_or(0);
+        Ok((allowed >= 1).then_some(()))
+    })
+    .await?;
+    let (victim, victim_uid) = pods
+        .list(&ListParams::default().labels("zlink.io/mesh=game"))
+        .await?
+        .items
+        .first()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .context("no node pod")?;
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        pods.evict(&victim, &kube::api::EvictParams::default()),
+    )
+    .await
+    .context("the eviction did not answer within 30 s")??;
+    let evicted = wait_for("the evicted pod's ending", async || {
+        Ok(ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .get(&victim_uid)
+            .cloned())
+    })
+    .await?;
+    ensure!(
+        evicted == ("Succeeded".to_owned(), Some(0)),
+        "the evicted pod {victim} ended {evicted:?}"
+    );
+    wait_for("a replacement for the evicted pod", async || {
+        let now = pods
+            .list(&ListParams::default().labels("zlink.io/mesh=game"))
+            .await?
+            .items;
+        Ok(
+            (now.len() == 3 && now.iter().all(|p| p.uid().as_ref() != Some(&victim_uid)))
+                .then_some(()),
+        )
+    })
+    .await?;
+    ready(3).await?;
+
     // 5. Delete the Mesh: the garbage collector takes what it owned, node pods exit 0.
     let mesh_uid = mesh.uid().context("the Mesh's uid")?;
-    let node_pods: Vec<String> = pods
+    let node_pods: Vec<(String, String)> = pods
         .list(&ListParams::default().labels("zlink.io/mesh=game"))
         .await?
         .items
         .iter()
-        .map(ResourceExt::name_any)
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
         .collect();
     ensure!(node_pods.len() == 3, "node pods: {node_pods:?}");
     meshes.delete("game", &DeleteParams::background()).await?;
@@ -362,11 +420,11 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(node_pods
             .iter()
-            .map(|p| e.0.get(p).cloned())
+            .map(|(_, uid)| e.0.get(uid).cloned())
             .collect::<Option<Vec<_>>>())
     })
     .await?;
-    for (pod, end) in node_pods.iter().zip(&node_endings) {
+    for ((pod, _), end) in node_pods.iter().zip(&node_endings) {
         ensure!(
             *end == ("Succeeded".to_owned(), Some(0)),
             "node pod {pod} ended {end:?}, not Succeeded with exit 0"
@@ -374,14 +432,14 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
     }
 
     // 6. Uninstall: the operator pods exit 0 on SIGTERM.
-    let operator_pods: Vec<String> = pods
+    let operator_pods: Vec<(String, String)> = pods
         .list(&ListParams::default().labels(&format!(
             "app.kubernetes.io/name=zlink-operator,app.kubernetes.io/instance={RELEASE}"
         )))
         .await?
         .items
         .iter()
-        .map(ResourceExt::name_any)
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
         .collect();
     ensure!(operator_pods.len() == 2, "operator pods: {operator_pods:?}");
     run(&mut helm_cmd(&[
@@ -397,11 +455,11 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(operator_pods
             .iter()
-            .map(|p| e.0.get(p).cloned())
+            .map(|(_, uid)| e.0.get(uid).cloned())
             .collect::<Option<Vec<_>>>())
     })
     .await?;
-    for (pod, end) in operator_pods.iter().zip(&operator_endings) {
+    for ((pod, _), end) in operator_pods.iter().zip(&operator_endings) {
         ensure!(
             *end == ("Succeeded".to_owned(), Some(0)),
             "operator pod {pod} ended {end:?}, not Succeeded with exit 0"
