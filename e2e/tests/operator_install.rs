@@ -11,8 +11,10 @@
 //! 2. `helm test` passes (`zlink-operator check` in a pod, as that ServiceAccount).
 //! 3. The in-pod operator makes a Mesh of two fake nodes Ready; the audit log shows the node
 //!    pods created by the chart's ServiceAccount (the pod's TokenRequest credentials).
-//! 4. The leader's process is SIGKILLed (its Lease is not released): another operator process
-//!    takes the Lease once it expires and reconciles a scale-up to three; a node pod evicted
+//! 4. A rollout to v2 starts, and once the first old pod carries its relocation intent the
+//!    leader's process is SIGKILLed (its Lease is not released): another operator process takes
+//!    the Lease once it expires — never sooner — and finishes the rollout with one relocation
+//!    id per old pod, then a scale-up to three; a node pod evicted
 //!    through the operator's PodDisruptionBudget exits 0 on its SIGTERM and is replaced.
 //! 5. The Mesh is deleted: the garbage collector removes every object it owns, each node pod's
 //!    process exits 0 on its SIGTERM (the kubelet records the terminal phase and exit code
@@ -198,7 +200,7 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
                 .filter(|h| !h.is_empty()),
         )
     };
-    let leader = wait_for("an operator to lead", async || holder().await).await?;
+    wait_for("an operator to lead", async || holder().await).await?;
     // 2. helm test.
     let out = run(&mut helm_cmd(&["test", RELEASE, "--timeout", "120s"]))?;
     ensure!(
@@ -224,6 +226,8 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
             "shutdown": {"relocationDeadlineSeconds": 5, "drainDeadlineSeconds": 1},
             "template": {"env": [
                 {"name": "FAKE_NODE_DIR", "value": work.join("peers").display().to_string()},
+                {"name": "FAKE_NODE_EVENTS", "value": work.join("events.jsonl").display().to_string()},
+                {"name": "FAKE_NODE_STEP_MS", "value": "1500"},
             ]},
         },
     }))?;
@@ -268,7 +272,20 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
         "the node pods were created by {creators:?}, not twice by {user}"
     );
 
-    // 4. Kill the leader's process; another takes over after the Lease expires.
+    // 4. Start a rollout to v2 and, once the first old pod carries its relocation intent,
+    // kill the leader's process; another takes over after the Lease expires and finishes the
+    // rollout without a second relocation id for any pod.
+    let v1_pods: Vec<String> = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels("zlink.io/mesh=game"))
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    operator_common::bump_fake_nodes_to_v2(&meshes).await?;
+    let relocating = operator_common::wait_relocation_intent(&ns.api(), None).await?;
+    let leader = holder().await?.context("no leader")?;
     let leader_pod = leader
         .rsplit_once('_')
         .map_or(leader.as_str(), |(pod, _)| pod)
@@ -288,7 +305,7 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
     })
     .await?;
     eprintln!(
-        "leader {leader} killed; {next} leads after {:.1} s",
+        "leader {leader} killed while {relocating} relocated; {next} leads after {:.1} s",
         t.elapsed().as_secs_f64()
     );
     // No second leader while the dead one's Lease was valid: the new holder acquired it at
@@ -306,6 +323,36 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
         gap >= k8s_openapi::jiff::SignedDuration::from_millis(14_999),
         "{next} acquired the Lease {gap:?} after the dead leader's renew, inside its 15 s duration"
     );
+    wait_for("the Mesh Ready at v2", async || {
+        let m = meshes.get("game").await?;
+        let s = m.status.clone().unwrap_or_default();
+        Ok(
+            (condition(&m, "Ready") == Some(("True".into(), "AllReplicasReady".into()))
+                && s.current_version == Some(2)
+                && s.observed_generation == m.metadata.generation)
+                .then_some(()),
+        )
+    })
+    .await?;
+    // Each old pod's node relocated once, under one id, across the failover.
+    let steps: Vec<serde_json::Value> = std::fs::read_to_string(work.join("events.jsonl"))
+        .context("the fake nodes' events")?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    for pod in &v1_pods {
+        let mine: Vec<&serde_json::Value> =
+            steps.iter().filter(|e| e["pod"] == pod.as_str()).collect();
+        let ids: std::collections::BTreeSet<&str> = mine
+            .iter()
+            .filter_map(|e| e["relocation_id"].as_str())
+            .collect();
+        let completed = mine.iter().filter(|e| e["event"] == "completed").count();
+        ensure!(
+            ids.len() == 1 && completed == 1,
+            "old pod {pod}: relocation ids {ids:?}, {completed} completed, across the failover"
+        );
+    }
     meshes
         .patch(
             "game",

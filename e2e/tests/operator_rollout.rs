@@ -17,7 +17,7 @@ use anyhow::{Context as _, ensure};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use operator_common::{condition, wait_for};
 use serde_json::json;
@@ -327,27 +327,10 @@ async fn rollout(plane: &k8s::ControlPlane, fault: Fault) -> anyhow::Result<()> 
         .iter()
         .map(|p| p.name_any())
         .collect();
-    meshes
-        .patch(
-            "game",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"applicationVersion": 2, "image": "zlink-fake-node:2"}})),
-        )
-        .await?;
+    operator_common::bump_fake_nodes_to_v2(&meshes).await?;
     let mut restarted_us = None;
     if restart {
-        let relocating = wait_for("an old pod's relocation to start", async || {
-            let list = pods.list(&Default::default()).await?;
-            Ok(list
-                .items
-                .iter()
-                .find(|p| {
-                    old.contains(&p.name_any())
-                        && p.annotations().contains_key("zlink.io/relocation")
-                })
-                .map(ResourceExt::name_any))
-        })
-        .await?;
+        let relocating = operator_common::wait_relocation_intent(&pods, Some(&old)).await?;
         let t = std::time::Instant::now();
         tokio::task::block_in_place(|| plane.restart_apiserver())?;
         restarted_us = Some(unix_us());

@@ -414,6 +414,39 @@ pub async fn watch_invariants(
     }
 }
 
+/// Merge-patches Mesh `game` to application version 2 on image `zlink-fake-node:2` (the
+/// rollouts of the process-kubelet tests).
+pub async fn bump_fake_nodes_to_v2(meshes: &Api<Mesh>) -> anyhow::Result<()> {
+    meshes
+        .patch(
+            "game",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"applicationVersion": 2, "image": "zlink-fake-node:2"}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits for a pod (one of `among`, when given) carrying the `zlink.io/relocation` intent; its
+/// name.
+pub async fn wait_relocation_intent(
+    pods: &Api<Pod>,
+    among: Option<&HashSet<String>>,
+) -> anyhow::Result<String> {
+    wait_for("a pod's relocation intent", async || {
+        let list = pods.list(&Default::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .find(|p| {
+                among.is_none_or(|a| a.contains(&p.name_any()))
+                    && p.annotations().contains_key("zlink.io/relocation")
+            })
+            .map(|p| p.name_any()))
+    })
+    .await
+}
+
 pub async fn wait_for<T>(
     what: &str,
     mut f: impl AsyncFnMut() -> anyhow::Result<Option<T>>,
