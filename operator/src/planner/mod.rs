@@ -8,10 +8,8 @@
 //! them; every other live pod is *leaving* (an old revision, or an excess one after a scale
 //! down). Each call:
 //!
-//! 1. **Deletes** leaving pods that may go: ones with no running container (directly), ones not
-//!    Ready whose host reports no objects and that have no relocation intent (an abandoned surge
-//!    pod of a version that never became Ready: nothing to move, and it holds the surge slot a
-//!    fixing version needs), ones that are *safe* (below), ones marked `zlink.io/force-delete` (with a Warning), and — only when
+//! 1. **Deletes** leaving pods that may go: ones with no running container (directly), ones that
+//!    are *safe* (below), ones marked `zlink.io/force-delete` (with a Warning), and — only when
 //!    `replicas` is 0 — every pod (with a Warning: there is nowhere to move objects).
 //! 2. **Surges**: creates pods of the spec's revision while the mesh has fewer than `replicas`
 //!    of them and fewer than `replicas + maxSurge` pods in all (terminating ones count).
@@ -19,7 +17,11 @@
 //!    container runs, it is Ready, its host is `Serving` at the target version, and the source
 //!    host lists it as a Ready peer. A version change is `RollingUpdate`; a revision-only
 //!    change or a scale down is `PlannedMaintenance`. Starting one never takes availability
-//!    below `replicas - maxUnavailable` (and never lower than it already is).
+//!    below `replicas - maxUnavailable` (and never lower than it already is). An unavailable
+//!    leaving pod whose host reports no objects relocates without a target (`PlannedMaintenance`
+//!    at its own version): nothing to move, so it completes and the pod goes as safe — the
+//!    surge pod of a version that never became Ready would otherwise hold the slot a fixing
+//!    version needs.
 //!
 //! A relocation starts by writing its intent ([`Intent`]) to the pod: [`Action::WriteIntent`].
 //! Only a later call, which sees that annotation, asks the host: [`Action::Relocate`], with the
@@ -282,15 +284,6 @@ impl ObservedPod {
             }
     }
 
-    /// Not Ready, no relocation intent, and a host that reports no objects
-    /// ([`DeleteReason::NotReadyEmpty`]). An unreachable or unknown host does not count: it may
-    /// hold objects.
-    pub fn not_ready_and_empty(&self) -> bool {
-        !self.ready
-            && self.intent.is_none()
-            && matches!(&self.host, HostObservation::Status(v) if v.objects == 0)
-    }
-
     /// Safe to delete (see the module docs).
     pub fn safe(&self) -> bool {
         let (Some(i), Some(v)) = (self.current_intent(), self.view()) else {
@@ -318,10 +311,6 @@ pub enum DeleteReason {
     Safe,
     /// No container runs: nothing to move.
     NoContainer,
-    /// Not Ready, no relocation intent, and its host reports no objects: nothing to move and no
-    /// traffic to lose — typically the surge pod of a version that never became Ready, which
-    /// would otherwise hold the surge slot a fixing version needs.
-    NotReadyEmpty,
     /// `zlink.io/force-delete`.
     Forced,
     /// `replicas` is 0.
@@ -584,8 +573,6 @@ pub fn plan(desired: &Desired, observed: &Observed, now_ms: u64) -> Plan {
             Some(DeleteReason::ScaledToZero)
         } else if !p.container_running {
             Some(DeleteReason::NoContainer)
-        } else if p.not_ready_and_empty() {
-            Some(DeleteReason::NotReadyEmpty)
         } else if p.safe() {
             Some(DeleteReason::Safe)
         } else if p.force_delete {
@@ -615,7 +602,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now_ms: u64) -> Plan {
                     p.name
                 ),
             }),
-            DeleteReason::Safe | DeleteReason::NoContainer | DeleteReason::NotReadyEmpty => {}
+            DeleteReason::Safe | DeleteReason::NoContainer => {}
         }
         actions.push(Action::DeletePod {
             pod: p.name.clone(),
@@ -750,11 +737,19 @@ pub fn plan(desired: &Desired, observed: &Observed, now_ms: u64) -> Plan {
             }
         };
         if targets(&staying, view, target_version).is_empty() {
-            if !consolidate || peers_among(&leaving, p, view, p.version, &deleted).is_empty() {
+            if consolidate && !peers_among(&leaving, p, view, p.version, &deleted).is_empty() {
+                (mode, target_version) = (Mode::PlannedMaintenance, p.version);
+                consolidate = false;
+            } else if view.objects == 0 && !p.available() {
+                // An unavailable leaving pod whose host holds nothing (typically the surge pod
+                // of a version that never became Ready, holding the slot a fixing version
+                // needs): it relocates with nowhere to go. With no unit that completes at once
+                // and the pod goes as safe; an object placed on it meanwhile makes the
+                // relocation fail, and the pod stays.
+                (mode, target_version) = (Mode::PlannedMaintenance, p.version);
+            } else {
                 continue;
             }
-            (mode, target_version) = (Mode::PlannedMaintenance, p.version);
-            consolidate = false;
         }
         if p.available() {
             if available <= min_available {

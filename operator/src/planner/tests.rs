@@ -470,17 +470,18 @@ fn a_new_pod_not_ready_by_the_progress_deadline_blocks_the_rollout() {
 }
 
 #[test]
-fn a_superseded_pod_that_never_became_ready_and_holds_nothing_is_deleted_to_free_the_surge() {
+fn a_superseded_pod_that_never_became_ready_and_holds_nothing_relocates_without_a_target() {
     // v1 pods m-00000000-{0,1,2}; the surge pod of a bad v2 (revision "bad") never became
-    // Ready; the spec now asks for REV_NEW. With replicas 3 + maxSurge 1 the bad pod holds the
-    // only surge slot.
+    // Ready; the spec now asks for REV_NEW (v2 too here). With replicas 3 + maxSurge 1 the bad
+    // pod holds the only surge slot, and no staying pod exists to be a target.
     let bad_rev = "badbadbadbadbad0";
-    let mut bad = pod(&pod_name("m", bad_rev, 0), bad_rev, 2, 0);
+    let bad_name = pod_name("m", bad_rev, 0);
+    let mut bad = pod(&bad_name, bad_rev, 2, 0);
     bad.ready = false;
     let cases: Vec<(&str, ObservedPod, bool)> = vec![
-        ("not Ready, empty, no intent", bad.clone(), true),
+        ("not Ready and empty", bad.clone(), true),
         (
-            "Ready",
+            "Ready (available: it waits for a target)",
             {
                 let mut p = bad.clone();
                 p.ready = true;
@@ -506,34 +507,61 @@ fn a_superseded_pod_that_never_became_ready_and_holds_nothing_is_deleted_to_free
             },
             false,
         ),
-        (
-            "a relocation intent",
-            {
-                let mut p = bad.clone();
-                p.intent = Some(intent_of(&p, 1, 0));
-                p
-            },
-            false,
-        ),
     ];
-    for (what, b, deleted) in cases {
+    for (what, b, relocates) in cases {
         let mut pods = old3();
         pods.push(b);
         let p = plan(&desired(), &meshed(pods), 1_000);
-        let got = p.actions.iter().any(|a| {
-            matches!(a, Action::DeletePod { pod, reason: DeleteReason::NotReadyEmpty, .. }
-                if *pod == pod_name("m", bad_rev, 0))
+        let intent = p.actions.iter().find_map(|a| match a {
+            Action::WriteIntent { pod, intent, .. } if *pod == bad_name => Some(intent.clone()),
+            _ => None,
         });
-        assert_eq!(got, deleted, "{what}: {:?}", p.actions);
-        // No old pod is touched for it.
+        assert_eq!(intent.is_some(), relocates, "{what}: {:?}", p.actions);
+        if let Some(i) = intent {
+            assert_eq!(
+                (i.mode, i.target_version),
+                (Mode::PlannedMaintenance, 2),
+                "{what}"
+            );
+        }
+        // Nothing is deleted for it (only a safe relocation lets it go); when it relocates, no
+        // old pod does (its objects would move twice).
         assert!(
-            p.actions.iter().all(
-                |a| !matches!(a, Action::DeletePod { pod, .. } if pod.starts_with("m-00000000"))
-            ),
+            p.actions
+                .iter()
+                .all(|a| !matches!(a, Action::DeletePod { .. })),
             "{what}: {:?}",
             p.actions
         );
+        if relocates {
+            assert!(
+                p.actions.iter().all(|a| !matches!(a, Action::WriteIntent { pod, .. } if pod.starts_with("m-00000000"))),
+                "{what}: {:?}",
+                p.actions
+            );
+        }
     }
+    // The intent written, the host relocates nothing, completes and is safe: deleted as Safe,
+    // which frees the slot for the spec's revision.
+    let mut done = bad.clone();
+    let i = intent_of(&done, 1, 1_000);
+    let i = Intent {
+        mode: Mode::PlannedMaintenance,
+        ..i
+    };
+    done.intent = Some(i.clone());
+    let v = view(&mut done);
+    v.state = HostState::Relocated;
+    v.safe_to_shutdown = true;
+    v.relocation = relocation(&i.id, RelocationState::Completed);
+    let mut pods = old3();
+    pods.push(done);
+    let p = plan(&desired(), &meshed(pods), 2_000);
+    assert!(
+        p.actions.iter().any(|a| matches!(a, Action::DeletePod { pod, reason: DeleteReason::Safe, .. } if *pod == bad_name)),
+        "{:?}",
+        p.actions
+    );
 }
 
 #[test]
@@ -868,11 +896,6 @@ pub(super) fn check_invariants(d: &Desired, obs: &Observed, now: u64, p: &Plan, 
                 let ok = match reason {
                     DeleteReason::Safe => q.safe(),
                     DeleteReason::NoContainer => !q.container_running,
-                    DeleteReason::NotReadyEmpty => {
-                        !q.ready
-                            && q.intent.is_none()
-                            && matches!(&q.host, HostObservation::Status(v) if v.objects == 0)
-                    }
                     DeleteReason::Forced => q.force_delete,
                     DeleteReason::ScaledToZero => d.replicas == 0,
                 };
