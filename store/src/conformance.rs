@@ -815,6 +815,58 @@ pub async fn transfer_owner_switches_owner_and_keeps_the_incarnation<H: Harness>
     );
 }
 
+/// The aggregate bound: [`MAX_AGGREGATE_OPS`](crate::types::MAX_AGGREGATE_OPS) members (at
+/// least 1,024) transfer in one commit, all of them; one more is refused before the store is
+/// touched.
+pub async fn aggregate_commit_takes_its_bound_and_refuses_one_more<H: Harness>(h: &H) {
+    let max = crate::types::MAX_AGGREGATE_OPS;
+    assert!(max >= 1024, "the aggregate bound is {max}, below 1,024");
+    let s = h.store();
+    let src = node(h, "source").await;
+    let dst = node(h, "target").await;
+    let mut members = Vec::with_capacity(max);
+    for i in 0..max {
+        members.push(ready(h, &spot_key(h, &format!("member-{i}")), &src).await);
+    }
+    let ops: Vec<AggregateOp> = members
+        .iter()
+        .map(|m| {
+            AggregateOp::Transfer(TransferOwner {
+                source: m.fence(),
+                target: dst.target(),
+                payload: None,
+            })
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let out = s
+        .commit_aggregate(&ops)
+        .await
+        .expect("aggregate of the bound");
+    eprintln!("aggregate commit of {max} transfers: {:?}", t.elapsed());
+    assert_eq!(out.len(), max);
+    assert!(
+        out.iter().all(|o| o.owner == dst.token),
+        "not every member moved"
+    );
+    for m in members.iter().step_by(97) {
+        let now = read(h, &m.key).await.expect("member");
+        assert_eq!(now.owner, dst.token, "{:?}", m.key);
+    }
+    // One more: refused as an argument, and nothing changed.
+    let mut over: Vec<AggregateOp> = out.iter().map(|o| AggregateOp::Check(o.fence())).collect();
+    let mut extra = out[0].fence();
+    extra.key = spot_key(h, "one-too-many");
+    over.push(AggregateOp::Check(extra));
+    expect_err(
+        s.commit_aggregate(&over).await,
+        "InvalidArgument",
+        "over the bound",
+    );
+    let again = read(h, &members[0].key).await.expect("member");
+    assert_eq!(strip(again), strip(out[0].clone()));
+}
+
 /// A bounded aggregate commit whose last condition fails changes no record.
 pub async fn aggregate_commit_is_all_or_nothing<H: Harness>(h: &H) {
     let s = h.store();
@@ -1082,6 +1134,7 @@ macro_rules! conformance_cases {
             stale_fences_are_rejected_by_every_conditional_operation,
             transfer_owner_switches_owner_and_keeps_the_incarnation,
             aggregate_commit_is_all_or_nothing,
+            aggregate_commit_takes_its_bound_and_refuses_one_more,
             authority_survives_time_and_is_deleted_only_by_its_fence,
             generation_counters_never_wrap,
             generations_are_monotonic,

@@ -472,8 +472,10 @@ impl AggregateOp {
     }
 }
 
-/// Most members one aggregate commit may have (glossary §2 "Bounded aggregate commit").
-pub const MAX_AGGREGATE_OPS: usize = 64;
+/// Most members one aggregate commit may have (glossary §2 "Bounded aggregate commit"). At least
+/// 1,024 (issue 17: one relocation unit — a Spot with its members — commits in one aggregate).
+/// On Redis the whole commit is one script of 14 arguments per member, run atomically.
+pub const MAX_AGGREGATE_OPS: usize = 1024;
 
 /// Per-node capacity limits (descriptor projection); 0 = unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
