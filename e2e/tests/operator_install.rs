@@ -25,7 +25,7 @@
 
 mod operator_common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -42,7 +42,6 @@ use kube::runtime::watcher;
 use operator_common::{condition, wait_for};
 use serde_json::json;
 use zlink_e2e::k8s;
-use zlink_e2e::kubelet;
 use zlink_operator::crd::Mesh;
 
 const RELEASE: &str = "zlink";
@@ -125,31 +124,19 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
         .cloned()
         .context("scripts/k8s-env printed no ZLINK_K8S_HELM")?;
     let ns = plane.namespace("install").await?;
-    let env = plane.env();
     let work = std::env::temp_dir().join(format!("zlink-install-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    let kcfg = kubelet::Config {
-        nodes: 3,
-        images: BTreeMap::from([
-            (
-                "zlink-operator".to_owned(),
-                env!("CARGO_BIN_EXE_zlink-e2e-operator").into(),
-            ),
-            (
-                "zlink-fake-node".to_owned(),
-                env!("CARGO_BIN_EXE_zlink-fake-node").into(),
-            ),
-        ]),
-        ip_base: [43, 0],
-        work_dir: work.join("pods"),
-        bind_unscheduled: false,
-        server: env.get("ZLINK_K8S_SERVER").cloned().context("server")?,
-        ca_file: env.get("ZLINK_K8S_CA_FILE").cloned().context("CA")?.into(),
-    };
-    let (stop_k, stop_k_rx) = tokio::sync::oneshot::channel::<()>();
-    let kubelet_task = tokio::spawn(kubelet::run(plane.client().await?, kcfg, async move {
-        let _ = stop_k_rx.await;
-    }));
+    let kubelet = operator_common::process_kubelet(
+        plane,
+        &[
+            ("zlink-operator", env!("CARGO_BIN_EXE_zlink-e2e-operator")),
+            ("zlink-fake-node", env!("CARGO_BIN_EXE_zlink-fake-node")),
+        ],
+        [43, 0],
+        work.join("pods"),
+        false,
+    )
+    .await?;
     let ended = Arc::new(Mutex::new(Ended::default()));
     let endings = tokio::spawn(record_endings(ns.api(), Arc::clone(&ended)));
     let helm_cmd = |args: &[&str]| {
@@ -210,10 +197,7 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
 
     // 3. A Mesh the in-pod operator makes Ready.
     let secrets: Api<Secret> = ns.api();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "redis"}, "stringData": {"url": "redis://127.0.0.1:6379"},
-    }))?;
-    secrets.create(&PostParams::default(), &secret).await?;
+    operator_common::create_store_secret(&secrets).await?;
     let meshes: Api<Mesh> = ns.api();
     let mesh: Mesh = serde_json::from_value(json!({
         "apiVersion": "zlink.io/v1alpha1", "kind": "Mesh",
@@ -514,8 +498,7 @@ async fn helm_installs_an_operator_that_leads_fails_over_and_collects_a_deleted_
     }
 
     endings.abort();
-    let _ = stop_k.send(());
-    let _ = kubelet_task.await;
+    kubelet.stop().await;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }

@@ -16,21 +16,17 @@ mod operator_common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use operator_common::{condition, wait_for};
 use serde_json::json;
 use zlink_e2e::k8s;
-use zlink_e2e::kubelet;
-use zlink_operator::controller::{self, Config, Context};
 use zlink_operator::crd::Mesh;
-use zlink_operator::hosts::AdminHosts;
 
 /// A Mesh `name` of `replicas` fake nodes at v1, its pods broken by `fault` at `fault_version`.
 async fn create_mesh(
@@ -288,49 +284,18 @@ async fn node_faults_set_their_reasons_and_no_unsafe_pod_relocates_or_goes() -> 
     };
     let ns = plane.namespace("nodefaults").await?;
     operator_common::install_crds(ns.client()).await?;
-    let env = plane.env();
     let work = std::env::temp_dir().join(format!("zlink-node-faults-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    let kcfg = kubelet::Config {
-        nodes: 3,
-        images: BTreeMap::from([(
-            "zlink-fake-node".to_owned(),
-            env!("CARGO_BIN_EXE_zlink-fake-node").into(),
-        )]),
-        ip_base: [45, 0],
-        work_dir: work.join("pods"),
-        bind_unscheduled: true,
-        server: env.get("ZLINK_K8S_SERVER").cloned().context("server")?,
-        ca_file: env.get("ZLINK_K8S_CA_FILE").cloned().context("CA")?.into(),
-    };
-    let (stop_k, stop_k_rx) = tokio::sync::oneshot::channel::<()>();
-    let kubelet_task = tokio::spawn(kubelet::run(plane.client().await?, kcfg, async move {
-        let _ = stop_k_rx.await;
-    }));
-    let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
-    let ctx = Arc::new(Context::new(
-        ns.client(),
-        Arc::new(AdminHosts::new(
-            zlink_operator::pods::ADMIN_PORT as u16,
-            wake_tx,
-        )),
-        Config {
-            namespace: Some(ns.name().to_owned()),
-            store_missing_requeue: Duration::from_millis(500),
-            resync: Duration::from_secs(2),
-            instance: "e2e".into(),
-        },
-    ));
-    let (stop_c, stop_c_rx) = tokio::sync::oneshot::channel::<()>();
-    let controller_task = tokio::spawn(controller::run(ctx, wake_rx, async move {
-        let _ = stop_c_rx.await;
-    }));
-
-    let secrets: Api<Secret> = ns.api();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "redis"}, "stringData": {"url": "redis://127.0.0.1:6379"},
-    }))?;
-    secrets.create(&PostParams::default(), &secret).await?;
+    let kubelet = operator_common::process_kubelet(
+        plane,
+        &[("zlink-fake-node", env!("CARGO_BIN_EXE_zlink-fake-node"))],
+        [45, 0],
+        work.join("pods"),
+        true,
+    )
+    .await?;
+    let controller = operator_common::admin_controller(&ns, Duration::from_secs(2));
+    operator_common::create_store_secret(&ns.api()).await?;
     let meshes: Api<Mesh> = ns.api();
     let pods: Api<Pod> = ns.api();
     let events: Api<Event> = ns.api();
@@ -343,10 +308,8 @@ async fn node_faults_set_their_reasons_and_no_unsafe_pod_relocates_or_goes() -> 
         old_pods_unreachable(&meshes, &pods, &events, &work, "locked", "AdminAuthFailed"),
     );
 
-    let _ = stop_c.send(());
-    let _ = controller_task.await;
-    let _ = stop_k.send(());
-    let _ = kubelet_task.await;
+    controller.stop().await;
+    kubelet.stop().await;
     late.context("a new pod never Ready")?;
     dark.context("an unreachable admin API")?;
     locked.context("a rejected admin token")?;

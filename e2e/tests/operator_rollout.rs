@@ -15,17 +15,14 @@ use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use operator_common::{condition, wait_for};
 use serde_json::json;
 use zlink_e2e::k8s;
-use zlink_e2e::kubelet;
-use zlink_operator::controller::{self, Config, Context};
 use zlink_operator::crd::Mesh;
-use zlink_operator::hosts::AdminHosts;
 
 #[derive(Default)]
 struct Seen {
@@ -172,13 +169,7 @@ async fn a_rollout_of_three_fake_node_pods_deletes_each_old_pod_only_after_a_saf
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kube_apiserver_restart_mid_rollout_costs_no_second_relocation_and_no_early_delete()
 -> anyhow::Result<()> {
-    let Some(plane) = tokio::task::block_in_place(|| {
-        k8s::own_control_plane(k8s::Options {
-            controllers: false,
-            audit_log: true,
-        })
-    })?
-    else {
+    let Some(plane) = operator_common::own_audited_plane()? else {
         return Ok(());
     };
     rollout(&plane, Fault::ApiserverRestart).await
@@ -192,13 +183,7 @@ async fn a_kube_apiserver_restart_mid_rollout_costs_no_second_relocation_and_no_
 /// once instead: a stopped process holds nothing — the planner's `NoContainer` rule.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_restart_mid_relocation_gets_a_new_attempt_and_id() -> anyhow::Result<()> {
-    let Some(plane) = tokio::task::block_in_place(|| {
-        k8s::own_control_plane(k8s::Options {
-            controllers: false,
-            audit_log: true,
-        })
-    })?
-    else {
+    let Some(plane) = operator_common::own_audited_plane()? else {
         return Ok(());
     };
     rollout(&plane, Fault::RestartOnce).await
@@ -219,7 +204,6 @@ async fn rollout(plane: &k8s::ControlPlane, fault: Fault) -> anyhow::Result<()> 
     let own_plane = fault != Fault::None;
     let ns = plane.namespace("rollout").await?;
     operator_common::install_crds(ns.client()).await?;
-    let env = plane.env();
     let work = std::env::temp_dir().join(format!(
         "zlink-rollout-{}-{}",
         std::process::id(),
@@ -230,53 +214,24 @@ async fn rollout(plane: &k8s::ControlPlane, fault: Fault) -> anyhow::Result<()> 
         }
     ));
     let _ = std::fs::remove_dir_all(&work);
-    let kcfg = kubelet::Config {
-        nodes: 3,
-        images: BTreeMap::from([(
-            "zlink-fake-node".to_owned(),
-            env!("CARGO_BIN_EXE_zlink-fake-node").into(),
-        )]),
-        ip_base: match fault {
+    let kubelet = operator_common::process_kubelet(
+        plane,
+        &[("zlink-fake-node", env!("CARGO_BIN_EXE_zlink-fake-node"))],
+        match fault {
             Fault::None => [42, 0],
             Fault::ApiserverRestart => [44, 0],
             Fault::RestartOnce => [46, 0],
         },
-        work_dir: work.join("pods"),
+        work.join("pods"),
         // The full control plane has kube-scheduler; the own ones have none.
-        bind_unscheduled: own_plane,
-        server: env.get("ZLINK_K8S_SERVER").cloned().context("server")?,
-        ca_file: env.get("ZLINK_K8S_CA_FILE").cloned().context("CA")?.into(),
-    };
-    let (stop_k, stop_k_rx) = tokio::sync::oneshot::channel::<()>();
-    let kubelet_task = tokio::spawn(kubelet::run(plane.client().await?, kcfg, async move {
-        let _ = stop_k_rx.await;
-    }));
-    let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
-    let ctx = Arc::new(Context::new(
-        ns.client(),
-        Arc::new(AdminHosts::new(
-            zlink_operator::pods::ADMIN_PORT as u16,
-            wake_tx,
-        )),
-        Config {
-            namespace: Some(ns.name().to_owned()),
-            store_missing_requeue: Duration::from_millis(500),
-            resync: Duration::from_secs(5),
-            instance: "e2e".into(),
-        },
-    ));
-    let (stop_c, stop_c_rx) = tokio::sync::oneshot::channel::<()>();
-    let controller_task = tokio::spawn(controller::run(ctx, wake_rx, async move {
-        let _ = stop_c_rx.await;
-    }));
+        own_plane,
+    )
+    .await?;
+    let controller = operator_common::admin_controller(&ns, Duration::from_secs(5));
     let seen = Arc::new(Mutex::new(Seen::default()));
     let watcher_task = tokio::spawn(watch(ns.api(), 4, Arc::clone(&seen)));
 
-    let secrets: Api<Secret> = ns.api();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "redis"}, "stringData": {"url": "redis://127.0.0.1:6379"},
-    }))?;
-    secrets.create(&PostParams::default(), &secret).await?;
+    operator_common::create_store_secret(&ns.api()).await?;
     let peers = work.join("peers");
     let fake_events = work.join("fake-events.jsonl");
     let markers = work.join("crashed");
@@ -352,11 +307,9 @@ async fn rollout(plane: &k8s::ControlPlane, fault: Fault) -> anyhow::Result<()> 
         ensure!(p.phase == "Serving" && p.rid.starts_with(&p.name), "{p:?}");
     }
 
-    let _ = stop_c.send(());
-    let _ = controller_task.await;
+    controller.stop().await;
     watcher_task.abort();
-    let _ = stop_k.send(());
-    let _ = kubelet_task.await;
+    kubelet.stop().await;
     let s = seen
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

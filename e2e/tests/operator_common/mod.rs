@@ -414,6 +414,117 @@ pub async fn watch_invariants(
     }
 }
 
+/// Creates the Redis Secret `redis` (key `url`) that the test Meshes name.
+pub async fn create_store_secret(secrets: &Api<Secret>) -> anyhow::Result<()> {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "redis"},
+        "stringData": {"url": "redis://127.0.0.1:6379"},
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    Ok(())
+}
+
+/// A task that runs until told to stop: [`Stoppable::stop`] asks and waits; dropping it aborts
+/// the task.
+pub struct Stoppable<T> {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<T>,
+}
+
+impl<T: Send + 'static> Stoppable<T> {
+    /// Spawns `run(stopped)`, where `stopped` resolves once [`Self::stop`] is called.
+    pub fn spawn<F>(
+        run: impl FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>) -> F,
+    ) -> Self
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run(Box::pin(async move {
+            let _ = stop_rx.await;
+        })));
+        Self {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Asks the task to stop and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl<T> Drop for Stoppable<T> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A process kubelet ([`zlink_e2e::kubelet`]) as a task of the calling runtime: three Nodes on
+/// `plane`, pods at `127.<ip_base>.*`, their directories under `work_dir`, `images` (image →
+/// executable) its table; `bind_unscheduled` when the plane has no kube-scheduler. Stopping it
+/// stops every pod process.
+pub async fn process_kubelet(
+    plane: &k8s::ControlPlane,
+    images: &[(&str, &str)],
+    ip_base: [u8; 2],
+    work_dir: std::path::PathBuf,
+    bind_unscheduled: bool,
+) -> anyhow::Result<Stoppable<anyhow::Result<()>>> {
+    let env = plane.env();
+    let cfg = zlink_e2e::kubelet::Config {
+        nodes: 3,
+        images: images
+            .iter()
+            .map(|(i, exe)| ((*i).to_owned(), (*exe).into()))
+            .collect(),
+        ip_base,
+        work_dir,
+        bind_unscheduled,
+        server: env.get("ZLINK_K8S_SERVER").cloned().context("server")?,
+        ca_file: env.get("ZLINK_K8S_CA_FILE").cloned().context("CA")?.into(),
+    };
+    let client = plane.client().await?;
+    Ok(Stoppable::spawn(|stopped| {
+        zlink_e2e::kubelet::run(client, cfg, stopped)
+    }))
+}
+
+/// The controller of `ns` with the real HostAdmin client (`AdminHosts`) as a task, with resync
+/// period `resync` (a missing store Secret is looked at every 500 ms).
+pub fn admin_controller(ns: &TestNamespace, resync: Duration) -> Stoppable<()> {
+    let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
+    let ctx = Arc::new(Context::new(
+        ns.client(),
+        Arc::new(zlink_operator::hosts::AdminHosts::new(
+            zlink_operator::pods::ADMIN_PORT as u16,
+            wake_tx,
+        )),
+        Config {
+            namespace: Some(ns.name().to_owned()),
+            store_missing_requeue: Duration::from_millis(500),
+            resync,
+            instance: "e2e".into(),
+        },
+    ));
+    Stoppable::spawn(|stopped| controller::run(ctx, wake_rx, stopped))
+}
+
+/// A control plane of the calling test's own: etcd, kube-apiserver and an audit log, no
+/// controllers (`Ok(None)`: skipped, see [`k8s::own_control_plane`]).
+pub fn own_audited_plane() -> anyhow::Result<Option<k8s::ControlPlane>> {
+    tokio::task::block_in_place(|| {
+        k8s::own_control_plane(k8s::Options {
+            controllers: false,
+            audit_log: true,
+        })
+    })
+}
+
 /// Merge-patches Mesh `game` to application version 2 on image `zlink-fake-node:2` (the
 /// rollouts of the process-kubelet tests).
 pub async fn bump_fake_nodes_to_v2(meshes: &Api<Mesh>) -> anyhow::Result<()> {
@@ -578,12 +689,7 @@ impl Harness {
 
     /// Creates the Redis Secret.
     pub async fn create_store_secret(&self) -> anyhow::Result<()> {
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "redis"},
-            "stringData": {"url": "redis://127.0.0.1:6379"},
-        }))?;
-        self.secrets.create(&PostParams::default(), &secret).await?;
-        Ok(())
+        create_store_secret(&self.secrets).await
     }
 
     /// Creates Mesh `game` (2 replicas, version 1) with `spec` merged in.
