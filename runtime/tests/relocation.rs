@@ -458,23 +458,36 @@ fn actor_registry(joined: Notes) -> Registry {
     reg.entry_spot(
         "entry",
         |_: FactoryInput| async { Ok(Tally::default()) },
-        move || {
-            let mut h: ObjectHandlers<Tally> = ObjectHandlers::new();
-            let j = Arc::clone(&joined);
-            h.on_member_joined(move |_ctx, actor| {
-                j.lock().unwrap().push((true, actor));
-                async { Ok(()) }
-            });
-            let l = Arc::clone(&joined);
-            h.on_member_left(move |_ctx, actor| {
-                l.lock().unwrap().push((false, actor));
-                async { Ok(()) }
-            });
-            h
-        },
+        move || record_members(ObjectHandlers::new(), &joined),
     )
     .register();
     reg
+}
+
+/// `h` recording the Spot's membership notifications in `notes`.
+fn record_members(mut h: ObjectHandlers<Tally>, notes: &Notes) -> ObjectHandlers<Tally> {
+    let j = Arc::clone(notes);
+    h.on_member_joined(move |_ctx, actor| {
+        j.lock().unwrap().push((true, actor));
+        async { Ok(()) }
+    });
+    let l = Arc::clone(notes);
+    h.on_member_left(move |_ctx, actor| {
+        l.lock().unwrap().push((false, actor));
+        async { Ok(()) }
+    });
+    h
+}
+
+/// Three nodes with Entry Spots hosting `registry(i)`; everything is placed on node 0 (the
+/// others weigh 0 until [`open_targets`]).
+async fn entry_cluster(registry: impl Fn(usize) -> Registry + 'static) -> Cluster {
+    Cluster::builder(3)
+        .registry(registry)
+        .entry_spots()
+        .placement_weights(&[100, 0, 0])
+        .start()
+        .await
 }
 
 /// Issue 17 "In-process: Entry-Spot Actor": Actors created on node 0 (a member of its Entry
@@ -485,12 +498,7 @@ fn actor_registry(joined: Notes) -> Registry {
 async fn entry_spot_actors_move_with_their_membership() {
     let notes: Vec<Notes> = (0..3).map(|_| Arc::default()).collect();
     let n2 = notes.clone();
-    let c = Cluster::builder(3)
-        .registry(move |i| actor_registry(Arc::clone(&n2[i])))
-        .entry_spots()
-        .placement_weights(&[100, 0, 0])
-        .start()
-        .await;
+    let c = entry_cluster(move |i| actor_registry(Arc::clone(&n2[i]))).await;
     let ids: Vec<String> = (0..4).map(|i| format!("w-{i}")).collect();
     for id in &ids {
         c.rts[0].create_actor("walker", id, None).await.unwrap();
@@ -1089,5 +1097,552 @@ async fn a_turn_that_outlasts_the_deadline_leaves_the_unit_serving_where_it_is()
         .await
         .unwrap();
     assert_eq!(s.seqs, vec![0, 1, 2], "served where it is, in order");
+    c.shutdown().await;
+}
+
+/// A turn of a User Spot that waits for [`ROOM_GATE`] (its members' turns wait behind it when
+/// the Spot shares its gate with them).
+#[derive(Debug, Serialize, Deserialize)]
+struct RoomGated {}
+impl JsonMessage for RoomGated {
+    const PACKET_NAME: &'static str = "tally.RoomGated";
+}
+
+/// Released by the User Spot tests (their own, so other tests' [`GATE`] permits never mix in).
+static ROOM_GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+/// One permit per [`RoomGated`] turn that started (a marker for the test).
+static ROOM_ENTERED: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+/// Actor `player`, SpotWide User Spot `room` and PerActor User Spot `lobby` (the `tally`
+/// handlers, state kept by JSON), an Entry Spot; member notifications of the User Spots are
+/// recorded in `notes`.
+fn room_registry(notes: Notes) -> Registry {
+    use zlink::object::registry::SpotExecution;
+    let spot_handlers = move || {
+        let mut h = handlers();
+        h.on_send(|_ctx, _g: RoomGated| async move {
+            ROOM_ENTERED.add_permits(1);
+            ROOM_GATE.acquire().await.unwrap().forget();
+            Ok(())
+        });
+        record_members(h, &notes)
+    };
+    let mut reg = Registry::new();
+    reg.actor(
+        "player",
+        |_: FactoryInput| async { Ok(Tally::default()) },
+        handlers,
+    )
+    .relocation(Relocation::PreserveWith(Arc::new(JsonState)))
+    .register();
+    let wide = spot_handlers.clone();
+    reg.user_spot(
+        "room",
+        |_: FactoryInput| async { Ok(Tally::default()) },
+        wide,
+    )
+    .relocation(Relocation::PreserveWith(Arc::new(JsonState)))
+    .register();
+    reg.user_spot(
+        "lobby",
+        |_: FactoryInput| async { Ok(Tally::default()) },
+        spot_handlers,
+    )
+    .execution(SpotExecution::PerActor)
+    .relocation(Relocation::PreserveWith(Arc::new(JsonState)))
+    .register();
+    reg.entry_spot(
+        "entry",
+        |_: FactoryInput| async { Ok(Tally::default()) },
+        ObjectHandlers::<Tally>::new,
+    )
+    .register();
+    reg
+}
+
+/// Issue 17 "In-process: 50-member SpotWide room, PerActor Actor and Spot" (glossary §5
+/// "Relocation unit": a `SpotWide` User Spot and all its member Actors; wire §10 "SpotWide
+/// aggregate"): a room with 50 members and a PerActor lobby with 5 move, each as one unit to
+/// one target in one aggregate commit, with the state, queued work and timers of every object
+/// and the calls made during the move; every member keeps its membership (no leave or join is
+/// announced), the room's members share its gate on the target again, the lobby's do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_spots_move_with_all_their_members_in_one_commit() {
+    let notes: Vec<Notes> = (0..3).map(|_| Arc::default()).collect();
+    let n2 = notes.clone();
+    let c = entry_cluster(move |i| room_registry(Arc::clone(&n2[i]))).await;
+    let rooms = [("room", "room-1", 50usize), ("lobby", "lobby-1", 5)];
+    let mut members: Vec<(String, Vec<String>)> = Vec::new();
+    for (ty, spot, n) in rooms {
+        c.rts[0].create_user_spot(ty, spot, None).await.unwrap();
+        let ids: Vec<String> = (0..n).map(|i| format!("{spot}-p{i:02}")).collect();
+        for id in &ids {
+            c.rts[0]
+                .create_actor_in("player", id, spot, None)
+                .await
+                .unwrap();
+        }
+        members.push((spot.to_owned(), ids));
+    }
+    // Seq 0 (one-way; arms each object's timer) and 1 (a request) everywhere.
+    for (spot, ids) in &members {
+        c.rts[2].send_to_spot(spot, &Add { seq: 0 }).await.unwrap();
+        let t: Tally = c.rts[2]
+            .request_to_spot(spot, &Add { seq: 1 }, T)
+            .await
+            .unwrap();
+        assert_eq!(t.seqs, vec![0, 1]);
+        for id in ids {
+            c.rts[2].send_to_actor(id, &Add { seq: 0 }).await.unwrap();
+            let t: Tally = c.rts[2]
+                .request_to_actor(id, &Add { seq: 1 }, T)
+                .await
+                .unwrap();
+            assert_eq!(t.seqs, vec![0, 1]);
+        }
+    }
+    let joins_before: Vec<usize> = notes.iter().map(|n| n.lock().unwrap().len()).collect();
+    assert_eq!(
+        joins_before[0], 55,
+        "every member joined its Spot on node 0 once"
+    );
+    open_targets(&c).await;
+    let units = c.rts[0].relocation_units();
+    assert_eq!(units.len(), 2, "one unit per User Spot, members inside");
+    for u in &units {
+        let (_, ids) = members.iter().find(|(s, _)| *s == u.id).unwrap();
+        assert_eq!(u.member_ids().collect::<Vec<_>>(), *ids);
+        assert_eq!(u.participants(), ids.len() + 1);
+    }
+    // Queued work: the room's turn holds the gate its members share, so one-way seqs 2 and 3 to
+    // the room and to every member wait when the seal comes (a member's seq 2 as its next turn,
+    // waiting for the gate; seq 3 in its queue).
+    c.rts[2]
+        .send_to_spot("room-1", &RoomGated {})
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, ROOM_ENTERED.acquire())
+        .await
+        .expect("the room's gated turn started")
+        .unwrap()
+        .forget();
+    for seq in [2, 3] {
+        for (spot, ids) in &members {
+            c.rts[2].send_to_spot(spot, &Add { seq }).await.unwrap();
+            for id in ids {
+                c.rts[2].send_to_actor(id, &Add { seq }).await.unwrap();
+            }
+        }
+    }
+    // Until the room's turn and seqs and its 50 members' wait on node 0.
+    let t0 = std::time::Instant::now();
+    while c.rts[0].queued_work() < 103 {
+        assert!(
+            t0.elapsed() < WAIT,
+            "seq 2 did not queue: {}",
+            c.rts[0].queued_work()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let plan = RelocatePlan::default();
+    let relocate = c.rts[0].relocate(&plan);
+    let during = async {
+        // Let the seal find the queued work, then free the room's turn.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        ROOM_GATE.add_permits(1);
+        // Seq 4 during the move: held, relayed or followed.
+        for (spot, ids) in &members {
+            let t: Tally = c.rts[2]
+                .request_to_spot(spot, &Add { seq: 4 }, T)
+                .await
+                .unwrap();
+            assert_eq!(t.seqs, vec![0, 1, 2, 3, 4], "{spot}");
+            for id in ids {
+                c.rts[2].send_to_actor(id, &Add { seq: 4 }).await.unwrap();
+            }
+        }
+    };
+    let (reports, ()) = tokio::join!(relocate, during);
+    assert_eq!(reports.len(), 2);
+    for r in &reports {
+        assert_eq!(
+            r.outcome,
+            UnitOutcome::HandedOver,
+            "{:?}",
+            outcomes(&reports)
+        );
+        let (_, ids) = members.iter().find(|(s, _)| *s == r.id).unwrap();
+        assert_eq!(r.members, *ids);
+    }
+    for (spot, ids) in &members {
+        let AuthorityRead::Found(s) = c.authority(ObjectKind::Spot, spot).await else {
+            panic!("{spot} is missing");
+        };
+        assert_ne!(s.owner_node.rid, c.nodes[0].rid(), "{spot} moved");
+        for id in ids {
+            let AuthorityRead::Found(a) = c.authority(ObjectKind::Actor, id).await else {
+                panic!("{id} is missing");
+            };
+            assert_eq!(a.owner_node.rid, s.owner_node.rid, "{id} went with {spot}");
+            assert_eq!(
+                zlink::object::runtime::membership_of(&a.payload).as_deref(),
+                Some(spot.as_str()),
+                "{id} is still a member of {spot}"
+            );
+            let t: Tally = c.rts[1]
+                .request_to_actor(id, &Add { seq: 5 }, T)
+                .await
+                .unwrap();
+            assert_eq!(
+                t.seqs,
+                vec![0, 1, 2, 3, 4, 5],
+                "{id}: state, queued and relayed work moved, nothing lost or repeated"
+            );
+        }
+        let owner = c
+            .nodes
+            .iter()
+            .position(|n| n.rid() == s.owner_node.rid)
+            .unwrap();
+        assert_eq!(
+            c.rts[owner].members_of(spot).map(|m| m.len()),
+            Some(ids.len()),
+            "{spot}'s members are its members on the target"
+        );
+    }
+    // The room's seqs 2 and 3 and its members' seq 3 waited behind the room's turn: they
+    // moved as saved work in the envelopes (the lobby's members may have run theirs already).
+    let saved = c.rts[0]
+        .relocation_stats()
+        .saved_work
+        .load(Ordering::Relaxed);
+    assert!(saved >= 52, "saved work moved: {saved}");
+    let moved: u64 = c.rts[1..]
+        .iter()
+        .map(|r| r.relocation_stats().arrived.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(moved, 57, "every object arrived once");
+    // Timers moved: the room's and a member's ticks go on on the target.
+    let ticks = |t: &Tally| t.ticks;
+    let first: Tally = c.rts[2]
+        .request_to_spot("room-1", &Read {}, T)
+        .await
+        .unwrap();
+    let member0: Tally = c.rts[2]
+        .request_to_actor("room-1-p00", &Read {}, T)
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let now: Tally = c.rts[2]
+            .request_to_spot("room-1", &Read {}, T)
+            .await
+            .unwrap();
+        let m: Tally = c.rts[2]
+            .request_to_actor("room-1-p00", &Read {}, T)
+            .await
+            .unwrap();
+        if ticks(&now) > ticks(&first) && ticks(&m) > ticks(&member0) {
+            break;
+        }
+        assert!(t0.elapsed() < WAIT, "timers did not run on the target");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // No membership change was announced: the members moved with their Spots.
+    let after: Vec<usize> = notes.iter().map(|n| n.lock().unwrap().len()).collect();
+    assert_eq!(after, joins_before, "no join or leave during the move");
+    // The room's members share its gate on the target (a member's turn waits for the room's);
+    // the lobby's do not.
+    c.rts[2]
+        .send_to_spot("room-1", &RoomGated {})
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, ROOM_ENTERED.acquire())
+        .await
+        .expect("the room's gated turn started")
+        .unwrap()
+        .forget();
+    let blocked = c.rts[2]
+        .request_to_actor::<_, Tally>("room-1-p01", &Read {}, Duration::from_millis(300))
+        .await;
+    assert!(
+        blocked.is_err(),
+        "a SpotWide member ran beside its Spot's turn"
+    );
+    ROOM_GATE.add_permits(1);
+    c.rts[2]
+        .send_to_spot("lobby-1", &RoomGated {})
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, ROOM_ENTERED.acquire())
+        .await
+        .expect("the lobby's gated turn started")
+        .unwrap()
+        .forget();
+    let free: Tally = c.rts[2]
+        .request_to_actor("lobby-1-p01", &Read {}, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        free.seqs,
+        vec![0, 1, 2, 3, 4, 5],
+        "a PerActor member runs on its own"
+    );
+    ROOM_GATE.add_permits(1);
+    c.shutdown().await;
+}
+
+/// Issue 17 item 2 "TooManyParticipants": a User Spot with more members than one aggregate
+/// commit may move (1,024 objects in all) stays where it is, serving, with nothing sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_with_more_members_than_one_commit_moves_stays() {
+    let c = Cluster::builder(2)
+        .registry(|_| room_registry(Arc::default()))
+        .entry_spots()
+        .placement_weights(&[100, 0])
+        .start()
+        .await;
+    c.rts[0]
+        .create_user_spot("lobby", "big-1", None)
+        .await
+        .unwrap();
+    let n = zlink_store::types::MAX_AGGREGATE_OPS;
+    let ids: Vec<String> = (0..n).map(|i| format!("big-1-p{i:04}")).collect();
+    for chunk in ids.chunks(64) {
+        futures::future::try_join_all(
+            chunk
+                .iter()
+                .map(|id| c.rts[0].create_actor_in("player", id, "big-1", None)),
+        )
+        .await
+        .unwrap();
+    }
+    open_targets(&c).await;
+    let reports = c.rts[0].relocate(&RelocatePlan::default()).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![(
+            "big-1".to_owned(),
+            UnitOutcome::Stayed(StayReason::TooManyParticipants)
+        )]
+    );
+    assert_eq!(reports[0].members.len(), n, "1 + {n} objects > {n}");
+    assert_eq!(owner_of(&c, "big-1").await, c.nodes[0].rid());
+    let t: Tally = c.rts[1]
+        .request_to_actor(&ids[n - 1], &Add { seq: 7 }, T)
+        .await
+        .unwrap();
+    assert_eq!(t.seqs, vec![7], "still serving where it is");
+    c.shutdown().await;
+}
+
+/// An `ApplicationSignaled` turn: record `mark` in the state, then mark the end of this turn as
+/// the relocation boundary.
+#[derive(Debug, Serialize, Deserialize)]
+struct Mark {
+    mark: u64,
+}
+impl JsonMessage for Mark {
+    const PACKET_NAME: &'static str = "tally.Mark";
+}
+
+/// Calls `relocation_ready().defer()` and answers with the state (or the error).
+#[derive(Debug, Serialize, Deserialize)]
+struct TryDefer {}
+impl JsonMessage for TryDefer {
+    const PACKET_NAME: &'static str = "tally.TryDefer";
+}
+
+/// The `tally` handlers plus [`Mark`] and [`TryDefer`]; `completed` receives the state each
+/// `on_relocation_ready_completed` saw.
+fn signal_handlers(completed: &Arc<std::sync::Mutex<Vec<Vec<u64>>>>) -> ObjectHandlers<Tally> {
+    let mut h = handlers();
+    h.on_send(|ctx, m: Mark| async move {
+        ctx.state().seqs.push(m.mark);
+        ctx.relocation_ready().defer()
+    });
+    h.on_request(|ctx, _t: TryDefer| async move {
+        ctx.relocation_ready().defer()?;
+        Ok::<_, CallError>(ctx.state().clone())
+    });
+    let c = Arc::clone(completed);
+    h.on_relocation_ready_completed(move |ctx| {
+        c.lock().unwrap().push(ctx.state().seqs.clone());
+        async { Ok(()) }
+    });
+    h
+}
+
+/// `stage`: an ApplicationSignaled SpotWide User Spot; `room`: FrameworkManaged; `lobby`:
+/// PerActor (ApplicationSignaled registered, which does not apply there); Actor `player`;
+/// Instance Spot `tally`; all with [`signal_handlers`].
+fn signal_registry(completed: Arc<std::sync::Mutex<Vec<Vec<u64>>>>) -> Registry {
+    use zlink::object::registry::{RelocationCoordination, SpotExecution};
+    let json = || Relocation::PreserveWith(Arc::new(JsonState));
+    let mut reg = Registry::new();
+    let f = |_: FactoryInput| async { Ok(Tally::default()) };
+    let c = Arc::clone(&completed);
+    reg.user_spot("stage", f, move || signal_handlers(&c))
+        .coordination(RelocationCoordination::ApplicationSignaled)
+        .relocation(json())
+        .register();
+    let c = Arc::clone(&completed);
+    reg.user_spot("room", f, move || signal_handlers(&c))
+        .relocation(json())
+        .register();
+    let c = Arc::clone(&completed);
+    reg.user_spot("lobby", f, move || signal_handlers(&c))
+        .execution(SpotExecution::PerActor)
+        .coordination(RelocationCoordination::ApplicationSignaled)
+        .relocation(json())
+        .register();
+    let c = Arc::clone(&completed);
+    reg.actor("player", f, move || signal_handlers(&c))
+        .relocation(json())
+        .register();
+    let c = Arc::clone(&completed);
+    reg.instance_spot("tally", f, move || signal_handlers(&c))
+        .relocation(json())
+        .register();
+    reg.entry_spot("entry", f, ObjectHandlers::<Tally>::new)
+        .register();
+    reg
+}
+
+/// Issue 17 item 3 "ApplicationSignaled" (glossary §1 "Spot relocation coordination mode"):
+/// `defer()` outside an ApplicationSignaled SpotWide Spot fails with `InvalidOperation` and
+/// changes nothing; with nothing prepared it is a no-op; a move that never sees a `defer()`
+/// boundary stays `NotSignaled`, serving; a move seals exactly at the end of a deferring turn
+/// (the state the target's `on_relocation_ready_completed` sees — its first turn there — ends
+/// with a mark), and what came after that turn runs on the target, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn application_signaled_spots_move_only_at_a_deferred_boundary() {
+    let completed: Arc<std::sync::Mutex<Vec<Vec<u64>>>> = Arc::default();
+    let c2 = Arc::clone(&completed);
+    let c = entry_cluster(move |_| signal_registry(Arc::clone(&c2))).await;
+    c.rts[0]
+        .create_user_spot("stage", "st-1", None)
+        .await
+        .unwrap();
+    c.rts[0]
+        .create_user_spot("room", "rm-1", None)
+        .await
+        .unwrap();
+    c.rts[0]
+        .create_user_spot("lobby", "lb-1", None)
+        .await
+        .unwrap();
+    c.rts[0]
+        .create_actor_in("player", "st-1-p0", "st-1", None)
+        .await
+        .unwrap();
+    c.rts[0].create_actor("player", "pl-1", None).await.unwrap();
+    c.rts[2]
+        .send_to_instance_spot("tally", "ty-1", &Add { seq: 0 })
+        .await
+        .unwrap();
+    // Misuse: InvalidOperation, and the state is what it was.
+    let misuse = [
+        ("room", "rm-1"),
+        ("lobby", "lb-1"),
+        ("player", "pl-1"),
+        ("player", "st-1-p0"),
+        ("tally", "ty-1"),
+    ];
+    for (ty, id) in misuse {
+        let r: Result<Tally, CallError> = match ty {
+            "player" => c.rts[2].request_to_actor(id, &TryDefer {}, T).await,
+            "tally" => {
+                c.rts[2]
+                    .request_to_instance_spot("tally", id, &TryDefer {}, T)
+                    .await
+            }
+            _ => c.rts[2].request_to_spot(id, &TryDefer {}, T).await,
+        };
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidOperation, "{ty} {id}: {e}");
+    }
+    // Nothing prepared: a no-op.
+    let s: Tally = c.rts[2]
+        .request_to_spot("st-1", &TryDefer {}, T)
+        .await
+        .unwrap();
+    assert!(s.seqs.is_empty());
+    open_targets(&c).await;
+    // A move that never sees a boundary stays, serving.
+    let only_stage = |rts: &zlink::object::runtime::ObjectRuntime<_>| {
+        rts.relocation_units()
+            .into_iter()
+            .filter(|u| u.id == "st-1")
+            .collect::<Vec<_>>()
+    };
+    let short = RelocatePlan {
+        deadline: Duration::from_millis(400),
+        ..RelocatePlan::default()
+    };
+    let units = only_stage(&c.rts[0]);
+    let reports = c.rts[0].relocate_units(&units, &short, |_, _| {}).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![(
+            "st-1".to_owned(),
+            UnitOutcome::Stayed(StayReason::NotSignaled)
+        )]
+    );
+    c.rts[2]
+        .send_to_spot("st-1", &Add { seq: 1 })
+        .await
+        .unwrap();
+    let s: Tally = c.rts[2].request_to_spot("st-1", &Read {}, T).await.unwrap();
+    assert_eq!(s.seqs, vec![1], "still serving where it is");
+    // Now with marks: Add(i) then Mark(1000 + i), until the move is done.
+    let plan = RelocatePlan::default();
+    let relocate = c.rts[0].relocate_units(&units, &plan, |_, _| {});
+    let done = AtomicBool::new(false);
+    let sent = std::sync::Mutex::new(Vec::new());
+    let during = async {
+        let mut i = 2;
+        while !done.load(Ordering::SeqCst) && i < 500 {
+            c.rts[2]
+                .send_to_spot("st-1", &Add { seq: i })
+                .await
+                .unwrap();
+            c.rts[2]
+                .send_to_spot("st-1", &Mark { mark: 1000 + i })
+                .await
+                .unwrap();
+            sent.lock().unwrap().extend([i, 1000 + i]);
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    };
+    let relocate = async {
+        let r = relocate.await;
+        done.store(true, Ordering::SeqCst);
+        r
+    };
+    let (reports, ()) = tokio::join!(relocate, during);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("st-1".to_owned(), UnitOutcome::HandedOver)]
+    );
+    assert_eq!(reports[0].members, vec!["st-1-p0".to_owned()]);
+    let s: Tally = c.rts[2].request_to_spot("st-1", &Read {}, T).await.unwrap();
+    let mut expect = vec![1];
+    expect.extend(sent.lock().unwrap().iter().copied());
+    assert_eq!(s.seqs, expect, "nothing lost, repeated or reordered");
+    let seen = completed.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one callback, on the target: {seen:?}");
+    let at = &seen[0];
+    assert!(
+        at.last().is_some_and(|m| *m >= 1000),
+        "the move sealed right after a deferring turn: {at:?}"
+    );
+    assert_eq!(
+        at[..],
+        s.seqs[..at.len()],
+        "the callback ran first on the target"
+    );
     c.shutdown().await;
 }

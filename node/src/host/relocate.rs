@@ -82,6 +82,7 @@ pub fn unit_result(u: &UnitReport) -> proto::UnitResult {
             zlink::relocation::host::UnitOutcome::Failed(why) => why.clone(),
             _ => String::new(),
         },
+        member_actor_ids: u.members.clone(),
     }
 }
 

@@ -87,12 +87,15 @@ type RequestFn<S> =
 
 type MemberFn<S> = Arc<dyn Fn(Ctx<S>, String) -> BoxFuture<Result<(), CallError>> + Send + Sync>;
 
+type LifecycleFn<S> = Arc<dyn Fn(Ctx<S>) -> BoxFuture<Result<(), CallError>> + Send + Sync>;
+
 /// The typed handlers of one object type, by packet name.
 pub struct ObjectHandlers<S> {
     sends: HashMap<String, SendFn<S>>,
     requests: HashMap<String, RequestFn<S>>,
     joined: Option<MemberFn<S>>,
     left: Option<MemberFn<S>>,
+    ready_completed: Option<LifecycleFn<S>>,
 }
 
 impl<S> Default for ObjectHandlers<S> {
@@ -102,6 +105,7 @@ impl<S> Default for ObjectHandlers<S> {
             requests: HashMap::new(),
             joined: None,
             left: None,
+            ready_completed: None,
         }
     }
 }
@@ -176,6 +180,19 @@ impl<S: Send + 'static> ObjectHandlers<S> {
         Fut: Future<Output = Result<(), CallError>> + Send + 'static,
     {
         self.left = Some(Arc::new(move |ctx, a| Box::pin(f(ctx, a))));
+        self
+    }
+
+    /// `ApplicationSignaled` SpotWide User Spots: called on the target after a move that
+    /// started at a `ctx.relocation_ready().defer()` boundary, as the Spot's first turn there
+    /// (on the lifecycle lane, before the work that moved with it). The default is no
+    /// callback. An error is logged; the Spot stays where it arrived.
+    pub fn on_relocation_ready_completed<F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        F: Fn(Ctx<S>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), CallError>> + Send + 'static,
+    {
+        self.ready_completed = Some(Arc::new(move |ctx| Box::pin(f(ctx))));
         self
     }
 }
@@ -290,6 +307,13 @@ struct Shared<S> {
     gate: Mutex<Option<SpotGate>>,
     /// No new turns are handed out (capture at the next handler boundary).
     paused: AtomicBool,
+    /// An `ApplicationSignaled` SpotWide User Spot: `relocation_ready().defer()` applies.
+    app_signaled: AtomicBool,
+    /// `ApplicationSignaled` moves: whether one is prepared, and whether a job that called
+    /// `defer()` while it was ended normally (the object is then paused at that boundary for
+    /// the move). One lock, so a boundary and a withdrawal never cross.
+    relocation: Mutex<BoundaryState>,
+    boundary: Notify,
     timers: Mutex<TimerSet>,
     resume: Mutex<HashMap<ResumeToken, oneshot::Sender<Grant>>>,
     wake: Arc<Notify>,
@@ -305,6 +329,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<S> Shared<S> {
+    /// A deferring job ended normally: while a move is prepared, hold the object at this
+    /// boundary (no new turn) and tell the mover.
+    fn reach_boundary(&self) {
+        let mut b = lock(&self.relocation);
+        if b.prepared {
+            self.paused.store(true, Ordering::Release);
+            b.reached = true;
+            drop(b);
+            self.boundary.notify_waiters();
+        }
+    }
+
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
@@ -353,6 +389,8 @@ pub struct Ctx<S> {
     ender: Arc<Mutex<Option<Ender>>>,
     gate: Arc<Mutex<TurnGate>>,
     metadata: Arc<Metadata>,
+    /// This job called `relocation_ready().defer()` while a move was prepared.
+    deferred: Arc<AtomicBool>,
 }
 
 impl<S> Clone for Ctx<S> {
@@ -362,7 +400,46 @@ impl<S> Clone for Ctx<S> {
             ender: Arc::clone(&self.ender),
             gate: Arc::clone(&self.gate),
             metadata: Arc::clone(&self.metadata),
+            deferred: Arc::clone(&self.deferred),
         }
+    }
+}
+
+/// An `ApplicationSignaled` move's boundary state (see `Shared::relocation`).
+#[derive(Debug, Default, Clone, Copy)]
+struct BoundaryState {
+    prepared: bool,
+    reached: bool,
+}
+
+/// See [`Ctx::relocation_ready`].
+pub struct RelocationReady<'a, S> {
+    ctx: &'a Ctx<S>,
+}
+
+impl<S> RelocationReady<'_, S> {
+    /// Mark the end of this job as a safe boundary to start a relocation at (glossary §1
+    /// "Spot relocation coordination mode", `ApplicationSignaled`). It requests nothing: when
+    /// this host has a move of this Spot prepared, the move seals right after this job ends
+    /// normally (a job that fails leaves no boundary); otherwise it is a no-op and the Spot
+    /// goes on where it is.
+    ///
+    /// # Errors
+    /// `InvalidOperation`, changing nothing, anywhere but in a turn of an `ApplicationSignaled`
+    /// SpotWide User Spot (FrameworkManaged, PerActor, Actors, Entry and Instance Spots).
+    pub fn defer(self) -> Result<(), CallError> {
+        let sh = &self.ctx.shared;
+        if !sh.app_signaled.load(Ordering::Acquire) {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                "relocation_ready().defer() applies only in a turn of an ApplicationSignaled \
+                 SpotWide User Spot",
+            ));
+        }
+        if lock(&sh.relocation).prepared {
+            self.ctx.deferred.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 }
 
@@ -384,6 +461,12 @@ impl<S: Send + 'static> Ctx<S> {
     /// remote owner.
     pub fn metadata(&self) -> &Metadata {
         &self.metadata
+    }
+
+    /// The relocation boundary of an `ApplicationSignaled` SpotWide User Spot:
+    /// `ctx.relocation_ready().defer()` (see [`RelocationReady::defer`]).
+    pub fn relocation_ready(&self) -> RelocationReady<'_, S> {
+        RelocationReady { ctx: self }
     }
 
     /// The object's state, for the current turn. Drop the guard before the next `.await` (the
@@ -630,7 +713,8 @@ fn take_captured(
             work @ (Work::Request(..)
             | Work::SendNotify(..)
             | Work::Member { .. }
-            | Work::Hold { .. }) => {
+            | Work::Hold { .. }
+            | Work::RelocationReadyCompleted) => {
                 out.bound.push(BoundWork { seq, lane, work });
             }
         }
@@ -676,7 +760,11 @@ impl CapturedQueue {
                     metadata: m.as_ref(),
                     request: true,
                 }),
-                Work::SendNotify(..) | Work::Member { .. } | Work::Hold { .. } | Work::Tick(_) => {
+                Work::SendNotify(..)
+                | Work::Member { .. }
+                | Work::Hold { .. }
+                | Work::RelocationReadyCompleted
+                | Work::Tick(_) => {
                     return Err(CallError::new(
                         ErrorKind::Unavailable,
                         "the object is not idle (a notification, hold or first message is queued)",
@@ -705,6 +793,7 @@ impl CapturedQueue {
                 work @ (Work::SendNotify(..)
                 | Work::Member { .. }
                 | Work::Hold { .. }
+                | Work::RelocationReadyCompleted
                 | Work::Tick(_)) => BoundWork {
                     seq: b.seq,
                     lane: b.lane,
@@ -730,6 +819,7 @@ impl CapturedQueue {
                 | Work::SendNotify(..)
                 | Work::Member { .. }
                 | Work::Hold { .. }
+                | Work::RelocationReadyCompleted
                 | Work::Tick(_) => None,
             })
             .collect()
@@ -974,6 +1064,9 @@ impl<S: Send + 'static> ObjectExecutor<S> {
             home,
             gate: Mutex::new(gate),
             paused: AtomicBool::new(false),
+            app_signaled: AtomicBool::new(false),
+            relocation: Mutex::new(BoundaryState::default()),
+            boundary: Notify::new(),
             timers: Mutex::new(TimerSet::new()),
             resume: Mutex::new(HashMap::new()),
             wake,
@@ -1261,6 +1354,68 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         }
     }
 
+    /// Make `relocation_ready().defer()` apply to this object (an `ApplicationSignaled`
+    /// SpotWide User Spot).
+    pub fn set_application_signaled(&self, on: bool) {
+        self.shared.app_signaled.store(on, Ordering::Release);
+    }
+
+    /// Prepare a move that waits for a `defer()` boundary (`on`), or withdraw it: a Spot
+    /// already held at a boundary runs on.
+    pub fn prepare_relocation(&self, on: bool) {
+        let sh = &self.shared;
+        let mut b = lock(&sh.relocation);
+        let held = std::mem::take(&mut b.reached);
+        b.prepared = on;
+        drop(b);
+        if held && !on {
+            sh.paused.store(false, Ordering::Release);
+            sh.wake.notify_one();
+        }
+    }
+
+    /// The mover takes the boundary it waited for: the move is no longer prepared, and the
+    /// object stays paused there for its capture (which ends the pause, or a
+    /// `cancel_capture`).
+    pub fn take_boundary(&self) {
+        *lock(&self.shared.relocation) = BoundaryState::default();
+    }
+
+    /// Wait until a job that called `defer()` while prepared ended normally; the object is
+    /// then held there (no new turn) until captured or the move is withdrawn.
+    pub async fn relocation_boundary(&self) {
+        let sh = &self.shared;
+        loop {
+            let notified = sh.boundary.notified();
+            if lock(&sh.relocation).reached {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Queue the `on_relocation_ready_completed` callback (if there is one) as a lifecycle
+    /// claim, ahead of the work that moved with this object.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    pub fn relocation_ready_completed(&self) -> Result<(), CallError> {
+        if self.shared.handlers.ready_completed.is_none() {
+            return Ok(());
+        }
+        match self.shared.home.objects.dispatch(
+            &self.shared.home.key,
+            Lane::Lifecycle,
+            Work::RelocationReadyCompleted,
+        ) {
+            Dispatched::NotHere(_) => Err(CallError::new(
+                ErrorKind::Unavailable,
+                "the object's queue is gone",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The gate this object's turns take (see [`SpotGate`]).
     pub fn gate(&self) -> Option<SpotGate> {
         lock(&self.shared.gate).clone()
@@ -1395,6 +1550,7 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                     ender: Arc::new(Mutex::new(Some(tx))),
                     gate: Arc::new(Mutex::new(gate)),
                     metadata: Arc::new(item.metadata().cloned().unwrap_or_else(Metadata::empty)),
+                    deferred: Arc::new(AtomicBool::new(false)),
                 };
                 let held = Arc::clone(&ctx.gate);
                 sh.stats.turns.fetch_add(1, Ordering::Relaxed);
@@ -1462,12 +1618,20 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
         CallError::new(ErrorKind::HandlerFailed, "the handler panicked")
     };
     let end = ctx.clone();
+    let deferred = Arc::clone(&ctx.deferred);
+    // A job that called `defer()` while a move was prepared and ended normally is the
+    // boundary: pause before the turn ends, so no other turn starts first.
+    let boundary = |ok: bool| {
+        if ok && deferred.load(Ordering::Acquire) {
+            sh.reach_boundary();
+        }
+    };
     match work {
         Work::Send(p, _) => {
-            run_send(&sh, ctx, p, &panicked).await;
+            boundary(run_send(&sh, ctx, p, &panicked).await);
         }
         Work::SendNotify(p, _, done) => {
-            run_send(&sh, ctx, p, &panicked).await;
+            boundary(run_send(&sh, ctx, p, &panicked).await);
             end.end_turn(TurnEnd::Complete);
             let _ = done.send(Ok(TypedPayload::default()));
             return;
@@ -1489,7 +1653,7 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
                 JSON_CONTENT_TYPE,
                 t.timer.payload.clone(),
             );
-            run_send(&sh, ctx, p, &panicked).await;
+            boundary(run_send(&sh, ctx, p, &panicked).await);
         }
         Work::Hold {
             at_boundary,
@@ -1510,8 +1674,23 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| Err(panicked()));
-                if let Err(e) = outcome {
-                    tracing::warn!(error = %e, "a membership callback failed");
+                match outcome {
+                    Ok(()) => boundary(true),
+                    Err(e) => tracing::warn!(error = %e, "a membership callback failed"),
+                }
+            }
+        }
+        Work::RelocationReadyCompleted => {
+            if let Some(h) = sh.handlers.ready_completed.clone() {
+                let outcome = AssertUnwindSafe(h(ctx))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| Err(panicked()));
+                match outcome {
+                    Ok(()) => boundary(true),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "on_relocation_ready_completed failed");
+                    }
                 }
             }
         }
@@ -1530,6 +1709,7 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
                     ))
                 }
             };
+            boundary(result.is_ok());
             end.end_turn(TurnEnd::Complete);
             let _ = reply.send(result);
             return;
@@ -1538,22 +1718,27 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
     end.end_turn(TurnEnd::Complete);
 }
 
+/// Run a one-way handler; whether it ended normally.
 async fn run_send<S: Send + 'static>(
     sh: &Shared<S>,
     ctx: Ctx<S>,
     p: TypedPayload,
     panicked: &impl Fn() -> CallError,
-) {
+) -> bool {
     let Some(h) = sh.handlers.sends.get(p.packet_name.as_str()).cloned() else {
         sh.stats.no_handler.fetch_add(1, Ordering::Relaxed);
-        return;
+        return false;
     };
     let outcome = AssertUnwindSafe(h(ctx, p))
         .catch_unwind()
         .await
         .unwrap_or_else(|_| Err(panicked()));
-    if let Err(e) = outcome {
-        tracing::debug!(error = %e, "one-way object handler failed");
+    match outcome {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "one-way object handler failed");
+            false
+        }
     }
 }
 

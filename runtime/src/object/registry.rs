@@ -223,6 +223,14 @@ pub trait ObjectType: Send + Sync + 'static {
     ) -> BoxFuture<Result<Box<dyn LiveObject>, CallError>>;
 }
 
+/// Whether instances of `ty` relocate only at a `relocation_ready().defer()` boundary: an
+/// `ApplicationSignaled` SpotWide User Spot (glossary §1 "Spot relocation coordination mode").
+pub(crate) fn application_signaled(ty: &dyn ObjectType) -> bool {
+    ty.kind() == ObjectTypeKind::UserSpot
+        && ty.spot_execution() == SpotExecution::SpotWide
+        && ty.coordination() == RelocationCoordination::ApplicationSignaled
+}
+
 /// A running instance, erased.
 pub trait LiveObject: Send + Sync + 'static {
     /// Accept a one-way message (source-local admission).
@@ -264,6 +272,25 @@ pub trait LiveObject: Send + Sync + 'static {
     /// The object was handed over: from now on its arrivals go to `to` (the follow route),
     /// also from a caller that looked the object up before the seal. Default: nothing.
     fn moved_to(&self, _to: Arc<dyn LiveObject>) {}
+    /// `ApplicationSignaled` (glossary §1): prepare (or withdraw) a move that waits for a
+    /// `relocation_ready().defer()` boundary. Default: nothing.
+    fn prepare_relocation(&self, _on: bool) {}
+    /// Take the boundary [`LiveObject::relocation_boundary`] reported: no longer prepared,
+    /// still held for the capture. Default: nothing.
+    fn take_boundary(&self) {}
+    /// Resolves once a deferring job ended normally while prepared; the object is held there.
+    /// Default: never.
+    fn relocation_boundary(&self) -> BoxFuture<()> {
+        Box::pin(std::future::pending())
+    }
+    /// On the target: queue the `on_relocation_ready_completed` callback ahead of the moved
+    /// work. Default: nothing.
+    ///
+    /// # Errors
+    /// `Unavailable` after close.
+    fn relocation_ready_completed(&self) -> Result<(), CallError> {
+        Ok(())
+    }
     /// Stop the instance (waiting requests end with `Unavailable`).
     fn close(&self) -> BoxFuture<()>;
     /// The execution gate its turns take: a SpotWide User Spot's own gate (shared with its
@@ -395,19 +422,37 @@ impl<S: Send + 'static> LiveObject for Live<S> {
         let exec = Arc::clone(&self.exec);
         Box::pin(async move { exec.hold().await })
     }
+    fn prepare_relocation(&self, on: bool) {
+        self.exec.prepare_relocation(on);
+    }
+    fn take_boundary(&self) {
+        self.exec.take_boundary();
+    }
+    fn relocation_boundary(&self) -> BoxFuture<()> {
+        let exec = Arc::clone(&self.exec);
+        Box::pin(async move { exec.relocation_boundary().await })
+    }
+    fn relocation_ready_completed(&self) -> Result<(), CallError> {
+        self.exec.relocation_ready_completed()
+    }
 }
 
 impl<S: Send + 'static> Typed<S> {
+    /// Whether `relocation_ready().defer()` applies to its instances: an `ApplicationSignaled`
+    /// SpotWide User Spot.
+    fn application_signaled(&self) -> bool {
+        self.kind == ObjectTypeKind::UserSpot
+            && self.spot_execution == SpotExecution::SpotWide
+            && self.coordination == RelocationCoordination::ApplicationSignaled
+    }
+
     fn start(&self, state: S, home: Binding) -> Box<dyn LiveObject> {
         let (adapter, disabled, gate) = self.live_parts();
+        let exec =
+            ObjectExecutor::start_gated(home, state, (self.handlers)(), self.exec_mode(), gate);
+        exec.set_application_signaled(self.application_signaled());
         Box::new(Live {
-            exec: Arc::new(ObjectExecutor::start_gated(
-                home,
-                state,
-                (self.handlers)(),
-                self.exec_mode(),
-                gate,
-            )),
+            exec: Arc::new(exec),
             adapter,
             disabled,
             moved_to: std::sync::OnceLock::new(),
@@ -423,16 +468,18 @@ impl<S: Send + 'static> Typed<S> {
         timers: &[zlink_protocol::generated::CapturedTimer],
     ) -> Result<Box<dyn LiveObject>, CallError> {
         let (adapter, disabled, gate) = self.live_parts();
+        let exec = ObjectExecutor::start_moved(
+            home,
+            state,
+            (self.handlers)(),
+            self.exec_mode(),
+            gate,
+            moved,
+            timers,
+        )?;
+        exec.set_application_signaled(self.application_signaled());
         Ok(Box::new(Live {
-            exec: Arc::new(ObjectExecutor::start_moved(
-                home,
-                state,
-                (self.handlers)(),
-                self.exec_mode(),
-                gate,
-                moved,
-                timers,
-            )?),
+            exec: Arc::new(exec),
             adapter,
             disabled,
             moved_to: std::sync::OnceLock::new(),

@@ -33,13 +33,19 @@ pub(crate) enum Work {
         at_boundary: oneshot::Sender<()>,
         release: oneshot::Receiver<()>,
     },
+    /// A lifecycle claim on the target of a move: the `on_relocation_ready_completed` callback
+    /// of an `ApplicationSignaled` SpotWide User Spot, its first turn there.
+    RelocationReadyCompleted,
 }
 
 impl Work {
     pub(crate) fn metadata(&self) -> Option<&Metadata> {
         match self {
             Self::Send(_, m) | Self::Request(_, m, _) | Self::SendNotify(_, m, _) => m.as_ref(),
-            Self::Tick(_) | Self::Member { .. } | Self::Hold { .. } => None,
+            Self::Tick(_)
+            | Self::Member { .. }
+            | Self::Hold { .. }
+            | Self::RelocationReadyCompleted => None,
         }
     }
 }

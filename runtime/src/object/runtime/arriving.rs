@@ -37,8 +37,8 @@ use zlink_protocol::generated::{
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
 use zlink_store::StoreError;
 use zlink_store::types::{
-    AuthorityKey, AuthorityRead, AuthoritySnapshot, AuthorityState, NodeRef, OwnerFence,
-    TargetFence, TransferOwner,
+    AuthorityKey, AuthorityRead, AuthoritySnapshot, AuthorityState, MAX_AGGREGATE_OPS, NodeRef,
+    OwnerFence, TargetFence, TransferOwner,
 };
 
 use super::intake::Intake;
@@ -47,7 +47,7 @@ use super::{Inner, LiveEntry, ObjectStore, millis, store_kind};
 use crate::call::error::{CallError, ErrorKind};
 use crate::mesh::connection::Leg;
 use crate::object::exec::{Binding, MovedWork, ObjectCaller};
-use crate::object::registry::{FactoryInput, LiveObject};
+use crate::object::registry::{FactoryInput, LiveObject, ObjectTypeKind};
 use crate::object::work::Work;
 use crate::relocation::relay::{Boundary, RelayStaging};
 use crate::relocation::target::{
@@ -56,15 +56,42 @@ use crate::relocation::target::{
 
 /// What the unit's driver hears from the records.
 enum Signal {
-    Payload(Result<Vec<u8>, RelocationFailureReason>),
+    /// Part `.0`'s payload assembled (or failed to).
+    Payload(usize, Result<Vec<u8>, RelocationFailureReason>),
     Cutover(Boundary),
 }
 
+/// One object of an arriving unit, as its Prepare named it.
+#[derive(Clone)]
+struct Part {
+    route: RouteFence,
+    key: AuthorityKey,
+    kind: zlink_store::types::ObjectKind,
+    id_str: String,
+}
+
 struct Parts {
-    assembly: Assembly,
+    /// The unit's objects in Prepare order: a lone object, or a User Spot first and then its
+    /// member Actors.
+    members: Vec<Part>,
+    /// One assembly per member.
+    assemblies: Vec<Assembly>,
+    /// A chunk arrived: the unit's Prepares are all in (every Prepare goes before any chunk on
+    /// the one ordered connection), so no other object joins it.
+    closed: bool,
+    /// A Prepare of another object arrived after the chunks began: the unit is refused.
+    late_prepare: bool,
     staging: RelayStaging,
-    /// After the switch: the object later relays go to.
-    obj: Option<Arc<dyn LiveObject>>,
+    /// After the switch: later relays go to whatever holds each object here then.
+    switched: bool,
+}
+
+impl Parts {
+    fn index_of(&self, kind: zlink_store::types::ObjectKind, id: &str) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.kind == kind && m.id_str == id)
+    }
 }
 
 /// One unit arriving here (see the module docs).
@@ -72,10 +99,6 @@ pub(crate) struct Arriving {
     id: [u8; 16],
     attempt: u64,
     source: NodeFence,
-    route: RouteFence,
-    key: AuthorityKey,
-    kind: zlink_store::types::ObjectKind,
-    id_str: String,
     parts: Mutex<Parts>,
     signal: mpsc::UnboundedSender<Signal>,
 }
@@ -96,12 +119,11 @@ struct CarriedIn {
     request: Option<(RequestHeader, NodeFence, u64)>,
 }
 
-/// Decode one carried record of object `key` (a Spot / Actor send or request).
+/// Decode one carried record (a Spot / Actor send or request): the object it names, and the
+/// record.
 fn decode_carried(
-    kind: zlink_store::types::ObjectKind,
-    id: &str,
     frames: &[Bytes],
-) -> Result<CarriedIn, String> {
+) -> Result<(zlink_store::types::ObjectKind, String, CarriedIn), String> {
     let record = Record::decode_shared(frames, WireContext::route_mesh(WireLeg::Send))
         .or_else(|_| Record::decode_shared(frames, WireContext::route_mesh(WireLeg::Request)))
         .map_err(|e| format!("a carried record does not decode: {e}"))?;
@@ -117,31 +139,52 @@ fn decode_carried(
             ));
         }
     };
-    if store_kind(route.object_kind) != kind || route.object_id != id {
-        return Err(format!(
-            "a carried record names {}, not {id}",
-            route.object_id
-        ));
+    Ok((
+        store_kind(route.object_kind),
+        route.object_id,
+        CarriedIn {
+            payload: record.payload.unwrap_or_default(),
+            metadata: record.metadata,
+            request: request.map(|h| (h, source, route.owner_lease_generation)),
+        },
+    ))
+}
+
+/// Decode one carried record that must name object `kind` / `id`.
+fn decode_carried_for(
+    kind: zlink_store::types::ObjectKind,
+    id: &str,
+    frames: &[Bytes],
+) -> Result<CarriedIn, String> {
+    let (k, named, c) = decode_carried(frames)?;
+    if k != kind || named != id {
+        return Err(format!("a carried record names {named}, not {id}"));
     }
-    Ok(CarriedIn {
-        payload: record.payload.unwrap_or_default(),
-        metadata: record.metadata,
-        request: request.map(|h| (h, source, route.owner_lease_generation)),
-    })
+    Ok(c)
+}
+
+/// One restored object of the unit, waiting for the commit.
+struct Restored {
+    obj: Arc<dyn LiveObject>,
+    ty: Arc<dyn crate::object::registry::ObjectType>,
+    row: AuthoritySnapshot,
+    temp: Arc<Intake>,
 }
 
 impl<S: ObjectStore> Inner<S> {
     /// A `relocationPrepare` (40) from `source` (the reactor checked that the body names the
-    /// connection's peer).
+    /// connection's peer). Prepares with one relocation ID make one unit (its objects commit
+    /// together); they all come before the unit's first chunk.
     pub(super) fn on_prepare(self: &Arc<Self>, p: RelocationPrepare) {
         let refuse = |reason: RelocationFailureReason, detail: String| {
             self.relocations.refused.fetch_add(1, Ordering::Relaxed);
-            self.answer_failed(
+            self.answer_failed_n(
                 &p.source,
                 p.relocation_id,
                 p.target_attempt_generation,
                 reason,
                 detail,
+                1,
             );
         };
         let state = self.mesh.descriptor().state;
@@ -172,13 +215,38 @@ impl<S: ObjectStore> Inner<S> {
             Ok(a) => a,
             Err(r) => return refuse(r, "the manifest cannot be met".into()),
         };
+        let kind = store_kind(p.object_route.object_kind);
+        let part = Part {
+            route: p.object_route.clone(),
+            key,
+            kind,
+            id_str: p.object_route.object_id.clone(),
+        };
         if let Some(existing) = self.relocations.arriving(&p.relocation_id) {
-            // The same identity again: a resend after a lost epoch replaces a transfer that is
-            // still assembling, and is ignored once the payload is complete.
-            if existing.attempt == p.target_attempt_generation {
-                let mut parts = existing.parts();
-                if !parts.assembly.is_finished() {
-                    parts.assembly = assembly;
+            if existing.attempt != p.target_attempt_generation {
+                return;
+            }
+            let mut parts = existing.parts();
+            match parts.index_of(kind, &part.id_str) {
+                // The same identity again: a resend after a lost epoch replaces a transfer
+                // that is still assembling, and is ignored once the payload is complete.
+                Some(i) => {
+                    if !parts.assemblies[i].is_finished() {
+                        parts.assemblies[i] = assembly;
+                    }
+                }
+                // Another object of the same unit.
+                None if !parts.closed => {
+                    parts.members.push(part);
+                    parts.assemblies.push(assembly);
+                }
+                None => {
+                    parts.late_prepare = true;
+                    drop(parts);
+                    let _ = existing.signal.send(Signal::Payload(
+                        usize::MAX,
+                        Err(RelocationFailureReason::ChunkOrdinal),
+                    ));
                 }
             }
             return;
@@ -188,14 +256,13 @@ impl<S: ObjectStore> Inner<S> {
             id: p.relocation_id,
             attempt: p.target_attempt_generation,
             source: p.source.clone(),
-            route: p.object_route.clone(),
-            key,
-            kind: store_kind(p.object_route.object_kind),
-            id_str: p.object_route.object_id.clone(),
             parts: Mutex::new(Parts {
-                assembly,
+                members: vec![part],
+                assemblies: vec![assembly],
+                closed: false,
+                late_prepare: false,
                 staging: RelayStaging::new(),
-                obj: None,
+                switched: false,
             }),
             signal: tx,
         });
@@ -214,27 +281,31 @@ impl<S: ObjectStore> Inner<S> {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if unit.attempt != c.target_attempt_generation
-            || c.object_id != unit.id_str
-            || store_kind(c.object_kind) != unit.kind
-            || c.object_generation != unit.route.object_generation
-        {
-            self.relocations
-                .unknown_records
-                .fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let progress = unit
-            .parts()
-            .assembly
-            .push(c.chunk.chunk_ordinal, &c.chunk.data);
+        let progress = {
+            let mut parts = unit.parts();
+            let i = parts
+                .index_of(store_kind(c.object_kind), &c.object_id)
+                .filter(|i| parts.members[*i].route.object_generation == c.object_generation);
+            let Some(i) = i.filter(|_| unit.attempt == c.target_attempt_generation) else {
+                drop(parts);
+                self.relocations
+                    .unknown_records
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            parts.closed = true;
+            (
+                i,
+                parts.assemblies[i].push(c.chunk.chunk_ordinal, &c.chunk.data),
+            )
+        };
         match progress {
-            Ok(Progress::More) => {}
-            Ok(Progress::Complete(bytes)) => {
-                let _ = unit.signal.send(Signal::Payload(Ok(bytes)));
+            (_, Ok(Progress::More)) => {}
+            (i, Ok(Progress::Complete(bytes))) => {
+                let _ = unit.signal.send(Signal::Payload(i, Ok(bytes)));
             }
-            Err(r) => {
-                let _ = unit.signal.send(Signal::Payload(Err(r)));
+            (i, Err(r)) => {
+                let _ = unit.signal.send(Signal::Payload(i, Err(r)));
             }
         }
     }
@@ -256,24 +327,40 @@ impl<S: ObjectStore> Inner<S> {
         let (ready, switched) = {
             let mut parts = unit.parts();
             let ready = parts.staging.accept(d.relay_ordinal, d.frames);
-            (ready, parts.obj.is_some())
+            (ready, parts.switched)
         };
-        if switched && !ready.is_empty() {
-            // After the switch, through whatever holds the object here now: itself, or the
-            // follow route of a later move onwards (so a chain of moves stays in order).
-            let current = self.live().get(&unit.key).map(|e| Arc::clone(&e.obj));
-            match current {
-                Some(obj) => {
-                    for frames in ready {
-                        self.apply_carried(&unit, &obj, &frames);
-                    }
-                }
-                None => {
-                    self.relocations
-                        .follow_drops
-                        .fetch_add(ready.len() as u64, Ordering::Relaxed);
-                    tracing::warn!(object = %unit.id_str, "followed records arrived for an object that is gone here");
-                }
+        if switched {
+            for frames in ready {
+                self.apply_followed(&unit, &frames);
+            }
+        }
+    }
+
+    /// A relayed record after the switch, through whatever holds its object here now: itself,
+    /// or the follow route of a later move onwards (so a chain of moves stays in order).
+    fn apply_followed(&self, unit: &Arriving, frames: &[Bytes]) {
+        let named = match decode_carried(frames) {
+            Ok((kind, id, _)) => {
+                let parts = unit.parts();
+                parts
+                    .index_of(kind, &id)
+                    .map(|i| parts.members[i].key.clone())
+            }
+            Err(_) => None,
+        };
+        let current = named
+            .as_ref()
+            .and_then(|k| self.live().get(k).map(|e| Arc::clone(&e.obj)));
+        match current {
+            Some(obj) => self.apply_carried(unit.id, &obj, frames),
+            None => {
+                self.relocations
+                    .follow_drops
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    object = ?named,
+                    "a followed record arrived for an object that is gone here (or not of its unit)"
+                );
             }
         }
     }
@@ -319,43 +406,48 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    fn answer_failed(
+    /// A `relocationFailed` (53) to each of a unit's `answers` Prepares.
+    fn answer_failed_n(
         &self,
         source: &NodeFence,
         id: [u8; 16],
         attempt: u64,
         reason: RelocationFailureReason,
         detail: String,
+        answers: usize,
     ) {
         tracing::warn!(reason = reason.name(), %detail, "relocation refused");
-        let _ = self.mesh.relocation_record(
-            source,
-            Leg::Reply,
-            CommandBody::RelocationFailed(RelocationFailed {
-                relocation_id: id,
-                target_attempt_generation: attempt,
-                reason,
-                detail: detail.chars().take(1024).collect(),
-            }),
-            None,
-        );
+        let detail: String = detail.chars().take(1024).collect();
+        for _ in 0..answers.max(1) {
+            let _ = self.mesh.relocation_record(
+                source,
+                Leg::Reply,
+                CommandBody::RelocationFailed(RelocationFailed {
+                    relocation_id: id,
+                    target_attempt_generation: attempt,
+                    reason,
+                    detail: detail.clone(),
+                }),
+                None,
+            );
+        }
     }
 
     /// Put one carried record into `obj`'s queue (a request's terminal is relayed back).
-    fn apply_carried(&self, unit: &Arriving, obj: &Arc<dyn LiveObject>, frames: &[Bytes]) {
-        match decode_carried(unit.kind, &unit.id_str, frames) {
-            Ok(c) => match c.request {
+    fn apply_carried(&self, relocation_id: [u8; 16], obj: &Arc<dyn LiveObject>, frames: &[Bytes]) {
+        match decode_carried(frames) {
+            Ok((_, _, c)) => match c.request {
                 None => {
                     if let Err(e) = obj.send(c.payload, c.metadata) {
                         tracing::warn!(error = %e, "a relayed message was refused");
                     }
                 }
                 Some((header, source, lease)) => match obj.request_start(c.payload, c.metadata) {
-                    Ok(rx) => self.relay_terminal(unit.id, header, source, lease, rx),
+                    Ok(rx) => self.relay_terminal(relocation_id, header, source, lease, rx),
                     Err(e) => {
                         let (tx, rx) = oneshot::channel();
                         let _ = tx.send(Err(e));
-                        self.relay_terminal(unit.id, header, source, lease, rx);
+                        self.relay_terminal(relocation_id, header, source, lease, rx);
                     }
                 },
             },
@@ -447,155 +539,70 @@ impl<S: ObjectStore> Inner<S> {
             && a.owner.lease_generation == route.owner_lease_generation
     }
 
-    #[allow(clippy::too_many_lines)]
-    async fn run_arrival(
-        self: Arc<Self>,
-        unit: Arc<Arriving>,
-        mut signals: mpsc::UnboundedReceiver<Signal>,
-    ) {
-        let started = Instant::now();
-        let settings = self.relocations.settings();
-        let restore_deadline = started + settings.restore_timeout;
-        let fail = |reason: RelocationFailureReason, detail: String| {
-            self.relocations.arriving_map().remove(&unit.id);
-            self.relocations.refused.fetch_add(1, Ordering::Relaxed);
-            self.answer_failed(&unit.source, unit.id, unit.attempt, reason, detail);
-        };
-        // The authority row and the type it names.
-        let row = match self.store.read_authority(&unit.key).await {
-            Ok(AuthorityRead::Found(a)) if self.row_matches(&a, &unit.route) => a,
-            Ok(_) => {
-                return fail(
-                    RelocationFailureReason::Stale,
-                    format!(
-                        "the authority of {} does not match the Prepare's route",
-                        unit.id_str
-                    ),
-                );
-            }
-            Err(e) => {
-                return fail(
-                    RelocationFailureReason::RestoreFailed,
-                    format!("the authority of {} could not be read: {e}", unit.id_str),
-                );
-            }
-        };
-        let Some(ty) = self.types.get(&row.allocation.stable_type).cloned() else {
-            return fail(
-                RelocationFailureReason::UnknownStableType,
-                format!(
-                    "stable type {:?} is not registered here",
-                    row.allocation.stable_type
-                ),
-            );
-        };
-        // An Actor comes from the source's Entry Spot and joins this node's in the commit.
-        let entry = match unit.kind {
-            zlink_store::types::ObjectKind::Spot => None,
-            zlink_store::types::ObjectKind::Actor => {
-                let mine = self.mesh.descriptor().entry_spot_id;
-                let theirs = self
-                    .mesh
-                    .peer(&unit.source.rid)
-                    .and_then(|p| p.descriptor)
-                    .map(|d| d.entry_spot_id)
-                    .unwrap_or_default();
-                let member_of = super::membership_of(&row.payload).unwrap_or_default();
-                if mine.is_empty() || !self.live().spot_is_open(&mine) {
-                    return fail(
-                        RelocationFailureReason::RestoreFailed,
-                        "this node has no open Entry Spot for the Actor".into(),
-                    );
-                }
-                if theirs.is_empty() || member_of != theirs {
-                    return fail(
-                        RelocationFailureReason::RestoreFailed,
-                        format!(
-                            "{} is a member of {member_of:?}, not of the source's Entry Spot: it \
-                             moves with its Spot",
-                            unit.id_str
-                        ),
-                    );
-                }
-                Some(mine)
-            }
-        };
-        // The payload.
-        let bytes = loop {
-            let sig = tokio::select! {
-                s = signals.recv() => s,
-                () = tokio::time::sleep_until(restore_deadline.into()) => None,
-            };
-            match sig {
-                Some(Signal::Payload(Ok(b))) => break b,
-                Some(Signal::Payload(Err(r))) => {
-                    return fail(
-                        r,
-                        format!("the payload of {} did not assemble", unit.id_str),
-                    );
-                }
-                Some(Signal::Cutover(_)) => {}
-                None => {
-                    return fail(
-                        RelocationFailureReason::ChunkOrdinal,
-                        format!(
-                            "the payload of {} did not arrive by the restore deadline",
-                            unit.id_str
-                        ),
-                    );
-                }
-            }
-        };
-        let env = match RelocationEnvelopeV1::decode(&bytes) {
-            Ok(e) => e,
-            Err(e) => {
-                return fail(
-                    RelocationFailureReason::RestoreFailed,
-                    format!("the envelope does not decode: {e}"),
-                );
-            }
-        };
+    /// Close and forget what was restored of a unit that will not switch in.
+    async fn drop_restored(&self, members: &[Part], restored: Vec<Restored>) {
+        for (m, r) in members.iter().zip(restored) {
+            self.relocations.temporary().remove(&m.key);
+            r.temp
+                .end_with(ErrorKind::Unavailable, "the relocation was given up");
+            r.obj.close().await;
+            let _ = self.objects.remove(&m.key, m.route.object_generation);
+        }
+    }
+
+    /// Restore part `m` from its envelope `bytes` (no handler runs; its queue stays closed).
+    async fn restore_part(
+        &self,
+        unit: &Arriving,
+        m: &Part,
+        row: &AuthoritySnapshot,
+        ty: &Arc<dyn crate::object::registry::ObjectType>,
+        bytes: &[u8],
+    ) -> Result<Arc<dyn LiveObject>, (RelocationFailureReason, String)> {
+        let env = RelocationEnvelopeV1::decode(bytes).map_err(|e| {
+            (
+                RelocationFailureReason::RestoreFailed,
+                format!("the envelope of {} does not decode: {e}", m.id_str),
+            )
+        })?;
         if env.stable_type != row.allocation.stable_type
-            || env.object_id != unit.id_str
-            || env.object_generation != unit.route.object_generation
+            || env.object_id != m.id_str
+            || store_kind(env.object_kind) != m.kind
+            || env.object_generation != m.route.object_generation
             || env.relocation_id != unit.id
         {
-            return fail(
+            return Err((
                 RelocationFailureReason::Stale,
                 "the envelope names another object, type or relocation".into(),
-            );
+            ));
         }
         let mut moved = Vec::with_capacity(env.saved_queue.len());
         for w in &env.saved_queue {
-            match decode_carried(unit.kind, &unit.id_str, &w.frames) {
-                Ok(c) => {
-                    let item = match c.request {
-                        None => Work::Send(c.payload, c.metadata),
-                        Some((header, source, lease)) => {
-                            let (tx, rx) = oneshot::channel();
-                            self.relay_terminal(unit.id, header, source, lease, rx);
-                            Work::Request(c.payload, c.metadata, tx)
-                        }
-                    };
-                    moved.push((w.sequence, item));
+            let c = decode_carried_for(m.kind, &m.id_str, &w.frames)
+                .map_err(|why| (RelocationFailureReason::RestoreFailed, why))?;
+            let item = match c.request {
+                None => Work::Send(c.payload, c.metadata),
+                Some((header, source, lease)) => {
+                    let (tx, rx) = oneshot::channel();
+                    self.relay_terminal(unit.id, header, source, lease, rx);
+                    Work::Request(c.payload, c.metadata, tx)
                 }
-                Err(why) => return fail(RelocationFailureReason::RestoreFailed, why),
-            }
+            };
+            moved.push((w.sequence, item));
         }
-        // Restore: the queue stays closed until the switch.
-        let generation = unit.route.object_generation;
-        if let Err(e) = self.objects.open(&unit.key, generation) {
-            return fail(
+        let generation = m.route.object_generation;
+        self.objects.open(&m.key, generation).map_err(|e| {
+            (
                 RelocationFailureReason::RestoreFailed,
-                format!("the queue could not open: {e}"),
-            );
-        }
+                format!("the queue of {} could not open: {e}", m.id_str),
+            )
+        })?;
         let caller = self
             .this
             .get()
             .cloned()
             .map(|w| w as std::sync::Weak<dyn ObjectCaller>);
-        let mut home = Binding::new(Arc::clone(&self.objects), unit.key.clone(), generation);
+        let mut home = Binding::new(Arc::clone(&self.objects), m.key.clone(), generation);
         if let Some(c) = caller {
             home = home.with_caller(c);
         }
@@ -604,7 +611,7 @@ impl<S: ObjectStore> Inner<S> {
         let restored =
             futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(ty.restore_moved(
                 FactoryInput {
-                    id: unit.id_str.clone(),
+                    id: m.id_str.clone(),
                     stable_type: ty.stable_type().to_owned(),
                     object_generation: generation,
                     init: None,
@@ -621,51 +628,277 @@ impl<S: ObjectStore> Inner<S> {
                     "the restore panicked",
                 ))
             });
-        let obj: Arc<dyn LiveObject> = match restored {
-            Ok(o) => Arc::from(o),
+        match restored {
+            Ok(o) => Ok(Arc::from(o)),
             Err(e) => {
-                let _ = self.objects.remove(&unit.key, generation);
+                let _ = self.objects.remove(&m.key, generation);
                 let reason = if env.relocation_policy == RelocationPolicy::RecreateOnRelocation {
                     RelocationFailureReason::FactoryFailed
                 } else {
                     RelocationFailureReason::RestoreFailed
                 };
-                return fail(
+                Err((
                     reason,
-                    format!("the restore of {} failed: {}", unit.id_str, e.detail()),
+                    format!("the restore of {} failed: {}", m.id_str, e.detail()),
+                ))
+            }
+        }
+    }
+
+    /// Every object of the unit now owned here after a re-read found the lead one so: their
+    /// AuthorityOwnerGenerations (`None` when a read fails or one is not ours, which an
+    /// all-or-nothing commit rules out).
+    async fn owned_generations(&self, members: &[Part], lease: u64) -> Option<Vec<u64>> {
+        let me = self.mesh.fence();
+        let mut out = Vec::with_capacity(members.len());
+        for m in members {
+            match self.store.read_authority(&m.key).await {
+                Ok(AuthorityRead::Found(a))
+                    if a.owner_node.rid == me.rid
+                        && a.owner_node.lifecycle_generation == me.lifecycle_generation
+                        && a.owner.lease_generation == lease =>
+                {
+                    out.push(a.authority_owner_generation);
+                }
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+
+    #[allow(clippy::too_many_lines)]
+    async fn run_arrival(
+        self: Arc<Self>,
+        unit: Arc<Arriving>,
+        mut signals: mpsc::UnboundedReceiver<Signal>,
+    ) {
+        let started = Instant::now();
+        let settings = self.relocations.settings();
+        let restore_deadline = started + settings.restore_timeout;
+        let fail = |reason: RelocationFailureReason, detail: String| {
+            let answers = unit.parts().members.len();
+            self.relocations.arriving_map().remove(&unit.id);
+            self.relocations.refused.fetch_add(1, Ordering::Relaxed);
+            self.answer_failed_n(&unit.source, unit.id, unit.attempt, reason, detail, answers);
+        };
+        // The payloads: every Prepare of the unit is in once a chunk arrived.
+        let mut payloads: Vec<Option<Vec<u8>>> = Vec::new();
+        loop {
+            {
+                let parts = unit.parts();
+                if parts.late_prepare {
+                    drop(parts);
+                    return fail(
+                        RelocationFailureReason::ChunkOrdinal,
+                        "a Prepare of another object arrived after the unit's chunks began".into(),
+                    );
+                }
+                payloads.resize(parts.members.len().max(payloads.len()), None);
+                if parts.closed && payloads.iter().all(Option::is_some) {
+                    break;
+                }
+            }
+            let sig = tokio::select! {
+                s = signals.recv() => s,
+                () = tokio::time::sleep_until(restore_deadline.into()) => None,
+            };
+            match sig {
+                Some(Signal::Payload(i, Ok(b))) => {
+                    if payloads.len() <= i {
+                        payloads.resize(i + 1, None);
+                    }
+                    payloads[i] = Some(b);
+                }
+                // A resent chunk of a payload that is complete already changes nothing.
+                Some(Signal::Payload(i, Err(_)))
+                    if payloads.get(i).is_some_and(Option::is_some) => {}
+                Some(Signal::Payload(i, Err(r))) => {
+                    let name = unit
+                        .parts()
+                        .members
+                        .get(i)
+                        .map(|m| m.id_str.clone())
+                        .unwrap_or_default();
+                    return fail(r, format!("the payload of {name} did not assemble"));
+                }
+                Some(Signal::Cutover(_)) => {}
+                None => {
+                    return fail(
+                        RelocationFailureReason::ChunkOrdinal,
+                        "the payload did not arrive by the restore deadline".into(),
+                    );
+                }
+            }
+        }
+        let members: Vec<Part> = unit.parts().members.clone();
+        let n = members.len();
+        if n > MAX_AGGREGATE_OPS {
+            return fail(
+                RelocationFailureReason::RestoreFailed,
+                format!(
+                    "a unit of {n} objects is more than one aggregate commit moves \
+                     ({MAX_AGGREGATE_OPS})"
+                ),
+            );
+        }
+        // The authority rows and the types they name.
+        let mut rows: Vec<AuthoritySnapshot> = Vec::with_capacity(n);
+        let mut types = Vec::with_capacity(n);
+        for m in &members {
+            let row = match self.store.read_authority(&m.key).await {
+                Ok(AuthorityRead::Found(a)) if self.row_matches(&a, &m.route) => *a,
+                Ok(_) => {
+                    return fail(
+                        RelocationFailureReason::Stale,
+                        format!(
+                            "the authority of {} does not match the Prepare's route",
+                            m.id_str
+                        ),
+                    );
+                }
+                Err(e) => {
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        format!("the authority of {} could not be read: {e}", m.id_str),
+                    );
+                }
+            };
+            let Some(ty) = self.types.get(&row.allocation.stable_type).cloned() else {
+                return fail(
+                    RelocationFailureReason::UnknownStableType,
+                    format!(
+                        "stable type {:?} is not registered here",
+                        row.allocation.stable_type
+                    ),
+                );
+            };
+            rows.push(row);
+            types.push(ty);
+        }
+        // A unit of several objects is a User Spot and its members (they keep their
+        // membership); a lone Actor comes from the source's Entry Spot and joins this node's
+        // in the commit.
+        let group_spot = if n > 1 {
+            if members[0].kind != zlink_store::types::ObjectKind::Spot
+                || types[0].kind() != ObjectTypeKind::UserSpot
+            {
+                return fail(
+                    RelocationFailureReason::RestoreFailed,
+                    "a unit of several objects must be a User Spot and its members".into(),
                 );
             }
+            for (m, row) in members[1..].iter().zip(&rows[1..]) {
+                if m.kind != zlink_store::types::ObjectKind::Actor
+                    || super::membership_of(&row.payload).as_deref()
+                        != Some(members[0].id_str.as_str())
+                {
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        format!("{} is not a member of {}", m.id_str, members[0].id_str),
+                    );
+                }
+            }
+            Some(members[0].id_str.clone())
+        } else {
+            None
         };
-        // The temporary queue: arrivals on the committed route before the switch.
+        let entry = match (n, members[0].kind) {
+            (1, zlink_store::types::ObjectKind::Actor) => {
+                let mine = self.mesh.descriptor().entry_spot_id;
+                let theirs = self
+                    .mesh
+                    .peer(&unit.source.rid)
+                    .and_then(|p| p.descriptor)
+                    .map(|d| d.entry_spot_id)
+                    .unwrap_or_default();
+                let member_of = super::membership_of(&rows[0].payload).unwrap_or_default();
+                if mine.is_empty() || !self.live().spot_is_open(&mine) {
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        "this node has no open Entry Spot for the Actor".into(),
+                    );
+                }
+                if theirs.is_empty() || member_of != theirs {
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        format!(
+                            "{} is a member of {member_of:?}, not of the source's Entry Spot: it \
+                             moves with its Spot",
+                            members[0].id_str
+                        ),
+                    );
+                }
+                Some(mine)
+            }
+            _ => None,
+        };
+        // Restore, the Spot first: its members take its gate (a SpotWide Spot shares one).
         let Some(my_lease) = self.mesh.owner_token() else {
-            obj.close().await;
-            let _ = self.objects.remove(&unit.key, generation);
             return fail(
                 RelocationFailureReason::ShuttingDown,
                 "this host holds no owner lease".into(),
             );
         };
-        let temp = Intake::new(obj.gate());
-        self.relocations.temporary().insert(
-            unit.key.clone(),
-            TemporaryQueue {
-                intake: Arc::clone(&temp),
-                source_owner_generation: row.authority_owner_generation,
-                lease_generation: my_lease.lease_generation,
-            },
-        );
+        let mut restored: Vec<Restored> = Vec::with_capacity(n);
+        for (i, m) in members.iter().enumerate() {
+            let bytes = payloads[i].take().unwrap_or_default();
+            match self
+                .restore_part(&unit, m, &rows[i], &types[i], &bytes)
+                .await
+            {
+                Ok(obj) => {
+                    if group_spot.is_some() && i > 0 {
+                        obj.set_gate(restored[0].obj.gate());
+                    }
+                    // An ApplicationSignaled Spot moved at a `defer()` boundary: its
+                    // `on_relocation_ready_completed` is its first turn here (lifecycle lane,
+                    // ahead of the moved work).
+                    if crate::object::registry::application_signaled(types[i].as_ref())
+                        && let Err(e) = obj.relocation_ready_completed()
+                    {
+                        tracing::warn!(error = %e, object = %m.id_str, "on_relocation_ready_completed could not be queued");
+                    }
+                    // The temporary queue: arrivals on the committed route before the switch.
+                    let temp = Intake::new(obj.gate());
+                    restored.push(Restored {
+                        obj,
+                        ty: Arc::clone(&types[i]),
+                        row: rows[i].clone(),
+                        temp,
+                    });
+                }
+                Err((reason, detail)) => {
+                    self.drop_restored(&members, restored).await;
+                    return fail(reason, detail);
+                }
+            }
+        }
+        for (m, r) in members.iter().zip(&restored) {
+            self.relocations.temporary().insert(
+                m.key.clone(),
+                TemporaryQueue {
+                    intake: Arc::clone(&r.temp),
+                    source_owner_generation: r.row.authority_owner_generation,
+                    lease_generation: my_lease.lease_generation,
+                },
+            );
+        }
         let me = self.mesh.fence();
-        let _ = self.mesh.relocation_record(
-            &unit.source,
-            Leg::Reply,
-            CommandBody::RelocationReady(RelocationReady {
-                relocation_id: unit.id,
-                target_attempt_generation: unit.attempt,
-                target: me.clone(),
-                receive_chunk_limit_bytes: u32::try_from(settings.chunk_limit).unwrap_or(u32::MAX),
-            }),
-            None,
-        );
+        // Ready to every Prepare of the unit.
+        for _ in 0..n {
+            let _ = self.mesh.relocation_record(
+                &unit.source,
+                Leg::Reply,
+                CommandBody::RelocationReady(RelocationReady {
+                    relocation_id: unit.id,
+                    target_attempt_generation: unit.attempt,
+                    target: me.clone(),
+                    receive_chunk_limit_bytes: u32::try_from(settings.chunk_limit)
+                        .unwrap_or(u32::MAX),
+                }),
+                None,
+            );
+        }
         // The commit.
         let ready_at = Instant::now();
         self.relocations
@@ -675,25 +908,31 @@ impl<S: ObjectStore> Inner<S> {
         let deadline_ms =
             ms(restore_deadline.max(ready_at + settings.cutover_wait + Duration::from_millis(1)));
         let mut commit = TargetCommit::new(0);
-        let transfer = TransferOwner {
-            source: OwnerFence {
-                key: unit.key.clone(),
-                store_version: row.store_version,
-                object_generation: row.object_generation,
-                authority_owner_generation: row.authority_owner_generation,
-                owner: row.owner.clone(),
-            },
-            target: TargetFence {
-                node: NodeRef {
-                    mesh: self.mesh.descriptor().mesh_name,
-                    rid: me.rid.clone(),
-                    lifecycle_generation: me.lifecycle_generation,
-                },
-                owner: my_lease.clone(),
-            },
-            payload: None,
+        let node = NodeRef {
+            mesh: self.mesh.descriptor().mesh_name,
+            rid: me.rid.clone(),
+            lifecycle_generation: me.lifecycle_generation,
         };
-        let mut new_owner_generation = None;
+        let transfers: Vec<TransferOwner> = members
+            .iter()
+            .zip(&rows)
+            .map(|(m, row)| TransferOwner {
+                source: OwnerFence {
+                    key: m.key.clone(),
+                    store_version: row.store_version,
+                    object_generation: row.object_generation,
+                    authority_owner_generation: row.authority_owner_generation,
+                    owner: row.owner.clone(),
+                },
+                target: TargetFence {
+                    node: node.clone(),
+                    owner: my_lease.clone(),
+                },
+                payload: None,
+            })
+            .collect();
+        let lead = &members[0];
+        let mut new_owner_generations: Option<Vec<u64>> = None;
         // Whether some attempt may have landed unseen (a store that did not answer): then no
         // abandonment is declared to the source.
         let mut ambiguous_seen = false;
@@ -708,7 +947,7 @@ impl<S: ObjectStore> Inner<S> {
                 tokio::select! {
                     s = signals.recv() => match s {
                         Some(Signal::Cutover(b)) => CommitEvent::Cutover(b),
-                        Some(Signal::Payload(_)) | None => CommitEvent::Tick,
+                        Some(Signal::Payload(..)) | None => CommitEvent::Tick,
                     },
                     () = async {
                         match next {
@@ -730,12 +969,12 @@ impl<S: ObjectStore> Inner<S> {
                             .clamp(Duration::from_millis(100), Duration::from_secs(2));
                         let attempt = tokio::time::timeout(
                             left,
-                            self.commit_transfer(&transfer, entry.as_deref()),
+                            self.commit_transfer(&transfers, entry.as_deref()),
                         )
                         .await;
                         match attempt {
                             Ok(Ok(a)) => {
-                                new_owner_generation = Some(a);
+                                new_owner_generations = Some(a);
                                 pending.push(CommitEvent::CasOk);
                             }
                             Ok(Err(StoreError::StoreFailure {
@@ -751,22 +990,34 @@ impl<S: ObjectStore> Inner<S> {
                             Ok(Err(e)) => {
                                 // A refusal: re-read to tell an earlier attempt of ours that
                                 // landed (self) from another writer (stale).
-                                tracing::warn!(error = %e, object = %unit.id_str, "the relocation CAS was refused; re-reading");
+                                tracing::warn!(error = %e, object = %lead.id_str, "the relocation CAS was refused; re-reading");
                                 pending.push(CommitEvent::CasAmbiguous);
                             }
                         }
                     }
-                    CommitAction::Reread => match self.store.read_authority(&unit.key).await {
+                    // The unit commits all or nothing: its lead object's row tells.
+                    CommitAction::Reread => match self.store.read_authority(&lead.key).await {
                         Ok(AuthorityRead::Found(a))
                             if a.owner_node.rid == me.rid
                                 && a.owner_node.lifecycle_generation == me.lifecycle_generation
                                 && a.owner.lease_generation == my_lease.lease_generation =>
                         {
-                            new_owner_generation = Some(a.authority_owner_generation);
-                            pending.push(CommitEvent::ReadSelf);
+                            let all = if n == 1 {
+                                Some(vec![a.authority_owner_generation])
+                            } else {
+                                self.owned_generations(&members, my_lease.lease_generation)
+                                    .await
+                            };
+                            match all {
+                                Some(v) => {
+                                    new_owner_generations = Some(v);
+                                    pending.push(CommitEvent::ReadSelf);
+                                }
+                                None => pending.push(CommitEvent::ReadFailed),
+                            }
                         }
                         // Still exactly the source's row: nothing happened yet, try again.
-                        Ok(AuthorityRead::Found(a)) if a.fence() == transfer.source => {
+                        Ok(AuthorityRead::Found(a)) if a.fence() == transfers[0].source => {
                             pending.push(CommitEvent::CasRetryable);
                         }
                         Ok(_) => pending.push(CommitEvent::ReadOther),
@@ -778,16 +1029,16 @@ impl<S: ObjectStore> Inner<S> {
                         self.relocations
                             .cutover_timeouts
                             .fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(object = %unit.id_str, "cutover_timeout: committing without a cutover");
+                        tracing::warn!(object = %lead.id_str, "cutover_timeout: committing without a cutover");
                     }
                     CommitAction::WarnLateCutover => {
                         self.relocations
                             .late_cutovers
                             .fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(object = %unit.id_str, "late_cutover");
+                        tracing::warn!(object = %lead.id_str, "late_cutover");
                     }
                     CommitAction::WarnBoundaryMismatch => {
-                        tracing::warn!(object = %unit.id_str, "a cutover whose boundary does not match the relays: waiting");
+                        tracing::warn!(object = %lead.id_str, "a cutover whose boundary does not match the relays: waiting");
                     }
                 }
             }
@@ -795,61 +1046,98 @@ impl<S: ObjectStore> Inner<S> {
                 break d;
             }
         };
-        match (end, new_owner_generation) {
-            (Ok(()), Some(aog)) => {
-                // The switch, in one step per queue: membership, live entry, staged relays,
-                // temporary queue, then dispatch opens.
-                // The object moved away from here earlier and is back: routes to its old
-                // follow route here reach it directly.
-                let previous = self
-                    .live()
-                    .get_incarnation(&unit.key, generation)
-                    .map(|e| e.authority_owner_generation);
-                if let Some(old) = previous {
-                    self.relocations.add_alias(&unit.key, old);
-                    // It is a live object here again, no longer one being followed away.
-                    self.relocations.clear_moving(&unit.key);
-                    self.relocations.remove_follow(&unit.key);
-                    self.relocations
-                        .suppression_lock()
-                        .route_replaced(unit.route.object_kind, &unit.id_str);
+        match (end, new_owner_generations) {
+            (Ok(()), Some(aogs)) if aogs.len() == n => {
+                // The switch, in one step per queue: membership, live entries, staged relays,
+                // temporary queues, then dispatch opens.
+                for m in &members {
+                    // The object moved away from here earlier and is back: routes to its old
+                    // follow route here reach it directly.
+                    let previous = self
+                        .live()
+                        .get_incarnation(&m.key, m.route.object_generation)
+                        .map(|e| e.authority_owner_generation);
+                    if let Some(old) = previous {
+                        self.relocations.add_alias(&m.key, old);
+                        // It is a live object here again, no longer one being followed away.
+                        self.relocations.clear_moving(&m.key);
+                        self.relocations.remove_follow(&m.key);
+                        self.relocations
+                            .suppression_lock()
+                            .route_replaced(m.route.object_kind, &m.id_str);
+                    }
                 }
-                match &entry {
-                    Some(spot) => {
-                        self.live().enrol(&unit.id_str, spot);
+                match (&entry, &group_spot) {
+                    (Some(spot), _) => {
+                        self.live().enrol(&lead.id_str, spot);
                         if let Some(gate) = self.spot_gate(spot) {
-                            obj.set_gate(Some(gate));
+                            restored[0].obj.set_gate(Some(gate));
                         }
                     }
-                    None => self.live().open_spot(&unit.id_str),
+                    (None, Some(spot)) => {
+                        let mut live = self.live();
+                        live.open_spot(spot);
+                        for m in &members[1..] {
+                            live.enrol(&m.id_str, spot);
+                        }
+                    }
+                    (None, None) => {
+                        if lead.kind == zlink_store::types::ObjectKind::Spot {
+                            self.live().open_spot(&lead.id_str);
+                        }
+                    }
                 }
-                self.live().insert(
-                    unit.key.clone(),
-                    LiveEntry {
-                        generation,
-                        authority_owner_generation: aog,
-                        obj: Arc::clone(&obj),
-                        ty: Arc::clone(&ty),
-                    },
-                );
+                {
+                    let mut live = self.live();
+                    for ((m, r), aog) in members.iter().zip(&restored).zip(&aogs) {
+                        live.insert(
+                            m.key.clone(),
+                            LiveEntry {
+                                generation: m.route.object_generation,
+                                authority_owner_generation: *aog,
+                                obj: Arc::clone(&r.obj),
+                                ty: Arc::clone(&r.ty),
+                            },
+                        );
+                    }
+                }
                 let staged = {
                     let mut parts = unit.parts();
-                    parts.obj = Some(Arc::clone(&obj));
+                    parts.switched = true;
                     parts.staging.switch()
                 };
                 for frames in staged {
-                    self.apply_carried(&unit, &obj, &frames);
+                    let at = decode_carried(&frames).ok().and_then(|(kind, id, _)| {
+                        members
+                            .iter()
+                            .position(|m| m.kind == kind && m.id_str == id)
+                    });
+                    match at {
+                        Some(i) => self.apply_carried(unit.id, &restored[i].obj, &frames),
+                        None => {
+                            self.relocations
+                                .unknown_records
+                                .fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!("a relayed record names no object of its unit: dropped");
+                        }
+                    }
                 }
-                temp.redirect(Vec::new(), Arc::clone(&obj));
-                self.relocations.temporary().remove(&unit.key);
-                let _ = self.objects.mark_ready(&unit.key, generation);
+                for (m, r) in members.iter().zip(&restored) {
+                    r.temp.redirect(Vec::new(), Arc::clone(&r.obj));
+                    self.relocations.temporary().remove(&m.key);
+                }
+                for m in &members {
+                    let _ = self.objects.mark_ready(&m.key, m.route.object_generation);
+                }
                 self.relocations
                     .mark(unit.id, super::TimelineStep::Switched, Instant::now());
                 if let Some(spot) = &entry {
-                    self.notify_member(spot, true, &unit.id_str);
+                    self.notify_member(spot, true, &lead.id_str);
                 }
-                self.relocations.arrived.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(object = %unit.id_str, from = %unit.source.rid, "relocated here");
+                self.relocations
+                    .arrived
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                tracing::info!(object = %lead.id_str, members = n - 1, from = %unit.source.rid, "relocated here");
                 // Later relays (Message Follow) apply by ordinal until the source's window ends.
                 let keep =
                     settings.message_follow + settings.cutover_wait * 2 + Duration::from_secs(5);
@@ -875,35 +1163,41 @@ impl<S: ObjectStore> Inner<S> {
                             "location_update_failed".to_owned(),
                         ),
                     };
-                    self.answer_failed(&unit.source, unit.id, unit.attempt, reason, detail);
+                    self.answer_failed_n(&unit.source, unit.id, unit.attempt, reason, detail, n);
                 }
-                tracing::error!(object = %unit.id_str, reason = why, "a relocation was given up after Ready; everything prepared is removed");
-                self.relocations.temporary().remove(&unit.key);
-                temp.end_with(ErrorKind::Unavailable, "the relocation was given up");
-                obj.close().await;
-                let _ = self.objects.remove(&unit.key, generation);
+                tracing::error!(object = %lead.id_str, reason = why, "a relocation was given up after Ready; everything prepared is removed");
+                self.drop_restored(&members, restored).await;
                 self.relocations.arriving_map().remove(&unit.id);
             }
         }
     }
 
-    /// The target-only commit (wire §9 "Target CAS"): the owner transfer, and for an Actor its
-    /// membership moved to this node's Entry Spot `entry`, which is checked in the same
-    /// aggregate. Returns the new AuthorityOwnerGeneration.
+    /// The target-only commit (wire §9 "Target CAS"): one aggregate of every owner transfer of
+    /// the unit; for a lone Actor its membership moved to this node's Entry Spot `entry`, which
+    /// is checked in the same aggregate. Returns the new AuthorityOwnerGenerations in order.
     async fn commit_transfer(
         &self,
-        transfer: &TransferOwner,
+        transfers: &[TransferOwner],
         entry: Option<&str>,
-    ) -> Result<u64, StoreError> {
-        let Some(spot) = entry else {
-            let out = self
-                .store
-                .commit_aggregate(&[zlink_store::types::AggregateOp::Transfer(transfer.clone())])
-                .await?;
-            return out
-                .first()
+    ) -> Result<Vec<u64>, StoreError> {
+        let generations = |out: Vec<AuthoritySnapshot>| {
+            if out.len() < transfers.len() {
+                return Err(StoreError::InvalidArgument(
+                    "a short aggregate result".into(),
+                ));
+            }
+            Ok(out[..transfers.len()]
+                .iter()
                 .map(|a| a.authority_owner_generation)
-                .ok_or_else(|| StoreError::InvalidArgument("an empty aggregate result".into()));
+                .collect())
+        };
+        let Some(spot) = entry else {
+            let ops: Vec<zlink_store::types::AggregateOp> = transfers
+                .iter()
+                .cloned()
+                .map(zlink_store::types::AggregateOp::Transfer)
+                .collect();
+            return generations(self.store.commit_aggregate(&ops).await?);
         };
         let spot_key = AuthorityKey::new(zlink_store::types::ObjectKind::Spot, spot)
             .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
@@ -922,7 +1216,10 @@ impl<S: ObjectStore> Inner<S> {
                 }
             },
         };
-        let mut t = transfer.clone();
+        let Some(first) = transfers.first() else {
+            return Err(StoreError::InvalidArgument("an empty unit".into()));
+        };
+        let mut t = first.clone();
         t.payload = Some(super::membership_payload(spot));
         let out = self
             .store
@@ -933,7 +1230,7 @@ impl<S: ObjectStore> Inner<S> {
             .await
             .inspect_err(|_| self.relocations.set_entry_fence(None))?;
         out.first()
-            .map(|a| a.authority_owner_generation)
+            .map(|a| vec![a.authority_owner_generation])
             .ok_or_else(|| StoreError::InvalidArgument("an empty aggregate result".into()))
     }
 

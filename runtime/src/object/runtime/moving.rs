@@ -40,7 +40,8 @@ use super::{Inner, ObjectStore, wire_kind};
 use crate::call::error::{CallError, ErrorKind};
 use crate::call::pending::PendingKey;
 use crate::mesh::connection::Leg;
-use crate::object::registry::LiveObject;
+use crate::object::exec::CapturedQueue;
+use crate::object::registry::{LiveObject, ObjectType};
 use crate::object::work::Reply;
 use crate::relocation::host::{StayReason, UnitOutcome};
 use crate::relocation::relay::boundary_crc;
@@ -64,10 +65,33 @@ struct CarriedRequest {
 
 /// One relayed arrival, kept until the unit's outcome is known.
 struct RelayCopy {
+    /// Which part of the unit it is for.
+    part: usize,
     frames: Vec<Bytes>,
     payload: TypedPayload,
     metadata: Option<Metadata>,
     request: Option<(CarriedRequest, Reply)>,
+}
+
+/// One object of a unit on the move: its live entry as it was, its route, and the intake that
+/// stands in for it from the seal on.
+struct Part {
+    key: AuthorityKey,
+    kind: zlink_store::types::ObjectKind,
+    id: String,
+    obj: Arc<dyn LiveObject>,
+    generation: u64,
+    aog: u64,
+    ty: Arc<dyn ObjectType>,
+    route: RouteFence,
+    intake: Arc<Intake>,
+}
+
+/// One part's transfer: the requests it carries, its Prepare and its chunks.
+struct Built {
+    carried_requests: Vec<(u64, CarriedRequest)>,
+    prepare: RelocationPrepare,
+    chunks: Vec<Bytes>,
 }
 
 /// A unit's result as the relocation sees it: the outcome, and for a handover the moment its
@@ -133,28 +157,173 @@ fn carried_deadline_unix_ms() -> u64 {
 }
 
 impl<S: ObjectStore> Inner<S> {
-    /// Move the live unit `key` to node `target` (see the module docs). Returns when the
-    /// outcome is known — or, still pending at `deadline`, as `Unresolved` while resolution
-    /// goes on in the background.
+    /// Move the live unit `keys` (one object, or a User Spot first and then its member Actors,
+    /// committed together) to node `target` (see the module docs). Returns when the outcome is
+    /// known — or, still pending at `deadline`, as `Unresolved` while resolution goes on in the
+    /// background.
     pub(super) async fn move_unit(
         self: &Arc<Self>,
-        key: AuthorityKey,
+        keys: Vec<AuthorityKey>,
         target: NodeFence,
         deadline: Instant,
     ) -> Moved {
         let (tx, rx) = oneshot::channel();
         let this = Arc::clone(self);
-        tokio::spawn(async move { this.run_move(key, target, deadline, tx).await });
+        tokio::spawn(async move { this.run_move(keys, target, deadline, tx).await });
         rx.await.unwrap_or(Moved {
             outcome: UnitOutcome::Unresolved,
             follow_until: None,
         })
     }
 
+    /// Put every sealed part back: `firsts[i]` (in order), then what its intake holds, go to
+    /// part `i`'s object, which takes the live entry again.
+    fn unseal(&self, parts: &[Part], mut firsts: Vec<Vec<Carried>>) {
+        firsts.resize_with(parts.len(), Vec::new);
+        for (p, first) in parts.iter().zip(firsts) {
+            p.intake.redirect(first, Arc::clone(&p.obj));
+            if let Some(e) = self.live().get_incarnation_mut(&p.key, p.generation) {
+                e.obj = Arc::clone(&p.obj);
+            }
+        }
+    }
+
+    /// The envelope of part `p` (saved work in run order, a request with a terminal identity
+    /// this node registers), split into chunks, and its Prepare. On an error every terminal
+    /// identity registered here is given up again.
+    #[allow(clippy::too_many_arguments)]
+    fn build_part(
+        &self,
+        p: &Part,
+        captured: &CapturedQueue,
+        state: Option<Bytes>,
+        relocation_id: [u8; 16],
+        coordinator_fence: u64,
+        target: &NodeFence,
+        me: &NodeFence,
+    ) -> Result<Built, CallError> {
+        let mut carried_requests: Vec<(u64, CarriedRequest)> = Vec::new();
+        let undo = |reqs: &mut Vec<(u64, CarriedRequest)>| {
+            for (_, c) in reqs.drain(..) {
+                let _ = self.mesh.uncarry(&c.key);
+            }
+        };
+        let mut saved_queue = Vec::new();
+        // The idle check passed on this same capture.
+        let items = captured.carried().unwrap_or_default();
+        // The capture encoded every one-way item already, as the record it travels as (this
+        // object's route, from this node): only requests still need their record.
+        let mut encoded: std::collections::HashMap<u64, Vec<Bytes>> = captured
+            .saved
+            .iter()
+            .map(|w| (w.sequence, w.frames.clone()))
+            .collect();
+        for item in items {
+            if !item.request {
+                if let Some(frames) = encoded.remove(&item.seq) {
+                    saved_queue.push(SavedWork {
+                        sequence: item.seq,
+                        frames,
+                    });
+                    continue;
+                }
+                undo(&mut carried_requests);
+                return Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    format!("queued item {} was not encoded by the capture", item.seq),
+                ));
+            }
+            let (ptx, prx) = oneshot::channel();
+            let header = match self
+                .mesh
+                .carry_request(target, ptx, carried_deadline_unix_ms())
+            {
+                Ok((h, k)) => {
+                    carried_requests.push((
+                        item.seq,
+                        CarriedRequest {
+                            key: k,
+                            relayed: prx,
+                        },
+                    ));
+                    h
+                }
+                Err(e) => {
+                    undo(&mut carried_requests);
+                    return Err(e);
+                }
+            };
+            match carried_record(
+                &p.route,
+                me,
+                Some(header),
+                item.payload.clone(),
+                item.metadata.cloned(),
+            ) {
+                Ok(frames) => saved_queue.push(SavedWork {
+                    sequence: item.seq,
+                    frames,
+                }),
+                Err(e) => {
+                    undo(&mut carried_requests);
+                    return Err(e);
+                }
+            }
+        }
+        self.relocations.saved_work.fetch_add(
+            saved_queue.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let envelope = RelocationEnvelopeV1 {
+            relocation_id,
+            object_kind: wire_kind(p.kind),
+            object_id: p.id.clone(),
+            stable_type: p.ty.stable_type().to_owned(),
+            object_generation: p.generation,
+            relocation_policy: p.ty.policy(),
+            application_state: state.unwrap_or_default(),
+            saved_queue,
+            timers: captured.timers.clone(),
+            // STREAM session bindings move with the sessions issue (the field exists already).
+            bound_session_present: false,
+            bound_session: None,
+        };
+        let bytes = match envelope.encode() {
+            Ok(b) => b,
+            Err(e) => {
+                undo(&mut carried_requests);
+                return Err(CallError::new(ErrorKind::InvalidOperation, e.to_string()));
+            }
+        };
+        let settings = self.relocations.settings();
+        let chunks: Vec<Bytes> = bytes
+            .chunks(settings.chunk_limit.max(1))
+            .map(Bytes::copy_from_slice)
+            .collect();
+        let prepare = RelocationPrepare {
+            relocation_id,
+            target_attempt_generation: 1,
+            coordinator_fence,
+            object_route: p.route.clone(),
+            source: me.clone(),
+            stage: RelocationStage::Final,
+            payload_total_length: bytes.len() as u64
+                + u64::from(settings.fault == Some(super::TransferFault::WrongLength)),
+            payload_chunk_count: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
+            payload_checksum_crc32c: zlink_protocol::crc::crc32c(&bytes)
+                ^ u32::from(settings.fault == Some(super::TransferFault::WrongChecksum)),
+        };
+        Ok(Built {
+            carried_requests,
+            prepare,
+            chunks,
+        })
+    }
+
     #[allow(clippy::too_many_lines)]
     async fn run_move(
         self: Arc<Self>,
-        key: AuthorityKey,
+        keys: Vec<AuthorityKey>,
         target: NodeFence,
         deadline: Instant,
         report: oneshot::Sender<Moved>,
@@ -167,199 +336,211 @@ impl<S: ObjectStore> Inner<S> {
             outcome: UnitOutcome::Failed(why),
             follow_until: None,
         };
-        let Some((obj, generation, aog, ty)) = self.live().get(&key).map(|e| {
-            (
-                Arc::clone(&e.obj),
-                e.generation,
-                e.authority_owner_generation,
-                Arc::clone(&e.ty),
-            )
-        }) else {
-            let _ = report.send(failed("the object is no longer live here".into()));
-            return;
-        };
-        if ty.policy() == RelocationPolicy::DisableRelocation {
-            let _ = report.send(stayed(StayReason::Disabled));
-            return;
-        }
         let Some(lease) = self.mesh.owner_token() else {
             let _ = report.send(failed("this host holds no owner lease".into()));
             return;
         };
         let me = self.mesh.fence();
-        let Some((kind, id)) = super::key_parts(&key) else {
-            let _ = report.send(failed("not an object key".into()));
-            return;
-        };
-        let route = RouteFence {
-            object_kind: wire_kind(kind),
-            object_id: id.clone(),
-            object_generation: generation,
-            target_node: me.clone(),
-            authority_owner_generation: aog,
-            owner_lease_generation: lease.lease_generation,
-        };
+        // A unit of several objects: a User Spot first, then its members.
+        let group = keys.len() > 1;
+        let mut parts: Vec<Part> = Vec::with_capacity(keys.len());
+        for key in &keys {
+            let Some((obj, generation, aog, ty)) = self.live().get(key).map(|e| {
+                (
+                    Arc::clone(&e.obj),
+                    e.generation,
+                    e.authority_owner_generation,
+                    Arc::clone(&e.ty),
+                )
+            }) else {
+                let _ = report.send(failed(format!(
+                    "{} is no longer live here",
+                    super::key_parts(key).map_or_else(String::new, |(_, id)| id)
+                )));
+                return;
+            };
+            if ty.policy() == RelocationPolicy::DisableRelocation {
+                let _ = report.send(stayed(StayReason::Disabled));
+                return;
+            }
+            let Some((kind, id)) = super::key_parts(key) else {
+                let _ = report.send(failed("not an object key".into()));
+                return;
+            };
+            let route = RouteFence {
+                object_kind: wire_kind(kind),
+                object_id: id.clone(),
+                object_generation: generation,
+                target_node: me.clone(),
+                authority_owner_generation: aog,
+                owner_lease_generation: lease.lease_generation,
+            };
+            parts.push(Part {
+                key: key.clone(),
+                kind,
+                id,
+                intake: Intake::new(obj.gate()),
+                obj,
+                generation,
+                aog,
+                ty,
+                route,
+            });
+        }
         // An object whose cold activation has not dispatched its first message yet is not idle
         // (issue 17 item 3): sealing now would put the first message behind the intake, which
         // cannot take it (a one-way first message would be lost). Wait for the activation.
-        while self.objects.is_creating(&key, generation) {
-            if Instant::now() >= deadline {
-                let _ = report.send(stayed(StayReason::Deadline));
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        // Joins, leaves, closes and destroys of this object wait until the move ends (they
-        // would write its authority, which only the target may change now); they then find it
-        // moved (stale) or back.
-        let _changes = self.changes.lock_all(&[&key]).await;
-        if !self.relocations.start_moving(&key, generation, aog) {
-            let _ = report.send(failed("the object is moving already".into()));
-            return;
-        }
-        let this = Arc::clone(&self);
-        let moving_key = key.clone();
-        // Every early return below puts the unit back: it is not moving any more then.
-        let not_moving =
-            scopeguard(move || this.relocations.stop_moving(&moving_key, generation, aog));
-        // 1. Arrivals are held from here on.
-        let sealed_at = Instant::now();
-        let intake = Intake::new(obj.gate());
-        {
-            let mut live = self.live();
-            match live.get_incarnation_mut(&key, generation) {
-                Some(e) => e.obj = Arc::clone(&intake) as Arc<dyn LiveObject>,
-                None => {
-                    drop(live);
-                    let _ = report.send(failed("the object is no longer live here".into()));
+        for p in &parts {
+            while self.objects.is_creating(&p.key, p.generation) {
+                if Instant::now() >= deadline {
+                    let _ = report.send(stayed(StayReason::Deadline));
                     return;
                 }
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }
-        let give_back = |first: Vec<Carried>| {
-            intake.redirect(first, Arc::clone(&obj));
-            if let Some(e) = self.live().get_incarnation_mut(&key, generation) {
-                e.obj = Arc::clone(&obj);
+        // Joins, leaves, closes and destroys of these objects wait until the move ends (they
+        // would write an authority, which only the target may change now); they then find it
+        // moved (stale) or back.
+        let key_refs: Vec<&AuthorityKey> = keys.iter().collect();
+        let _changes = self.changes.lock_all(&key_refs).await;
+        let marks: Vec<(AuthorityKey, u64, u64)> = parts
+            .iter()
+            .map(|p| (p.key.clone(), p.generation, p.aog))
+            .collect();
+        for (i, (key, g, aog)) in marks.iter().enumerate() {
+            if !self.relocations.start_moving(key, *g, *aog) {
+                for (k, g, a) in &marks[..i] {
+                    self.relocations.stop_moving(k, *g, *a);
+                }
+                let _ = report.send(failed("the object is moving already".into()));
+                return;
+            }
+        }
+        let this = Arc::clone(&self);
+        let moving_marks = marks.clone();
+        // Every early return below puts the unit back: it is not moving any more then.
+        let not_moving = scopeguard(move || {
+            for (k, g, a) in &moving_marks {
+                this.relocations.stop_moving(k, *g, *a);
+            }
+        });
+        // ApplicationSignaled (glossary §1): the unit seals only at a boundary its Spot's
+        // application marked with `relocation_ready().defer()`; the Spot is held there.
+        let signaled = crate::object::registry::application_signaled(parts[0].ty.as_ref());
+        if signaled && !wait_boundary(&parts[0], deadline).await {
+            let _ = report.send(stayed(StayReason::NotSignaled));
+            return;
+        }
+        // 1. Arrivals are held from here on.
+        let sealed_at = Instant::now();
+        {
+            let mut live = self.live();
+            let mut sealed = 0;
+            for p in &parts {
+                match live.get_incarnation_mut(&p.key, p.generation) {
+                    Some(e) => {
+                        e.obj = Arc::clone(&p.intake) as Arc<dyn LiveObject>;
+                        sealed += 1;
+                    }
+                    None => break,
+                }
+            }
+            if sealed < parts.len() {
+                drop(live);
+                if signaled {
+                    // Held at its boundary, never captured: let it run on.
+                    parts[0].obj.cancel_capture();
+                }
+                self.unseal(&parts[..sealed], Vec::new());
+                let _ = report.send(failed(
+                    "an object of the unit is no longer live here".into(),
+                ));
+                return;
+            }
+        }
+        // 2. Capture at the next idle handler boundary (retried until the deadline). Every
+        // object of the unit is paused at once, so no new turn of any of them starts: a
+        // SpotWide group stops at one boundary of the gate it shares (only turns already
+        // running finish).
+        let resume = |caps: &mut Vec<(CapturedQueue, Option<Bytes>)>| {
+            for (p, (c, _)) in parts.iter().zip(caps.drain(..)) {
+                p.obj.resume_moved(c);
             }
         };
-        // 2. Capture at the next idle handler boundary (retried until the deadline).
-        let (captured, state) = loop {
+        let mut caps: Vec<(CapturedQueue, Option<Bytes>)> = loop {
             // Bounded by the relocation deadline: a turn that never reaches a boundary (or
             // waits for a change of this same object, which waits for the move) leaves the
             // unit where it is instead of hanging the relocation.
-            let capture = tokio::time::timeout_at(
-                deadline.into(),
-                obj.capture_move(route.clone(), me.clone()),
-            )
+            let captures = futures::future::join_all(parts.iter().map(|p| {
+                tokio::time::timeout_at(
+                    deadline.into(),
+                    p.obj.capture_move(p.route.clone(), me.clone()),
+                )
+            }))
             .await;
-            let captured = match capture {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => {
-                    give_back(Vec::new());
-                    let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
+            let mut outcome: Option<Moved> = None;
+            let mut idle = true;
+            let mut taken = Vec::with_capacity(parts.len());
+            for (p, c) in parts.iter().zip(captures) {
+                match c {
+                    Ok(Ok(c)) => {
+                        idle &= c.carried().is_ok();
+                        taken.push(Some(c));
+                    }
+                    Ok(Err(e)) => {
+                        outcome.get_or_insert(failed(format!("CaptureFailed: {}", e.detail())));
+                        taken.push(None);
+                    }
+                    Err(_) => {
+                        p.obj.cancel_capture();
+                        outcome.get_or_insert(stayed(StayReason::Deadline));
+                        taken.push(None);
+                    }
+                }
+            }
+            if outcome.is_none() && idle {
+                let mut states = Vec::with_capacity(parts.len());
+                for p in &parts {
+                    match p.obj.capture_state() {
+                        Ok(s) => states.push(s),
+                        Err(e) => {
+                            outcome = Some(failed(format!("CaptureFailed: {}", e.detail())));
+                            break;
+                        }
+                    }
+                }
+                if outcome.is_none() {
+                    break taken.into_iter().flatten().zip(states).collect();
+                }
+            }
+            // Not idle (a notification, hold or first message is queued), or it failed: put
+            // every capture back; retry the idle case until the deadline.
+            for (p, c) in parts.iter().zip(taken) {
+                if let Some(c) = c {
+                    p.obj.resume_moved(c);
+                }
+            }
+            if outcome.is_none() && Instant::now() >= deadline {
+                outcome = Some(stayed(StayReason::Deadline));
+            }
+            if let Some(moved) = outcome {
+                self.unseal(&parts, Vec::new());
+                let _ = report.send(moved);
+                return;
+            }
+            if signaled {
+                // The boundary was not idle and is gone (the Spot runs on): wait for the next.
+                if !wait_boundary(&parts[0], deadline).await {
+                    self.unseal(&parts, Vec::new());
+                    let _ = report.send(stayed(StayReason::NotSignaled));
                     return;
                 }
-                Err(_) => {
-                    obj.cancel_capture();
-                    give_back(Vec::new());
-                    let _ = report.send(stayed(StayReason::Deadline));
-                    return;
-                }
-            };
-            if captured.carried().is_err() {
-                obj.resume_moved(captured);
-                if Instant::now() >= deadline {
-                    give_back(Vec::new());
-                    let _ = report.send(stayed(StayReason::Deadline));
-                    return;
-                }
+            } else {
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-            match obj.capture_state() {
-                Ok(state) => break (captured, state),
-                Err(e) => {
-                    obj.resume_moved(captured);
-                    give_back(Vec::new());
-                    let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
-                    return;
-                }
             }
         };
-        // 3. The envelope: saved work in run order, requests with a terminal identity.
-        let mut carried_requests: Vec<(u64, CarriedRequest)> = Vec::new();
-        let mut saved_queue = Vec::new();
-        let undo_carried = |reqs: &mut Vec<(u64, CarriedRequest)>| {
-            for (_, c) in reqs.drain(..) {
-                let _ = self.mesh.uncarry(&c.key);
-            }
-        };
-        // The idle check passed on this same capture just above.
-        let items = captured.carried().unwrap_or_default();
-        // The capture encoded every one-way item already, as the record it travels as (this
-        // object's route, from this node): only requests still need their record.
-        let mut encoded: std::collections::HashMap<u64, Vec<Bytes>> = captured
-            .saved
-            .iter()
-            .map(|w| (w.sequence, w.frames.clone()))
-            .collect();
-        let mut encode_failed = None;
-        for item in items {
-            if !item.request {
-                match encoded.remove(&item.seq) {
-                    Some(frames) => saved_queue.push(SavedWork {
-                        sequence: item.seq,
-                        frames,
-                    }),
-                    None => {
-                        encode_failed = Some(CallError::new(
-                            ErrorKind::InvalidOperation,
-                            format!("queued item {} was not encoded by the capture", item.seq),
-                        ));
-                        break;
-                    }
-                }
-                continue;
-            }
-            let header = {
-                let (ptx, prx) = oneshot::channel();
-                match self
-                    .mesh
-                    .carry_request(&target, ptx, carried_deadline_unix_ms())
-                {
-                    Ok((h, k)) => {
-                        carried_requests.push((
-                            item.seq,
-                            CarriedRequest {
-                                key: k,
-                                relayed: prx,
-                            },
-                        ));
-                        Some(h)
-                    }
-                    Err(e) => {
-                        encode_failed = Some(e);
-                        break;
-                    }
-                }
-            };
-            match carried_record(
-                &route,
-                &me,
-                header,
-                item.payload.clone(),
-                item.metadata.cloned(),
-            ) {
-                Ok(frames) => saved_queue.push(SavedWork {
-                    sequence: item.seq,
-                    frames,
-                }),
-                Err(e) => {
-                    encode_failed = Some(e);
-                    break;
-                }
-            }
-        }
+        // 3. The envelopes, one per object, under one relocation ID.
         let relocation_id = match crate::mesh::auth::random_bytes::<16>() {
             Ok(mut id) => {
                 if id.iter().all(|b| *b == 0) {
@@ -368,103 +549,88 @@ impl<S: ObjectStore> Inner<S> {
                 id
             }
             Err(_) => {
-                encode_failed = Some(CallError::new(
-                    ErrorKind::Unavailable,
-                    "no randomness for a relocation ID",
+                resume(&mut caps);
+                self.unseal(&parts, Vec::new());
+                let _ = report.send(failed(
+                    "CaptureFailed: no randomness for a relocation ID".into(),
                 ));
-                [1; 16]
-            }
-        };
-        let policy = ty.policy();
-        self.relocations.saved_work.fetch_add(
-            saved_queue.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        let envelope = RelocationEnvelopeV1 {
-            relocation_id,
-            object_kind: wire_kind(kind),
-            object_id: id.clone(),
-            stable_type: ty.stable_type().to_owned(),
-            object_generation: generation,
-            relocation_policy: policy,
-            application_state: state.unwrap_or_default(),
-            saved_queue,
-            timers: captured.timers.clone(),
-            // STREAM session bindings move with the sessions issue (the field exists already).
-            bound_session_present: false,
-            bound_session: None,
-        };
-        let bytes = match (encode_failed, envelope.encode()) {
-            (None, Ok(b)) => b,
-            (Some(e), _) => {
-                undo_carried(&mut carried_requests);
-                obj.resume_moved(captured);
-                give_back(Vec::new());
-                let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
                 return;
             }
-            (None, Err(e)) => {
-                undo_carried(&mut carried_requests);
-                obj.resume_moved(captured);
-                give_back(Vec::new());
-                let _ = report.send(failed(format!("CaptureFailed: {e}")));
-                return;
+        };
+        let mut built: Vec<Built> = Vec::with_capacity(parts.len());
+        for (p, (captured, state)) in parts.iter().zip(caps.iter_mut()) {
+            match self.build_part(
+                p,
+                captured,
+                state.take(),
+                relocation_id,
+                lease.lease_generation,
+                &target,
+                &me,
+            ) {
+                Ok(b) => built.push(b),
+                Err(e) => {
+                    for b in &mut built {
+                        for (_, c) in b.carried_requests.drain(..) {
+                            let _ = self.mesh.uncarry(&c.key);
+                        }
+                    }
+                    resume(&mut caps);
+                    self.unseal(&parts, Vec::new());
+                    let _ = report.send(failed(format!("CaptureFailed: {}", e.detail())));
+                    return;
+                }
+            }
+        }
+        let undo_carried = |built: &mut Vec<Built>| {
+            for b in built.iter_mut() {
+                for (_, c) in b.carried_requests.drain(..) {
+                    let _ = self.mesh.uncarry(&c.key);
+                }
             }
         };
         let settings = self.relocations.settings();
-        let chunk_limit = settings.chunk_limit.max(1);
-        let chunks: Vec<Bytes> = bytes
-            .chunks(chunk_limit)
-            .map(Bytes::copy_from_slice)
-            .collect();
-        let prepare = RelocationPrepare {
-            relocation_id,
-            target_attempt_generation: 1,
-            coordinator_fence: lease.lease_generation,
-            object_route: route.clone(),
-            source: me.clone(),
-            stage: RelocationStage::Final,
-            payload_total_length: bytes.len() as u64
-                + u64::from(settings.fault == Some(super::TransferFault::WrongLength)),
-            payload_chunk_count: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
-            payload_checksum_crc32c: zlink_protocol::crc::crc32c(&bytes)
-                ^ u32::from(settings.fault == Some(super::TransferFault::WrongChecksum)),
-        };
-        let send_transfer = || -> Result<(), CallError> {
-            self.mesh.relocation_record(
-                &target,
-                Leg::Request,
-                CommandBody::RelocationPrepare(prepare.clone()),
-                None,
-            )?;
-            let order: Vec<usize> = match settings.fault {
-                Some(super::TransferFault::SkipFirstChunk) => (1..chunks.len()).collect(),
-                Some(super::TransferFault::DuplicateFirstChunk) => {
-                    std::iter::once(0).chain(0..chunks.len()).collect()
-                }
-                Some(super::TransferFault::WrongChecksum | super::TransferFault::WrongLength)
-                | None => (0..chunks.len()).collect(),
-            };
-            for i in order {
-                let c = &chunks[i];
+        // Every Prepare first, then the chunks (wire §9), on the one ordered connection.
+        let send_transfer = |built: &Vec<Built>| -> Result<(), CallError> {
+            for b in built {
                 self.mesh.relocation_record(
                     &target,
-                    Leg::Send,
-                    CommandBody::RelocationState(RelocationState {
-                        relocation_id,
-                        target_attempt_generation: 1,
-                        coordinator_fence: lease.lease_generation,
-                        object_kind: wire_kind(kind),
-                        object_id: id.clone(),
-                        object_generation: generation,
-                        sender_role: SenderRole::Source,
-                        chunk: RelocationDataChunkV1 {
-                            chunk_ordinal: u32::try_from(i).unwrap_or(u32::MAX),
-                            data: c.clone(),
-                        },
-                    }),
+                    Leg::Request,
+                    CommandBody::RelocationPrepare(b.prepare.clone()),
                     None,
                 )?;
+            }
+            for (p, b) in parts.iter().zip(built) {
+                let order: Vec<usize> = match settings.fault {
+                    Some(super::TransferFault::SkipFirstChunk) => (1..b.chunks.len()).collect(),
+                    Some(super::TransferFault::DuplicateFirstChunk) => {
+                        std::iter::once(0).chain(0..b.chunks.len()).collect()
+                    }
+                    Some(
+                        super::TransferFault::WrongChecksum | super::TransferFault::WrongLength,
+                    )
+                    | None => (0..b.chunks.len()).collect(),
+                };
+                for i in order {
+                    self.mesh.relocation_record(
+                        &target,
+                        Leg::Send,
+                        CommandBody::RelocationState(RelocationState {
+                            relocation_id,
+                            target_attempt_generation: 1,
+                            coordinator_fence: lease.lease_generation,
+                            object_kind: wire_kind(p.kind),
+                            object_id: p.id.clone(),
+                            object_generation: p.generation,
+                            sender_role: SenderRole::Source,
+                            chunk: RelocationDataChunkV1 {
+                                chunk_ordinal: u32::try_from(i).unwrap_or(u32::MAX),
+                                data: b.chunks[i].clone(),
+                            },
+                        }),
+                        None,
+                    )?;
+                }
             }
             Ok(())
         };
@@ -475,12 +641,12 @@ impl<S: ObjectStore> Inner<S> {
             .mark(relocation_id, super::TimelineStep::Sealed, sealed_at);
         self.relocations
             .mark(relocation_id, super::TimelineStep::Transferred, transfer_at);
-        if let Err(e) = send_transfer() {
+        if let Err(e) = send_transfer(&built) {
             // Nothing reached the target that it could restore from: put everything back.
             self.relocations.forget_answers(&relocation_id);
-            undo_carried(&mut carried_requests);
-            obj.resume_moved(captured);
-            give_back(Vec::new());
+            undo_carried(&mut built);
+            resume(&mut caps);
+            self.unseal(&parts, Vec::new());
             let _ = report.send(stayed_or_failed(&e));
             return;
         }
@@ -514,7 +680,8 @@ impl<S: ObjectStore> Inner<S> {
                 None,
             );
         };
-        let relay = |copies: &mut Vec<RelayCopy>, c: Carried| {
+        // The unit's relays share one ordinal sequence; each record names its own object.
+        let relay = |copies: &mut Vec<RelayCopy>, part: usize, c: Carried| {
             let ordinal = copies.len() as u64;
             let (header, request) = match c.reply {
                 None => (None, None),
@@ -541,27 +708,40 @@ impl<S: ObjectStore> Inner<S> {
                     }
                 }
             };
-            let frames =
-                match carried_record(&route, &me, header, c.payload.clone(), c.metadata.clone()) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        if let Some((cr, reply)) = request {
-                            let _ = self.mesh.uncarry(&cr.key);
-                            let _ = reply.send(Err(e));
-                        }
-                        return;
+            let frames = match carried_record(
+                &parts[part].route,
+                &me,
+                header,
+                c.payload.clone(),
+                c.metadata.clone(),
+            ) {
+                Ok(f) => f,
+                Err(e) => {
+                    if let Some((cr, reply)) = request {
+                        let _ = self.mesh.uncarry(&cr.key);
+                        let _ = reply.send(Err(e));
                     }
-                };
+                    return;
+                }
+            };
             send_relay(ordinal, frames.clone());
             self.relocations
                 .relayed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             copies.push(RelayCopy {
+                part,
                 frames,
                 payload: c.payload,
                 metadata: c.metadata,
                 request,
             });
+        };
+        let relay_held = |copies: &mut Vec<RelayCopy>| {
+            for (i, p) in parts.iter().enumerate() {
+                for c in p.intake.take() {
+                    relay(copies, i, c);
+                }
+            }
         };
         let send_cutover = |copies: &Vec<RelayCopy>| {
             let _ = self.mesh.relocation_record(
@@ -579,12 +759,15 @@ impl<S: ObjectStore> Inner<S> {
                 None,
             );
         };
+        let intakes: Vec<Arc<Intake>> = parts.iter().map(|p| Arc::clone(&p.intake)).collect();
         let outcome = loop {
             let next = unit
                 .next_tick_ms(&timings)
                 .map(|t| transfer_at + Duration::from_millis(t));
             let event = tokio::select! {
                 a = answers.recv() => match a {
+                    // The target answers every Prepare of the unit alike, once all of them
+                    // are restored (or with a 53 to all): the first answer decides.
                     Some(PrepareAnswer::Ready) => SourceEvent::Ready,
                     // A 53 before Ready refuses the move; after it, the target declares it
                     // gave the move up for good.
@@ -596,10 +779,8 @@ impl<S: ObjectStore> Inner<S> {
                     },
                     None => SourceEvent::Tick,
                 },
-                () = intake.arrived(), if cutover_sent => {
-                    for c in intake.take() {
-                        relay(&mut copies, c);
-                    }
+                () = any_arrived(&intakes), if cutover_sent => {
+                    relay_held(&mut copies);
                     continue;
                 }
                 () = sleep_until_opt(next) => SourceEvent::Tick,
@@ -610,14 +791,12 @@ impl<S: ObjectStore> Inner<S> {
             while i < actions.len() {
                 match actions[i] {
                     SourceAction::SendCutover => {
-                        for c in intake.take() {
-                            relay(&mut copies, c);
-                        }
+                        relay_held(&mut copies);
                         send_cutover(&copies);
                         cutover_sent = true;
                     }
                     SourceAction::ResendPrepare => {
-                        let _ = send_transfer();
+                        let _ = send_transfer(&built);
                     }
                     SourceAction::ResendRelaysAndCutover => {
                         for (ordinal, c) in copies.iter().enumerate() {
@@ -626,7 +805,11 @@ impl<S: ObjectStore> Inner<S> {
                         send_cutover(&copies);
                     }
                     SourceAction::ReadAuthority => {
-                        let view = self.authority_view(&key, generation, aog, &target).await;
+                        // The unit commits in one aggregate: its first object's row tells.
+                        let lead = &parts[0];
+                        let view = self
+                            .authority_view(&lead.key, lead.generation, lead.aog, &target)
+                            .await;
                         let now = ms(Instant::now());
                         actions.extend(unit.step(SourceEvent::Authority(view), now, &timings));
                     }
@@ -649,16 +832,18 @@ impl<S: ObjectStore> Inner<S> {
         self.relocations.forget_answers(&relocation_id);
         let moved = match outcome {
             SourceOutcome::HandedOver => {
-                // Still moving until its follow window ends (the follow task clears it).
+                // Still moving until the follow window ends (the follow task clears it).
                 not_moving.disarm();
                 // Followed records continue the relay ordinals.
                 let mut next_ordinal = copies.len() as u64;
                 // The terminals of carried requests come back relayed: forward them.
-                let mut replies: std::collections::HashMap<u64, Reply> =
-                    captured.into_replies().into_iter().collect();
-                for (seq, c) in carried_requests {
-                    if let Some(reply) = replies.remove(&seq) {
-                        forward(c.relayed, reply);
+                for ((captured, _), b) in caps.into_iter().zip(built) {
+                    let mut replies: std::collections::HashMap<u64, Reply> =
+                        captured.into_replies().into_iter().collect();
+                    for (seq, c) in b.carried_requests {
+                        if let Some(reply) = replies.remove(&seq) {
+                            forward(c.relayed, reply);
+                        }
                     }
                 }
                 for c in copies.drain(..) {
@@ -666,110 +851,126 @@ impl<S: ObjectStore> Inner<S> {
                         forward(cr.relayed, reply);
                     }
                 }
-                // A caller that looked the object up just before the seal may put work into
-                // the executor after its capture: from now on that goes to the follow route,
+                // A caller that looked an object up just before the seal may put work into
+                // its executor after the capture: from now on that goes to the follow route,
                 // and what got in before is taken and followed on too.
-                obj.moved_to(Arc::clone(&intake) as Arc<dyn LiveObject>);
-                if let Ok(late) = obj.capture_move(route.clone(), me.clone()).await {
-                    let late = late.into_carried();
-                    self.relocations
-                        .late_followed
-                        .fetch_add(late.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    for (payload, metadata, reply) in late {
-                        self.follow_one(
-                            &route,
-                            &me,
-                            &target,
-                            relocation_id,
-                            next_ordinal,
-                            Carried {
-                                payload,
-                                metadata,
-                                reply,
-                            },
-                        );
-                        next_ordinal += 1;
-                    }
-                }
-                obj.close().await;
-                let _ = self.objects.remove(&key, generation);
-                // Membership bookkeeping: the Spot takes no members here any more; the Actor
-                // left this node's Entry Spot (it is a member of the target's now).
-                match kind {
-                    zlink_store::types::ObjectKind::Spot => {
-                        let _ = self.live().close_spot(&id);
-                    }
-                    zlink_store::types::ObjectKind::Actor => {
-                        let left = self.live().forget_member(&id);
-                        if let Some(spot) = left {
-                            self.notify_member(&spot, false, &id);
-                        }
-                    }
-                }
-                self.relocations
-                    .handed_over
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let follow_until = Instant::now() + settings.message_follow + settings.cutover_wait;
-                // The new owner's route, for the `messageFollow` notices to senders that still
-                // use the old one.
-                if let Ok(AuthorityRead::Found(a)) = self.store.read_authority(&key).await {
-                    self.relocations.add_follow(
-                        key.clone(),
-                        super::relocations::FollowNotice {
-                            new_route: RouteFence {
-                                object_kind: wire_kind(kind),
-                                object_id: id.clone(),
-                                object_generation: a.object_generation,
-                                target_node: NodeFence {
-                                    rid: a.owner_node.rid.clone(),
-                                    lifecycle_generation: a.owner_node.lifecycle_generation,
-                                },
-                                authority_owner_generation: a.authority_owner_generation,
-                                owner_lease_generation: a.owner.lease_generation,
-                            },
-                            until: follow_until,
-                        },
-                    );
-                }
-                // Message Follow: arrivals on the old route keep going to the target.
-                let this = Arc::clone(&self);
-                let follow_intake = Arc::clone(&intake);
-                let (follow_route, follow_target, follow_me) =
-                    (route.clone(), target.clone(), me.clone());
-                tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            () = follow_intake.arrived() => {}
-                            () = tokio::time::sleep_until(follow_until.into()) => break,
-                        }
-                        for c in follow_intake.take() {
-                            this.follow_one(
-                                &follow_route,
-                                &follow_me,
-                                &follow_target,
+                for p in &parts {
+                    p.obj.moved_to(Arc::clone(&p.intake) as Arc<dyn LiveObject>);
+                    if let Ok(late) = p.obj.capture_move(p.route.clone(), me.clone()).await {
+                        let late = late.into_carried();
+                        self.relocations
+                            .late_followed
+                            .fetch_add(late.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        for (payload, metadata, reply) in late {
+                            self.follow_one(
+                                &p.route,
+                                &me,
+                                &target,
                                 relocation_id,
                                 next_ordinal,
-                                c,
+                                Carried {
+                                    payload,
+                                    metadata,
+                                    reply,
+                                },
                             );
                             next_ordinal += 1;
                         }
                     }
-                    // A move back here (or a new incarnation) may have replaced the follow route
-                    // meanwhile: only this move's route and mark end here.
-                    this.relocations.stop_moving(&key, generation, aog);
-                    if this.live().forget_owned(&key, generation, aog) {
-                        this.relocations.forget_aliases(&key);
-                        this.relocations.remove_follow(&key);
-                        this.relocations
-                            .suppression_lock()
-                            .route_replaced(wire_kind(kind), &id);
+                }
+                for p in &parts {
+                    p.obj.close().await;
+                    let _ = self.objects.remove(&p.key, p.generation);
+                }
+                // Membership bookkeeping: an Actor left this node's Entry Spot (it is a member
+                // of the target's now) — or moved with its User Spot, which it never left; a
+                // Spot takes no members here any more.
+                for p in parts
+                    .iter()
+                    .filter(|p| p.kind == zlink_store::types::ObjectKind::Actor)
+                {
+                    let left = self.live().forget_member(&p.id);
+                    if let (Some(spot), false) = (left, group) {
+                        self.notify_member(&spot, false, &p.id);
                     }
-                    // Item 7: an expired follow route answers Unavailable (the caller's cache
-                    // entry goes with it); a one-way message is a counted drop.
-                    follow_intake.end_with(
-                        ErrorKind::Unavailable,
-                        "the object moved to another node and its follow window ended",
-                    );
+                }
+                for p in parts
+                    .iter()
+                    .filter(|p| p.kind == zlink_store::types::ObjectKind::Spot)
+                {
+                    let _ = self.live().close_spot(&p.id);
+                }
+                self.relocations
+                    .handed_over
+                    .fetch_add(parts.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                let follow_until = Instant::now() + settings.message_follow + settings.cutover_wait;
+                // The new owners' routes, for the `messageFollow` notices to senders that still
+                // use the old ones.
+                for p in &parts {
+                    if let Ok(AuthorityRead::Found(a)) = self.store.read_authority(&p.key).await {
+                        self.relocations.add_follow(
+                            p.key.clone(),
+                            super::relocations::FollowNotice {
+                                new_route: RouteFence {
+                                    object_kind: wire_kind(p.kind),
+                                    object_id: p.id.clone(),
+                                    object_generation: a.object_generation,
+                                    target_node: NodeFence {
+                                        rid: a.owner_node.rid.clone(),
+                                        lifecycle_generation: a.owner_node.lifecycle_generation,
+                                    },
+                                    authority_owner_generation: a.authority_owner_generation,
+                                    owner_lease_generation: a.owner.lease_generation,
+                                },
+                                until: follow_until,
+                            },
+                        );
+                    }
+                }
+                // Message Follow: arrivals on the old routes keep going to the target.
+                let this = Arc::clone(&self);
+                let follow = parts;
+                let (follow_target, follow_me) = (target.clone(), me.clone());
+                tokio::spawn(async move {
+                    let intakes: Vec<Arc<Intake>> =
+                        follow.iter().map(|p| Arc::clone(&p.intake)).collect();
+                    loop {
+                        tokio::select! {
+                            () = any_arrived(&intakes) => {}
+                            () = tokio::time::sleep_until(follow_until.into()) => break,
+                        }
+                        for p in &follow {
+                            for c in p.intake.take() {
+                                this.follow_one(
+                                    &p.route,
+                                    &follow_me,
+                                    &follow_target,
+                                    relocation_id,
+                                    next_ordinal,
+                                    c,
+                                );
+                                next_ordinal += 1;
+                            }
+                        }
+                    }
+                    for p in &follow {
+                        // A move back here (or a new incarnation) may have replaced the follow
+                        // route meanwhile: only this move's route and mark end here.
+                        this.relocations.stop_moving(&p.key, p.generation, p.aog);
+                        if this.live().forget_owned(&p.key, p.generation, p.aog) {
+                            this.relocations.forget_aliases(&p.key);
+                            this.relocations.remove_follow(&p.key);
+                            this.relocations
+                                .suppression_lock()
+                                .route_replaced(wire_kind(p.kind), &p.id);
+                        }
+                        // Item 7: an expired follow route answers Unavailable (the caller's
+                        // cache entry goes with it); a one-way message is a counted drop.
+                        p.intake.end_with(
+                            ErrorKind::Unavailable,
+                            "the object moved to another node and its follow window ended",
+                        );
+                    }
                 });
                 Moved {
                     outcome: UnitOutcome::HandedOver,
@@ -777,20 +978,20 @@ impl<S: ObjectStore> Inner<S> {
                 }
             }
             SourceOutcome::Failed(_) | SourceOutcome::RestoredTargetGone => {
-                undo_carried(&mut carried_requests);
-                obj.resume_moved(captured);
-                let back: Vec<Carried> = copies
-                    .into_iter()
-                    .map(|c| Carried {
+                undo_carried(&mut built);
+                resume(&mut caps);
+                let mut back: Vec<Vec<Carried>> = (0..parts.len()).map(|_| Vec::new()).collect();
+                for c in copies {
+                    back[c.part].push(Carried {
                         payload: c.payload,
                         metadata: c.metadata,
                         reply: c.request.map(|(cr, reply)| {
                             let _ = self.mesh.uncarry(&cr.key);
                             reply
                         }),
-                    })
-                    .collect();
-                give_back(back);
+                    });
+                }
+                self.unseal(&parts, back);
                 self.relocations
                     .restored
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1076,6 +1277,31 @@ impl<F: FnOnce()> Drop for Guard<F> {
 
 fn scopeguard<F: FnOnce()>(f: F) -> Guard<F> {
     Guard(Some(f))
+}
+
+/// ApplicationSignaled: prepare the move of `p` and wait until a job of it that called
+/// `relocation_ready().defer()` ended normally (it is held there, and the boundary is taken);
+/// `false` at the deadline (the move is withdrawn, and a boundary reached just then released).
+async fn wait_boundary(p: &Part, deadline: Instant) -> bool {
+    p.obj.prepare_relocation(true);
+    if tokio::time::timeout_at(deadline.into(), p.obj.relocation_boundary())
+        .await
+        .is_ok()
+    {
+        p.obj.take_boundary();
+        true
+    } else {
+        p.obj.prepare_relocation(false);
+        false
+    }
+}
+
+/// Wait until any of `intakes` holds something.
+async fn any_arrived(intakes: &[Arc<Intake>]) {
+    if intakes.is_empty() {
+        return std::future::pending().await;
+    }
+    let _ = futures::future::select_all(intakes.iter().map(|i| Box::pin(i.arrived()))).await;
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

@@ -8,11 +8,13 @@
 //! the caller's allow-list when it gave one. Among those, units are spread by placement weight
 //! (smooth weighted round-robin, one selector per relocation).
 //!
-//! Units here: Instance Spots, User Spots without members, and Entry-Spot Actors (their
-//! membership moves to the target's Entry Spot in the same commit; a target needs one). Entry
-//! Spots stay (they are the node's own). User Spots with members and their member Actors end
-//! `Failed` with the reason, so a relocation holding them is not `Completed` and an operator
-//! does not delete the pod (issue 17 keeps them open).
+//! Units here (glossary §5 "Relocation unit"): an Instance Spot; an Entry-Spot Actor (its
+//! membership moves to the target's Entry Spot in the same commit; a target needs one); a User
+//! Spot together with every member Actor, committed in one aggregate (`SpotWide`; and, ours,
+//! `PerActor` too: this version has no cross-node membership, so a `PerActor` member cannot
+//! live on another node than its Spot, and follows it in the same commit). A unit of more
+//! objects than one aggregate may hold ([`MAX_AGGREGATE_OPS`]) stays `TooManyParticipants`.
+//! Entry Spots stay (they are the node's own).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +23,7 @@ use futures::StreamExt as _;
 use zlink_protocol::generated::{
     NodeDescriptor, ObjectKind as WireKind, ObjectRole, RelocationPolicy, RuntimeState,
 };
-use zlink_store::types::{AuthorityKey, ObjectKind as StoreKind};
+use zlink_store::types::{AuthorityKey, MAX_AGGREGATE_OPS, ObjectKind as StoreKind};
 
 use super::{ObjectRuntime, ObjectStore, wire_kind};
 use crate::mesh::peer::PeerState;
@@ -78,6 +80,29 @@ pub struct UnitRef {
     pub stable_type: String,
     type_kind: ObjectTypeKind,
     policy: RelocationPolicy,
+    /// A User Spot's member Actors, which move with it (in ID order).
+    members: Vec<Member>,
+}
+
+/// A member Actor of a User Spot unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    key: AuthorityKey,
+    id: String,
+    stable_type: String,
+    policy: RelocationPolicy,
+}
+
+impl UnitRef {
+    /// The IDs of the member Actors that move with this User Spot.
+    pub fn member_ids(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(|m| m.id.as_str())
+    }
+
+    /// Objects in this unit (the Spot or Actor itself and its members).
+    pub fn participants(&self) -> usize {
+        1 + self.members.len()
+    }
 }
 
 /// How one unit's move ended.
@@ -91,6 +116,8 @@ pub struct UnitReport {
     pub stable_type: String,
     /// The peer chosen (none when it stayed before a target was picked).
     pub target: Option<String>,
+    /// The member Actors that moved (or stayed) with this User Spot, in ID order.
+    pub members: Vec<String>,
     /// The outcome.
     pub outcome: UnitOutcome,
     /// A handover: when its Message Follow window ends (this node's clock).
@@ -121,6 +148,16 @@ pub fn may_take(
         && d.object_capabilities.iter().any(|c| {
             c.object_kind == kind && c.stable_type == stable_type && c.relocation_policy == policy
         })
+}
+
+/// Whether peer descriptor `d` may take a member Actor of type `stable_type` with its User Spot
+/// (the Spot's own checks are [`may_take`]'s; a member needs no Entry Spot there).
+fn may_take_member(d: &NodeDescriptor, stable_type: &str, policy: RelocationPolicy) -> bool {
+    d.object_capabilities.iter().any(|c| {
+        c.object_kind == WireKind::Actor
+            && c.stable_type == stable_type
+            && c.relocation_policy == policy
+    })
 }
 
 impl<S: ObjectStore> ObjectRuntime<S> {
@@ -192,32 +229,63 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         self.relocate_units(&units, plan, |_, _| {}).await
     }
 
-    /// The units a relocation started now would move (every live object but the Entry Spot),
-    /// in ID order.
+    /// The units a relocation started now would move (every live object but the Entry Spot;
+    /// a User Spot's members are part of its unit), in ID order.
     pub fn relocation_units(&self) -> Vec<UnitRef> {
         let live = self.inner.live();
-        let mut units: Vec<UnitRef> = live
-            .iter()
-            .filter(|(key, e)| {
-                e.ty.kind() != ObjectTypeKind::EntrySpot
-                    && !self.inner.relocations.is_moving(
-                        key,
-                        e.generation,
-                        e.authority_owner_generation,
-                    )
+        let unit_of = |key: &AuthorityKey, e: &super::LiveEntry| {
+            let (kind, id) = super::key_parts(key)?;
+            Some(UnitRef {
+                key: key.clone(),
+                kind,
+                id,
+                stable_type: e.ty.stable_type().to_owned(),
+                type_kind: e.ty.kind(),
+                policy: e.ty.policy(),
+                members: Vec::new(),
             })
-            .filter_map(|(key, e)| {
-                let (kind, id) = super::key_parts(key)?;
-                Some(UnitRef {
-                    key: key.clone(),
-                    kind,
-                    id,
-                    stable_type: e.ty.stable_type().to_owned(),
-                    type_kind: e.ty.kind(),
-                    policy: e.ty.policy(),
-                })
-            })
-            .collect();
+        };
+        let eligible = |key: &AuthorityKey, e: &super::LiveEntry| {
+            e.ty.kind() != ObjectTypeKind::EntrySpot
+                && !self.inner.relocations.is_moving(
+                    key,
+                    e.generation,
+                    e.authority_owner_generation,
+                )
+        };
+        let mut units: Vec<UnitRef> = Vec::new();
+        let mut spots: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for (key, e) in live.iter() {
+            if e.ty.kind() == ObjectTypeKind::UserSpot
+                && eligible(key, e)
+                && let Some(u) = unit_of(key, e)
+            {
+                spots.insert(u.id.clone(), units.len());
+                units.push(u);
+            }
+        }
+        for (key, e) in live.iter() {
+            if e.ty.kind() == ObjectTypeKind::UserSpot || !eligible(key, e) {
+                continue;
+            }
+            let Some(u) = unit_of(key, e) else { continue };
+            // A member of a User Spot that moves here goes with it.
+            let spot = (u.kind == StoreKind::Actor)
+                .then(|| live.spot_of(&u.id).and_then(|s| spots.get(s).copied()))
+                .flatten();
+            match spot {
+                Some(i) => units[i].members.push(Member {
+                    key: u.key,
+                    id: u.id,
+                    stable_type: u.stable_type,
+                    policy: u.policy,
+                }),
+                None => units.push(u),
+            }
+        }
+        for u in &mut units {
+            u.members.sort_by(|a, b| a.id.cmp(&b.id));
+        }
         units.sort_by(|a, b| (a.kind as u8, &a.id).cmp(&(b.kind as u8, &b.id)));
         units
     }
@@ -244,18 +312,13 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let mut jobs = Vec::new();
         let mut reports: Vec<Option<UnitReport>> = vec![None; units.len()];
         for (i, u) in units.iter().enumerate() {
-            let (store_kind, id, stable_type, kind, policy) = (
-                u.kind,
-                u.id.clone(),
-                u.stable_type.clone(),
-                u.type_kind,
-                u.policy,
-            );
+            let members: Vec<String> = u.members.iter().map(|m| m.id.clone()).collect();
             let mut report = |target: Option<String>, outcome| {
                 let r = UnitReport {
-                    kind: store_kind,
-                    id: id.clone(),
-                    stable_type: stable_type.clone(),
+                    kind: u.kind,
+                    id: u.id.clone(),
+                    stable_type: u.stable_type.clone(),
+                    members: members.clone(),
                     target,
                     outcome,
                     follow_until: None,
@@ -263,26 +326,25 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 progress(i, &r);
                 reports[i] = Some(r);
             };
-            let blocked = match kind {
+            let blocked = match u.type_kind {
                 ObjectTypeKind::Actor
-                    if inner.live().spot_of(&id) != Some(me.entry_spot_id.as_str()) =>
+                    if inner.live().spot_of(&u.id) != Some(me.entry_spot_id.as_str()) =>
                 {
                     Some(
-                        "an Actor that is a member of a User Spot moves with its Spot, which \
-                         this version does not move yet",
+                        "an Actor that is a member of a User Spot moves with its Spot, which is \
+                         not movable here now",
                     )
                 }
-                ObjectTypeKind::Actor => None,
-                ObjectTypeKind::UserSpot
-                    if inner.live().members_of(&id).is_some_and(|m| !m.is_empty()) =>
-                {
-                    Some("User Spots with members are not movable by this version")
-                }
-                ObjectTypeKind::UserSpot
+                ObjectTypeKind::Actor
+                | ObjectTypeKind::UserSpot
                 | ObjectTypeKind::InstanceSpot
                 | ObjectTypeKind::EntrySpot => None,
             };
-            if policy == RelocationPolicy::DisableRelocation {
+            if u.policy == RelocationPolicy::DisableRelocation
+                || u.members
+                    .iter()
+                    .any(|m| m.policy == RelocationPolicy::DisableRelocation)
+            {
                 report(None, UnitOutcome::Stayed(StayReason::Disabled));
                 continue;
             }
@@ -290,10 +352,19 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 report(None, UnitOutcome::Failed(why.to_owned()));
                 continue;
             }
-            let wk = wire_kind(store_kind);
+            if u.participants() > MAX_AGGREGATE_OPS {
+                report(None, UnitOutcome::Stayed(StayReason::TooManyParticipants));
+                continue;
+            }
+            let wk = wire_kind(u.kind);
             let candidates: Vec<&NodeDescriptor> = peers
                 .iter()
-                .filter(|d| may_take(&me, d, wk, &stable_type, policy, plan))
+                .filter(|d| {
+                    may_take(&me, d, wk, &u.stable_type, u.policy, plan)
+                        && u.members
+                            .iter()
+                            .all(|m| may_take_member(d, &m.stable_type, m.policy))
+                })
                 .collect();
             let _ = selector.set_candidates(
                 candidates
@@ -312,18 +383,28 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 report(None, UnitOutcome::Stayed(StayReason::NoTarget));
                 continue;
             };
-            jobs.push((i, u.key.clone(), store_kind, id, stable_type, target));
+            let keys: Vec<AuthorityKey> = std::iter::once(u.key.clone())
+                .chain(u.members.iter().map(|m| m.key.clone()))
+                .collect();
+            jobs.push((
+                i,
+                keys,
+                (u.kind, u.id.clone(), u.stable_type.clone()),
+                members,
+                target,
+            ));
         }
         let progress = &progress;
         let moved: Vec<(usize, UnitReport)> = futures::stream::iter(jobs)
-            .map(|(i, key, store_kind, id, stable_type, target)| {
+            .map(|(i, keys, (kind, id, stable_type), members, target)| {
                 let inner = Arc::clone(&inner);
                 async move {
-                    let m = inner.move_unit(key, target.clone(), deadline).await;
+                    let m = inner.move_unit(keys, target.clone(), deadline).await;
                     let r = UnitReport {
-                        kind: store_kind,
+                        kind,
                         id,
                         stable_type,
+                        members,
                         target: Some(target.rid),
                         outcome: m.outcome,
                         follow_until: m.follow_until,
