@@ -317,9 +317,16 @@ async fn instance_spots_move_with_state_queue_timers_and_calls_in_flight() {
     }
     assert_eq!(
         rt0.live_count(),
-        ids.len(),
-        "the source keeps follow routes until its window ends"
+        0,
+        "objects handed over are not live here, though their follow routes stay"
     );
+    for id in &ids {
+        let here = rt0.locate(ObjectKind::Spot, id).await.unwrap().here;
+        assert_eq!(
+            here, "moving",
+            "{id}: the source keeps its follow route until its window ends"
+        );
+    }
     let arrived: u64 = c.rts[1..]
         .iter()
         .map(|r| r.relocation_stats().arrived.load(Ordering::Relaxed))

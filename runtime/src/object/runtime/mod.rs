@@ -812,12 +812,29 @@ impl<S: ObjectStore> ObjectRuntime<S> {
 
     /// Objects live on this node.
     pub fn live_count(&self) -> usize {
-        self.inner.live().len()
+        let (actors, spots) = self.live_by_kind();
+        actors + spots
     }
 
-    /// Objects live on this node by kind: `(actors, spots)`.
+    /// Objects live on this node by kind: `(actors, spots)`. An object handed over to another
+    /// node is not counted while its old entry here still follows arrivals to it.
     pub fn live_by_kind(&self) -> (usize, usize) {
-        self.inner.live().count_by_kind()
+        let handed = self.inner.relocations.handed();
+        let live = self.inner.live();
+        let (mut actors, mut spots) = live.count_by_kind();
+        for (key, g, aog) in handed {
+            if live
+                .get_incarnation(&key, g)
+                .is_some_and(|e| e.authority_owner_generation == aog)
+            {
+                match key_parts(&key).map(|(k, _)| k) {
+                    Some(StoreKind::Actor) => actors = actors.saturating_sub(1),
+                    Some(StoreKind::Spot) => spots = spots.saturating_sub(1),
+                    None => {}
+                }
+            }
+        }
+        (actors, spots)
     }
 
     /// Work not finished in the objects live here — waiting items, running turns, yielded

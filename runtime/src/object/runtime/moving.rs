@@ -879,6 +879,7 @@ impl<S: ObjectStore> Inner<S> {
                     }
                 }
                 for p in &parts {
+                    self.relocations.mark_handed(&p.key, p.generation, p.aog);
                     p.obj.close().await;
                     let _ = self.objects.remove(&p.key, p.generation);
                 }
@@ -957,6 +958,7 @@ impl<S: ObjectStore> Inner<S> {
                         // A move back here (or a new incarnation) may have replaced the follow
                         // route meanwhile: only this move's route and mark end here.
                         this.relocations.stop_moving(&p.key, p.generation, p.aog);
+                        this.relocations.unmark_handed(&p.key, p.generation, p.aog);
                         if this.live().forget_owned(&p.key, p.generation, p.aog) {
                             this.relocations.forget_aliases(&p.key);
                             this.relocations.remove_follow(&p.key);

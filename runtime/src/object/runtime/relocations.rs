@@ -164,6 +164,9 @@ pub(super) struct Relocations {
     /// Units moving away from here, or followed after their handover: not units of a new
     /// relocation.
     moving: Mutex<HashMap<AuthorityKey, (u64, u64)>>,
+    /// Of those, the ones handed over (followed until their window ends): live entries here
+    /// that are not objects of this node any more.
+    handed: Mutex<HashMap<AuthorityKey, (u64, u64)>>,
     /// Objects that moved away and came back: the owner generations their earlier routes to
     /// this node named (a sender's cache may still hold one); admitted to the object here.
     aliases: Mutex<HashMap<AuthorityKey, Vec<u64>>>,
@@ -272,7 +275,29 @@ impl Relocations {
     }
 
     /// The object is live here again (a move back): no mark for it stays.
+    /// That incarnation was handed over: its live entry only follows arrivals now.
+    pub(super) fn mark_handed(&self, key: &AuthorityKey, generation: u64, aog: u64) {
+        lock(&self.handed).insert(key.clone(), (generation, aog));
+    }
+
+    /// Its follow window ended (another incarnation's mark stays).
+    pub(super) fn unmark_handed(&self, key: &AuthorityKey, generation: u64, aog: u64) {
+        let mut h = lock(&self.handed);
+        if h.get(key) == Some(&(generation, aog)) {
+            h.remove(key);
+        }
+    }
+
+    /// The handed-over incarnations (key, generation, owner generation).
+    pub(super) fn handed(&self) -> Vec<(AuthorityKey, u64, u64)> {
+        lock(&self.handed)
+            .iter()
+            .map(|(k, (g, a))| (k.clone(), *g, *a))
+            .collect()
+    }
+
     pub(super) fn clear_moving(&self, key: &AuthorityKey) {
+        lock(&self.handed).remove(key);
         lock(&self.moving).remove(key);
     }
 
