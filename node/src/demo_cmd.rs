@@ -50,6 +50,14 @@ pub struct DemoArgs {
     /// How long the check waits for one-way messages to land.
     #[arg(long, default_value_t = 10_000)]
     settle_timeout_ms: u64,
+    /// Live relocation: once half of the traffic is done, every object of this node (0-based)
+    /// — its rooms with their players, state, queued messages and timers — moves to the other
+    /// nodes while the traffic goes on.
+    #[arg(long, default_value_t = 0, conflicts_with = "no_relocate")]
+    relocate_node: usize,
+    /// Move nothing mid-run.
+    #[arg(long)]
+    no_relocate: bool,
 }
 
 impl DemoArgs {
@@ -75,6 +83,7 @@ impl DemoArgs {
             },
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             settle_timeout: Duration::from_millis(self.settle_timeout_ms),
+            relocate_node: (!self.no_relocate && self.nodes > 1).then_some(self.relocate_node),
             ..DemoConfig::default()
         }
     }
@@ -209,6 +218,22 @@ pub fn summary(r: &DemoReport) -> String {
             ),
         ),
         ("room timer ticks", r.room_ticks.to_string()),
+        (
+            "relocation",
+            match &r.relocation {
+                None => "none".to_owned(),
+                Some(m) => format!(
+                    "node {} moved {}/{} units ({} objects) to the others in {} mid-traffic \
+                     (after {} operations)",
+                    m.node,
+                    m.handed_over,
+                    m.units,
+                    m.objects,
+                    ms(m.elapsed),
+                    m.started_after_ops
+                ),
+            },
+        ),
         (
             "traffic",
             format!("{:.2} s", r.traffic_elapsed.as_secs_f64()),

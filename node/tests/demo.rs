@@ -27,6 +27,7 @@ fn small() -> DemoConfig {
             room_tick: Duration::from_millis(2),
             ..RefAppConfig::default()
         },
+        relocate_node: None,
         ..DemoConfig::default()
     }
 }
@@ -87,6 +88,49 @@ async fn a_small_demo_delivers_every_message_exactly_once() {
             Phase::Verifying,
             Phase::ShuttingDown
         ]
+    );
+}
+
+/// Issue 17 (the product's point): the demo with node 0 relocated while the traffic runs —
+/// its rooms move with their players (one unit each), state, queued messages and timers — still
+/// delivers every message exactly once, per ID and per source; node 0 ends with its Entry Spot
+/// only, the others hold every room and player.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demo_with_a_node_relocated_mid_traffic_delivers_every_message_exactly_once() {
+    let cfg = DemoConfig {
+        rooms: 9,
+        players_per_room: 4,
+        messages_per_player: 30,
+        lines_per_room: 12,
+        relocate_node: Some(0),
+        ..small()
+    };
+    let r = demo::run(cfg, |_| {}).await.unwrap();
+    assert!(r.passed(), "{:?}\n{r:#?}", r.failures());
+    let m = r.relocation.clone().expect("the relocation ran");
+    assert_eq!(m.node, 0);
+    assert!(m.units > 0, "node 0 held rooms to move: {m:?}");
+    assert_eq!(m.handed_over, m.units, "{m:?}");
+    assert_eq!(
+        m.objects,
+        m.units * 5,
+        "each room moved with its 4 players: {m:?}"
+    );
+    let total = 9 * 4 * 30 + 9 * 12;
+    assert!(
+        m.started_after_ops >= total / 2 && m.started_after_ops < total,
+        "it started mid-traffic: {m:?}"
+    );
+    assert_eq!(
+        r.nodes[0].objects, 1,
+        "only node 0's Entry Spot stays: {:?}",
+        r.nodes
+    );
+    assert_eq!(r.live_objects(), 9 + 36 + 3);
+    assert_eq!(r.sent(), r.delivered);
+    assert_eq!(
+        (r.gaps, r.duplicates, r.unexpected, r.failed_calls),
+        (0, 0, 0, 0)
     );
 }
 
@@ -157,6 +201,7 @@ fn the_demo_command_passes_and_prints_its_summary() {
         "duplicates        0",
         "request latency   p50",
         "route cache",
+        "relocation        node 0 moved",
         "result: PASS",
     ] {
         assert!(stdout.contains(line), "{line:?} not in:\n{stdout}");

@@ -16,7 +16,9 @@
 //!    `DeliverRequest`s to players and `Say` lines to rooms, addressing only global IDs (the
 //!    route cache resolves owners; routing `000_…` §2), with at most `concurrency` calls in
 //!    flight per node. A room broadcasts each line to its members as a numbered message of its
-//!    own stream.
+//!    own stream. With [`DemoConfig::relocate_node`] (the default: node 0), once half of the
+//!    traffic is done every object of that node moves live to the others (`PlannedMaintenance`;
+//!    a room and its players are one unit, committed together) while the traffic goes on.
 //! 4. Asks every player and room for its per-source report against the plan's expectation.
 //!    One-way sends complete at source-local admission, so the check waits (up to
 //!    `settle_timeout`) for the last ones to land before it calls a number missing.
@@ -105,6 +107,10 @@ pub struct DemoConfig {
     pub ready_timeout: Duration,
     /// How long the check waits for one-way sends to land before it reports them missing.
     pub settle_timeout: Duration,
+    /// Live relocation mid-run (issue 17): once half of the traffic is done, every object of
+    /// this node — its rooms with their players — moves to the other nodes while the traffic
+    /// goes on (`PlannedMaintenance`). `None`: nothing moves.
+    pub relocate_node: Option<usize>,
 }
 
 impl Default for DemoConfig {
@@ -128,6 +134,7 @@ impl Default for DemoConfig {
             request_timeout: Duration::from_secs(10),
             ready_timeout: Duration::from_secs(15),
             settle_timeout: Duration::from_secs(10),
+            relocate_node: Some(0),
         }
     }
 }
@@ -211,6 +218,18 @@ impl DemoConfig {
         if self.request_timeout.is_zero() {
             return bad("request_timeout", "must be positive");
         }
+        if let Some(k) = self.relocate_node {
+            if k >= self.nodes {
+                return bad("relocate_node", "must name one of the nodes (0-based)");
+            }
+            if self.nodes < 2 {
+                return bad(
+                    "relocate_node",
+                    "a relocation needs another node to move to (use at least 2 nodes, or \
+                     no relocation)",
+                );
+            }
+        }
         Ok(())
     }
 
@@ -282,6 +301,25 @@ pub struct NodeSummary {
     pub cache_misses: u64,
 }
 
+/// The mid-run relocation (see [`DemoConfig::relocate_node`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelocationSummary {
+    /// The node whose objects moved (0-based).
+    pub node: usize,
+    /// Traffic operations done when it started.
+    pub started_after_ops: u64,
+    /// Units it moved or tried to (a room with its players is one).
+    pub units: usize,
+    /// Objects in those units.
+    pub objects: usize,
+    /// Units handed over to another node.
+    pub handed_over: usize,
+    /// The first units that did not move, as `<id>: <outcome> <detail>`.
+    pub not_moved: Vec<String>,
+    /// From its start until every unit's outcome was known.
+    pub elapsed: Duration,
+}
+
 /// What a run did and found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DemoReport {
@@ -325,6 +363,8 @@ pub struct DemoReport {
     pub elapsed: Duration,
     /// The traffic phase alone.
     pub traffic_elapsed: Duration,
+    /// The mid-run relocation, when one ran.
+    pub relocation: Option<RelocationSummary>,
 }
 
 impl DemoReport {
@@ -386,6 +426,17 @@ impl DemoReport {
                 "sent {} but delivered {}",
                 self.sent(),
                 self.delivered
+            ));
+        }
+        if let Some(r) = &self.relocation
+            && r.handed_over < r.units
+        {
+            out.push(format!(
+                "relocation of node {}: {} of {} unit(s) did not move ({})",
+                r.node,
+                r.units - r.handed_over,
+                r.units,
+                r.not_moved.join("; ")
             ));
         }
         if self.live_objects() != self.expected_objects {
@@ -748,6 +799,47 @@ async fn drive<S: ObjectStore>(
             latencies
         });
     }
+    // Live relocation mid-run: once half of the traffic is done, every object of one node
+    // moves to the others while the traffic goes on.
+    let relocation = cfg.relocate_node.map(|k| {
+        let rt = Arc::clone(&mesh.rts[k]);
+        let tally = Arc::clone(&tally);
+        tokio::spawn(async move {
+            while tally.done.load(Ordering::Relaxed) < total / 2 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let started_after_ops = tally.done.load(Ordering::Relaxed);
+            let t = Instant::now();
+            rt.set_relocating(true);
+            let reports = rt
+                .relocate(&zlink::object::runtime::RelocatePlan::default())
+                .await;
+            let handed_over = reports
+                .iter()
+                .filter(|u| u.outcome == zlink::relocation::host::UnitOutcome::HandedOver)
+                .count();
+            let not_moved = reports
+                .iter()
+                .filter(|u| u.outcome != zlink::relocation::host::UnitOutcome::HandedOver)
+                .take(PROBLEM_LIMIT)
+                .map(|u| match &u.outcome {
+                    zlink::relocation::host::UnitOutcome::Failed(why) => {
+                        format!("{}: failed {why}", u.id)
+                    }
+                    o => format!("{}: {}", u.id, o.name()),
+                })
+                .collect();
+            RelocationSummary {
+                node: k,
+                started_after_ops,
+                units: reports.len(),
+                objects: reports.iter().map(|u| 1 + u.members.len()).sum(),
+                handed_over,
+                not_moved,
+                elapsed: t.elapsed(),
+            }
+        })
+    });
     let mut latencies = Vec::new();
     while let Some(joined) = tasks.join_next().await {
         match joined {
@@ -757,6 +849,16 @@ async fn drive<S: ObjectStore>(
     }
     let traffic_elapsed = traffic_started.elapsed();
     latencies.sort_unstable();
+    let relocation = match relocation {
+        Some(task) => match task.await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tally.fail(format!("the relocation task ended abnormally: {e}"));
+                None
+            }
+        },
+        None => None,
+    };
 
     // The check: every player and room against the plan.
     let lines = tally
@@ -800,6 +902,7 @@ async fn drive<S: ObjectStore>(
         room_ticks: verified.ticks,
         elapsed: Duration::ZERO,
         traffic_elapsed,
+        relocation,
     })
 }
 
@@ -1085,6 +1188,15 @@ mod tests {
             room_ticks: 0,
             elapsed: Duration::from_secs(1),
             traffic_elapsed: Duration::from_millis(500),
+            relocation: Some(RelocationSummary {
+                node: 0,
+                started_after_ops: 5,
+                units: 1,
+                objects: 3,
+                handed_over: 1,
+                not_moved: vec![],
+                elapsed: Duration::from_millis(20),
+            }),
         }
     }
 
@@ -1138,6 +1250,17 @@ mod tests {
                 },
                 "objects",
             ),
+            (
+                DemoReport {
+                    relocation: Some(RelocationSummary {
+                        handed_over: 0,
+                        not_moved: vec!["room-1: stayed_no_target".into()],
+                        ..clean().relocation.unwrap()
+                    }),
+                    ..clean()
+                },
+                "did not move",
+            ),
         ];
         for (r, word) in cases {
             let f = r.failures();
@@ -1173,6 +1296,25 @@ mod tests {
                 ..DemoConfig::default()
             }),
             "request_timeout"
+        );
+        for (nodes, k) in [(3, 3), (1, 0)] {
+            assert_eq!(
+                field(DemoConfig {
+                    nodes,
+                    relocate_node: Some(k),
+                    ..DemoConfig::default()
+                }),
+                "relocate_node"
+            );
+        }
+        assert!(
+            DemoConfig {
+                nodes: 1,
+                relocate_node: None,
+                ..DemoConfig::default()
+            }
+            .validate()
+            .is_ok()
         );
     }
 }
