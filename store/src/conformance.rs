@@ -758,7 +758,8 @@ pub async fn stale_fences_are_rejected_by_every_conditional_operation<H: Harness
 }
 
 /// Relocation CAS: ObjectGeneration kept, new AuthorityOwnerGeneration, owner and capacity move,
-/// the source fence becomes stale.
+/// the source fence becomes stale; the target must hold a live lease and publish its MeshNode
+/// descriptor under it and its lifecycle.
 pub async fn transfer_owner_switches_owner_and_keeps_the_incarnation<H: Harness>(h: &H) {
     let s = h.store();
     let src = node(h, "source").await;
@@ -793,6 +794,42 @@ pub async fn transfer_owner_switches_owner_and_keeps_the_incarnation<H: Harness>
         s.preserve(&marked.fence(), Bytes::new()).await,
         StaleReason::StoreVersion,
         "old fence",
+    );
+    // A transfer to a target that publishes no MeshNode descriptor under its lease and
+    // lifecycle is refused (issue 17 item 5), and changes nothing.
+    let bare = s
+        .claim_lease(&h.unique("bare"), LONG)
+        .await
+        .expect("bare")
+        .token;
+    let mut t = dst.target();
+    t.owner = bare;
+    expect_stale(
+        s.transfer_owner(&TransferOwner {
+            source: moved.fence(),
+            target: t,
+            payload: None,
+        })
+        .await,
+        StaleReason::Descriptor,
+        "no descriptor",
+    );
+    let mut t = dst.target();
+    t.node.lifecycle_generation += 1;
+    expect_stale(
+        s.commit_aggregate(&[crate::types::AggregateOp::Transfer(TransferOwner {
+            source: moved.fence(),
+            target: t,
+            payload: None,
+        })])
+        .await,
+        StaleReason::Descriptor,
+        "another lifecycle",
+    );
+    assert_eq!(
+        strip(read(h, &key).await.expect("still there")),
+        strip(moved.clone()),
+        "a refused transfer changes nothing"
     );
     // A transfer to a target whose lease is not live is refused.
     let dead = s

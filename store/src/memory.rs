@@ -354,6 +354,26 @@ impl State {
         Ok(r)
     }
 
+    /// The target publishes its MeshNode descriptor under its lease and node lifecycle.
+    fn require_descriptor(&self, target: &crate::types::TargetFence) -> Result<()> {
+        let dkey = DescriptorKey {
+            kind: DescriptorKind::MeshNode,
+            scope: target.node.mesh.clone(),
+            rid: target.node.rid.clone(),
+        };
+        let ok = self.descriptors.get(&dkey).is_some_and(|d| {
+            d.lifecycle_generation == target.node.lifecycle_generation && d.owner == target.owner
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::stale(
+                StaleReason::Descriptor,
+                format!("{}/{}", dkey.scope, dkey.rid),
+            ))
+        }
+    }
+
     /// Validate one aggregate member without changing anything.
     fn check_op(&self, op: &AggregateOp, now: StoreTime) -> Result<()> {
         match op {
@@ -362,7 +382,8 @@ impl State {
                 if !matches!(r.state, AuthorityState::Ready | AuthorityState::Relocating) {
                     return Err(StoreError::stale(StaleReason::State, t.source.key.as_str()));
                 }
-                self.require_live(&t.target.owner, now)
+                self.require_live(&t.target.owner, now)?;
+                self.require_descriptor(&t.target)
             }
             AggregateOp::Preserve { fence, .. } => {
                 let r = self.check_fence(fence)?;
@@ -762,21 +783,7 @@ impl LocationStore for MemoryStore {
         }
         // (3) target lease and descriptor
         st.require_live(&req.target.owner, now)?;
-        let dkey = DescriptorKey {
-            kind: DescriptorKind::MeshNode,
-            scope: req.target.node.mesh.clone(),
-            rid: req.target.node.rid.clone(),
-        };
-        let descriptor_ok = st.descriptors.get(&dkey).is_some_and(|d| {
-            d.lifecycle_generation == req.target.node.lifecycle_generation
-                && d.owner == req.target.owner
-        });
-        if !descriptor_ok {
-            return Err(StoreError::stale(
-                StaleReason::Descriptor,
-                format!("{}/{}", dkey.scope, dkey.rid),
-            ));
-        }
+        st.require_descriptor(&req.target)?;
         // (4) capacity
         let limits = st.limits.get(&req.target.node).copied().unwrap_or_default();
         let usage = st.usage.get(&req.target.node).copied().unwrap_or_default();

@@ -2,7 +2,9 @@
 -- key, storeVersion, objectGeneration, authorityOwnerGeneration, ownerId, leaseGeneration,
 -- targetMesh, targetRid, targetLifecycleGeneration, targetOwnerId, targetLeaseGeneration,
 -- hasPayload, payloadHex). Used for transfer_owner, preserve and commit_aggregate: every
--- condition is checked first, then every counter, then every change is applied.
+-- condition is checked first, then every counter, then every change is applied. A transfer's
+-- target must hold a live lease and publish its MeshNode descriptor under it (wire §9 "Target
+-- CAS", issue 17 item 5).
 local now = now_ms()
 local n = tonumber(ARGV[2])
 local ops = {}
@@ -29,6 +31,17 @@ for i = 1, n do
     end
     if not lease_live(op.owner.ownerId, op.owner.leaseGeneration, now) then
       return stale('LeaseNotLive', lease_detail(op.owner.ownerId, op.owner.leaseGeneration))
+    end
+    -- The target publishes its MeshNode descriptor under that lease and lifecycle.
+    local d = redis.call('HGET', dkey('mn', op.node.mesh), op.node.rid)
+    local dok = false
+    if d then
+      local x = cmsgpack.unpack(d)
+      dok = x[3] == op.node.lifecycleGeneration and x[1] == op.owner.ownerId
+        and x[2] == op.owner.leaseGeneration
+    end
+    if not dok then
+      return stale('Descriptor', op.node.mesh .. '/' .. op.node.rid)
     end
     svs, ogs = svs + 1, ogs + 1
   elseif op.kind == 'p' then
