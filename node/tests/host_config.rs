@@ -80,7 +80,7 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
     assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
     assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
-    assert_eq!(FIELDS.len(), 42);
+    assert_eq!(FIELDS.len(), 44);
     let mut c = valid();
     c.apply_env(env(&[
         ("ZLINK_MESH_NAME", "staging"),
@@ -96,6 +96,8 @@ fn environment_variables_override_every_kind_of_field() {
         ("ZLINK_RELOCATION_MESSAGE_FOLLOW_MS", "8000"),
         ("ZLINK_RELOCATION_ROUTE_CACHE_MAX_AGE_MS", "3000"),
         ("ZLINK_RELOCATION_MAINTENANCE_WAVE", "wave-b"),
+        ("ZLINK_RELOCATION_IN_FLIGHT_BUDGET_BYTES", "0"),
+        ("ZLINK_RELOCATION_NODE_IN_FLIGHT_BUDGET_BYTES", "33554432"),
         ("ZLINK_LEASE_LOSS", "exit"),
         ("ZLINK_MESH_ADVERTISE_PORT", "7300"),
     ]))
@@ -106,6 +108,11 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(c.mesh.advertise_port, Some(7300));
     assert_eq!(HostConfig::default().lease_loss, "rejoin");
     assert_eq!(c.relocation.message_follow_ms, 8_000);
+    assert_eq!(
+        c.relocation.in_flight_budget_bytes, 0,
+        "0 turns the budget off"
+    );
+    assert_eq!(c.relocation.node_in_flight_budget_bytes, 32 * 1024 * 1024);
     assert_eq!(c.relocation.route_cache_max_age_ms, 3_000);
     let secret = zlink::mesh::auth::MeshSecret::from_bytes(b"0123456789abcdef0123").unwrap();
     assert_eq!(c.mesh_node_config(secret).maintenance_wave, "wave-b");
@@ -382,6 +389,16 @@ fn each_invalid_field_yields_an_error_naming_it() {
             "relocation.chunk_limit_bytes",
             |c| c.relocation.chunk_limit_bytes = 10,
             "1024..=16777216",
+        ),
+        (
+            "relocation.in_flight_budget_bytes",
+            |c| c.relocation.in_flight_budget_bytes = 10,
+            "0 (off) or 1024..=1099511627776",
+        ),
+        (
+            "relocation.node_in_flight_budget_bytes",
+            |c| c.relocation.node_in_flight_budget_bytes = 1,
+            "0 (off) or 1024..=1099511627776",
         ),
         (
             // A cached route must expire 5 s before the old owner stops following (routing §2.5).

@@ -57,6 +57,15 @@ impl JsonMessage for Gated {
 /// Released by the test once everything it wants queued is queued.
 static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
 
+/// Append `0..n` to the state at once (a large state for the chunk and budget tests).
+#[derive(Debug, Serialize, Deserialize)]
+struct Fill {
+    n: u64,
+}
+impl JsonMessage for Fill {
+    const PACKET_NAME: &'static str = "tally.Fill";
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Tick {}
 impl JsonMessage for Tick {
@@ -112,6 +121,10 @@ fn handlers() -> ObjectHandlers<Tally> {
         Ok(())
     });
     h.on_request(|ctx, _r: Read| async move { Ok::<_, CallError>(ctx.state().clone()) });
+    h.on_send(|ctx, f: Fill| async move {
+        ctx.state().seqs.extend(0..f.n);
+        Ok(())
+    });
     h
 }
 
@@ -1651,5 +1664,172 @@ async fn application_signaled_spots_move_only_at_a_deferred_boundary() {
         s.seqs[..at.len()],
         "the callback ran first on the target"
     );
+    c.shutdown().await;
+}
+
+/// A JSON state adapter whose restores take 300 ms (a target slow to answer a Prepare).
+struct SlowRestore;
+impl StateAdapter<Tally> for SlowRestore {
+    fn capture(&self, state: &Tally) -> Result<bytes::Bytes, CallError> {
+        <JsonState as StateAdapter<Tally>>::capture(&JsonState, state)
+    }
+    fn restore(&self, bytes: &[u8]) -> Result<Tally, CallError> {
+        std::thread::sleep(Duration::from_millis(300));
+        <JsonState as StateAdapter<Tally>>::restore(&JsonState, bytes)
+    }
+}
+
+/// Issue 17 items 3 and 4 (wire §9 "Relocation state chunk", glossary §5 "In-flight payload
+/// budget"): a chunk is never larger than the target admits (256 KiB, though the source would
+/// send 1 MiB); with an in-flight budget smaller than one unit, a unit whose target still has a
+/// unit's payload in flight waits — serving, unsealed — until the target answered that unit's
+/// Prepares, so two units are never in flight to it at once; every state arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
+    use zlink::object::runtime::RelocationSettings;
+    // Node 1, the only target, restores slowly.
+    let c = cluster(|i| {
+        if i == 1 {
+            Relocation::PreserveWith(Arc::new(SlowRestore))
+        } else {
+            Relocation::PreserveWith(Arc::new(JsonState))
+        }
+    })
+    .await;
+    // Three spots of about 350 KB of state each (50,000 numbers as JSON).
+    let n = 50_000;
+    let ids: Vec<String> = (0..3).map(|i| format!("big-{i}")).collect();
+    for id in &ids {
+        c.rts[2]
+            .send_to_instance_spot("tally", id, &Fill { n })
+            .await
+            .unwrap();
+        // The one-way first message activates the spot; wait until it ran.
+        let t0 = std::time::Instant::now();
+        loop {
+            let s: Tally = c.rts[2]
+                .request_to_instance_spot("tally", id, &Read {}, T)
+                .await
+                .unwrap();
+            if s.seqs.len() as u64 == n {
+                break;
+            }
+            assert!(t0.elapsed() < WAIT, "{id} was not filled");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    c.nodes[1].set_placement_weight(100).unwrap();
+    let t0 = std::time::Instant::now();
+    while c.nodes[0]
+        .peer(c.nodes[1].rid())
+        .and_then(|p| p.descriptor)
+        .is_none_or(|d| d.placement_weight != 100)
+    {
+        assert!(t0.elapsed() < WAIT, "descriptors did not propagate");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let units = c.rts[0].relocation_units();
+    assert_eq!(units.len(), 3);
+    let unit = |id: &str| {
+        units
+            .iter()
+            .filter(|u| u.id == id)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // The chunk limit: the source would send 1 MiB chunks.
+    c.rts[0].set_relocation_settings(RelocationSettings {
+        chunk_limit: 1024 * 1024,
+        ..RelocationSettings::default()
+    });
+    let plan = RelocatePlan::default();
+    let r = c.rts[0]
+        .relocate_units(&unit("big-0"), &plan, |_, _| {})
+        .await;
+    assert_eq!(
+        outcomes(&r),
+        vec![("big-0".to_owned(), UnitOutcome::HandedOver)]
+    );
+    let largest = c.rts[1]
+        .relocation_stats()
+        .largest_chunk_received
+        .load(Ordering::Relaxed);
+    assert_eq!(
+        largest,
+        256 * 1024,
+        "chunks are cut to the target's admitted limit"
+    );
+    // The budget: below one unit's payload.
+    let budget = 100_000;
+    c.rts[0].set_relocation_settings(RelocationSettings {
+        in_flight_budget: budget,
+        ..RelocationSettings::default()
+    });
+    let stats = c.rts[0].relocation_stats();
+    let high_before = stats.in_flight_high_water.load(Ordering::Relaxed);
+    let (b, cc) = (unit("big-1"), unit("big-2"));
+    let first = c.rts[0].relocate_units(&b, &plan, |_, _| {});
+    let second = async {
+        // Once big-1's payload is in flight (its target takes 300 ms to answer) …
+        let t0 = std::time::Instant::now();
+        while stats.moves_started.load(Ordering::Relaxed) < 2 {
+            assert!(t0.elapsed() < WAIT, "big-1 did not start");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // … big-2 waits for room, unsealed: it still answers here meanwhile.
+        let moving = c.rts[0].relocate_units(&cc, &plan, |_, _| {});
+        let serving = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let s: Tally = c.rts[0]
+                .request_to_instance_spot("tally", "big-2", &Read {}, T)
+                .await
+                .unwrap();
+            assert_eq!(
+                c.rts[0]
+                    .locate(ObjectKind::Spot, "big-2")
+                    .await
+                    .unwrap()
+                    .here,
+                "live"
+            );
+            s
+        };
+        let (r, s) = tokio::join!(moving, serving);
+        assert_eq!(s.seqs.len() as u64, n);
+        r
+    };
+    let (r1, r2) = tokio::join!(first, second);
+    assert_eq!(
+        outcomes(&r1),
+        vec![("big-1".to_owned(), UnitOutcome::HandedOver)]
+    );
+    assert_eq!(
+        outcomes(&r2),
+        vec![("big-2".to_owned(), UnitOutcome::HandedOver)]
+    );
+    assert_eq!(
+        stats.budget_waits.load(Ordering::Relaxed),
+        1,
+        "big-2 waited for room"
+    );
+    let high = stats.in_flight_high_water.load(Ordering::Relaxed);
+    assert_eq!(
+        high, high_before,
+        "never two units' payloads in flight at once: {high}"
+    );
+    assert!(
+        c.rts[1]
+            .relocation_stats()
+            .largest_chunk_received
+            .load(Ordering::Relaxed)
+            <= 256 * 1024
+    );
+    for id in &ids {
+        let s: Tally = c.rts[2]
+            .request_to_instance_spot("tally", id, &Read {}, T)
+            .await
+            .unwrap();
+        assert_eq!(s.seqs, (0..n).collect::<Vec<_>>(), "{id} arrived whole");
+    }
     c.shutdown().await;
 }

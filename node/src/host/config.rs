@@ -219,6 +219,11 @@ pub struct RelocationSection {
     pub message_follow_ms: u64,
     /// `RelocationPayloadChunkLimit`: the largest state chunk sent, in bytes.
     pub chunk_limit_bytes: u64,
+    /// `RelocationInFlightPayloadBudget`: relocation payload bytes in flight to one target
+    /// before a further unit waits to seal (0: off).
+    pub in_flight_budget_bytes: u64,
+    /// `RelocationNodeInFlightPayloadBudget`: the same over all targets (0: off, the default).
+    pub node_in_flight_budget_bytes: u64,
     /// This host's maintenance wave (empty: none); units never move to a host of the same wave.
     pub maintenance_wave: String,
     /// How long a cached route lives (routing §2.2); with Message Follow on it must be at least
@@ -238,6 +243,8 @@ impl Default for RelocationSection {
             cutover_wait_ms: ms(defaults::RELOCATION_CUTOVER_WAIT_TIMEOUT),
             message_follow_ms: ms(defaults::MESSAGE_FOLLOW_DURATION),
             chunk_limit_bytes: defaults::RELOCATION_PAYLOAD_CHUNK_LIMIT,
+            in_flight_budget_bytes: defaults::RELOCATION_IN_FLIGHT_PAYLOAD_BUDGET,
+            node_in_flight_budget_bytes: 0,
             maintenance_wave: String::new(),
             route_cache_max_age_ms: ms(defaults::ROUTE_CACHE_MAX_AGE),
         }
@@ -398,6 +405,8 @@ pub const FIELDS: &[&str] = &[
     "relocation.cutover_wait_ms",
     "relocation.message_follow_ms",
     "relocation.chunk_limit_bytes",
+    "relocation.in_flight_budget_bytes",
+    "relocation.node_in_flight_budget_bytes",
     "relocation.maintenance_wave",
     "relocation.route_cache_max_age_ms",
     "drain_deadline_ms",
@@ -606,6 +615,12 @@ impl HostConfig {
             }
             "relocation.chunk_limit_bytes" => {
                 self.relocation.chunk_limit_bytes = parse_num(var, field, raw)?;
+            }
+            "relocation.in_flight_budget_bytes" => {
+                self.relocation.in_flight_budget_bytes = parse_num(var, field, raw)?;
+            }
+            "relocation.node_in_flight_budget_bytes" => {
+                self.relocation.node_in_flight_budget_bytes = parse_num(var, field, raw)?;
             }
             "relocation.maintenance_wave" => {
                 raw.clone_into(&mut self.relocation.maintenance_wave);
@@ -900,6 +915,24 @@ impl HostConfig {
             1_024,
             16 * 1024 * 1024,
         )?;
+        for (field, v) in [
+            (
+                "relocation.in_flight_budget_bytes",
+                r.in_flight_budget_bytes,
+            ),
+            (
+                "relocation.node_in_flight_budget_bytes",
+                r.node_in_flight_budget_bytes,
+            ),
+        ] {
+            if v != 0 && !(1_024..=1 << 40).contains(&v) {
+                return Err(HostConfigError::Invalid {
+                    field,
+                    value: v.to_string(),
+                    allowed: "0 (off) or 1024..=1099511627776".into(),
+                });
+            }
+        }
         check_range(
             "relocation.route_cache_max_age_ms",
             r.route_cache_max_age_ms,

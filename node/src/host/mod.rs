@@ -722,6 +722,8 @@ async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
                     cutover_wait: Duration::from_millis(r.cutover_wait_ms),
                     restore_timeout: Duration::from_millis(r.restore_timeout_ms),
                     message_follow: Duration::from_millis(r.message_follow_ms),
+                    in_flight_budget: r.in_flight_budget_bytes,
+                    node_in_flight_budget: r.node_in_flight_budget_bytes,
                     fault: None,
                 });
                 *host

@@ -51,6 +51,10 @@ pub struct PeerSnapshot {
     pub descriptor: Option<NodeDescriptor>,
     /// Application bytes in flight to the peer on the current epoch.
     pub bytes_in_flight: u64,
+    /// The largest relocation chunk the peer said it receives (its `admit`'s
+    /// `receiveChunkLimitBytes`, wire §9); `None` when it dialed this node (no admit came from
+    /// it) or announced 0.
+    pub receive_chunk_limit: Option<u32>,
 }
 
 /// How this node reaches the peer.
@@ -108,6 +112,8 @@ pub(crate) struct PeerEntry {
     /// Dialer: the acceptor announced a new pipe (its probe) at this time and its greeting
     /// has not arrived yet.
     pub awaiting_greeting: Option<(bytes::Bytes, u64)>,
+    /// The peer's admitted receive chunk limit (see [`PeerSnapshot::receive_chunk_limit`]).
+    pub receive_chunk_limit: Option<u32>,
 }
 
 impl PeerEntry {
@@ -127,6 +133,7 @@ impl PeerEntry {
             redial_at: None,
             dialing: false,
             awaiting_greeting: None,
+            receive_chunk_limit: None,
         }
     }
 
@@ -146,6 +153,7 @@ impl PeerEntry {
             epochs: self.epochs,
             descriptor: self.descriptor.clone(),
             bytes_in_flight: self.conn.as_ref().map_or(0, |c| c.bytes_in_flight()),
+            receive_chunk_limit: self.receive_chunk_limit,
         }
     }
 }

@@ -1692,6 +1692,8 @@ impl Reactor {
         conn.grant_initial_credit();
         let sent_revision = hs.revision;
         e.conn = Some(Arc::clone(&conn));
+        e.receive_chunk_limit =
+            (a.receive_chunk_limit_bytes > 0).then_some(a.receive_chunk_limit_bytes);
         e.descriptor = Some(d.clone());
         e.last_update = None;
         e.liveness = Some(Liveness::admitted(

@@ -294,6 +294,9 @@ impl<S: ObjectStore> Inner<S> {
                 return;
             };
             parts.closed = true;
+            self.relocations
+                .largest_chunk_received
+                .fetch_max(c.chunk.data.len() as u64, Ordering::Relaxed);
             (
                 i,
                 parts.assemblies[i].push(c.chunk.chunk_ordinal, &c.chunk.data),

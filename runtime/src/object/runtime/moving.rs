@@ -201,6 +201,7 @@ impl<S: ObjectStore> Inner<S> {
         coordinator_fence: u64,
         target: &NodeFence,
         me: &NodeFence,
+        chunk_limit: usize,
     ) -> Result<Built, CallError> {
         let mut carried_requests: Vec<(u64, CarriedRequest)> = Vec::new();
         let undo = |reqs: &mut Vec<(u64, CarriedRequest)>| {
@@ -297,7 +298,7 @@ impl<S: ObjectStore> Inner<S> {
         };
         let settings = self.relocations.settings();
         let chunks: Vec<Bytes> = bytes
-            .chunks(settings.chunk_limit.max(1))
+            .chunks(chunk_limit.max(1))
             .map(Bytes::copy_from_slice)
             .collect();
         let prepare = RelocationPrepare {
@@ -398,6 +399,16 @@ impl<S: ObjectStore> Inner<S> {
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
+        }
+        // Room in the in-flight payload budgets first (issue 17 item 3): the objects keep
+        // serving meanwhile.
+        if !self
+            .relocations
+            .wait_for_budget(&target.rid, deadline)
+            .await
+        {
+            let _ = report.send(stayed(StayReason::Deadline));
+            return;
         }
         // Joins, leaves, closes and destroys of these objects wait until the move ends (they
         // would write an authority, which only the target may change now); they then find it
@@ -557,6 +568,12 @@ impl<S: ObjectStore> Inner<S> {
                 return;
             }
         };
+        let chunk_limit = effective_chunk_limit(
+            &self.relocations.settings(),
+            self.mesh
+                .peer(&target.rid)
+                .and_then(|p| p.receive_chunk_limit),
+        );
         let mut built: Vec<Built> = Vec::with_capacity(parts.len());
         for (p, (captured, state)) in parts.iter().zip(caps.iter_mut()) {
             match self.build_part(
@@ -567,6 +584,7 @@ impl<S: ObjectStore> Inner<S> {
                 lease.lease_generation,
                 &target,
                 &me,
+                chunk_limit,
             ) {
                 Ok(b) => built.push(b),
                 Err(e) => {
@@ -641,8 +659,17 @@ impl<S: ObjectStore> Inner<S> {
             .mark(relocation_id, super::TimelineStep::Sealed, sealed_at);
         self.relocations
             .mark(relocation_id, super::TimelineStep::Transferred, transfer_at);
+        // The payload stays budgeted until the target answers the Prepares (it consumed every
+        // chunk by then) or the move ends.
+        let payload_bytes: u64 = built
+            .iter()
+            .flat_map(|b| &b.chunks)
+            .map(|c| c.len() as u64)
+            .sum();
+        let mut budget = self.relocations.hold_payload(&target.rid, payload_bytes);
         if let Err(e) = send_transfer(&built) {
             // Nothing reached the target that it could restore from: put everything back.
+            budget.release();
             self.relocations.forget_answers(&relocation_id);
             undo_carried(&mut built);
             resume(&mut caps);
@@ -765,7 +792,7 @@ impl<S: ObjectStore> Inner<S> {
                 .next_tick_ms(&timings)
                 .map(|t| transfer_at + Duration::from_millis(t));
             let event = tokio::select! {
-                a = answers.recv() => match a {
+                a = answers.recv() => match a.inspect(|_| budget.release()) {
                     // The target answers every Prepare of the unit alike, once all of them
                     // are restored (or with a 53 to all): the first answer decides.
                     Some(PrepareAnswer::Ready) => SourceEvent::Ready,
@@ -830,6 +857,7 @@ impl<S: ObjectStore> Inner<S> {
             }
         };
         self.relocations.forget_answers(&relocation_id);
+        budget.release();
         let moved = match outcome {
             SourceOutcome::HandedOver => {
                 // Still moving until the follow window ends (the follow task clears it).
@@ -1279,6 +1307,24 @@ impl<F: FnOnce()> Drop for Guard<F> {
 
 fn scopeguard<F: FnOnce()>(f: F) -> Guard<F> {
     Guard(Some(f))
+}
+
+/// The largest chunk to send (wire §9 "Relocation state chunk"): the smallest of
+/// `RelocationPayloadChunkLimit`, the target's admitted receive limit and the in-flight budgets
+/// that are on. A target that dialed this node announced no limit (only an `admit` carries
+/// one): ours, it is taken to receive the default 256 KiB, which every zlink node admits.
+fn effective_chunk_limit(s: &super::RelocationSettings, peer: Option<u32>) -> usize {
+    let peer = peer.map_or(
+        crate::config::defaults::RELOCATION_PAYLOAD_CHUNK_LIMIT,
+        u64::from,
+    );
+    let mut limit = (s.chunk_limit as u64).min(peer);
+    for budget in [s.in_flight_budget, s.node_in_flight_budget] {
+        if budget > 0 {
+            limit = limit.min(budget);
+        }
+    }
+    usize::try_from(limit.max(1)).unwrap_or(usize::MAX)
 }
 
 /// ApplicationSignaled: prepare the move of `p` and wait until a job of it that called

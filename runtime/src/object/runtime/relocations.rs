@@ -28,6 +28,11 @@ pub struct RelocationSettings {
     /// `MessageFollowDuration`: how long an old owner follows arrivals to the new one
     /// (`ZERO`: off).
     pub message_follow: Duration,
+    /// `RelocationInFlightPayloadBudget`: relocation payload bytes sent to one target and not
+    /// yet consumed (bytes; 0: off). A unit seals only when its target's budget has room.
+    pub in_flight_budget: u64,
+    /// `RelocationNodeInFlightPayloadBudget`: the same over every target of this node (0: off).
+    pub node_in_flight_budget: u64,
     /// Fault injection for tests (`None` in production): what the source corrupts in the
     /// transfers it sends.
     #[doc(hidden)]
@@ -57,6 +62,8 @@ impl Default for RelocationSettings {
             cutover_wait: defaults::RELOCATION_CUTOVER_WAIT_TIMEOUT,
             restore_timeout: Duration::from_secs(10),
             message_follow: defaults::MESSAGE_FOLLOW_DURATION,
+            in_flight_budget: defaults::RELOCATION_IN_FLIGHT_PAYLOAD_BUDGET,
+            node_in_flight_budget: 0,
             fault: None,
         }
     }
@@ -71,7 +78,7 @@ pub struct RelocationStats {
     pub saved_work: AtomicU64,
     /// Held arrivals relayed before and at the cutover (source).
     pub relayed: AtomicU64,
-    /// Units handed over (source).
+    /// Objects handed over (source; a User Spot's members count one each).
     pub handed_over: AtomicU64,
     /// Units put back after a failed or abandoned move (source).
     pub restored: AtomicU64,
@@ -100,6 +107,12 @@ pub struct RelocationStats {
     pub follow_notices_applied: AtomicU64,
     /// Terminals relayed back to a source (target).
     pub reply_relays_sent: AtomicU64,
+    /// Units that waited for room in an in-flight payload budget before their seal (source).
+    pub budget_waits: AtomicU64,
+    /// The most relocation payload bytes in flight to one target at once (source).
+    pub in_flight_high_water: AtomicU64,
+    /// The largest relocation chunk received (target).
+    pub largest_chunk_received: AtomicU64,
 }
 
 /// One step of a move on this node's clock, for pause measurements (benchmarks, diagnostics).
@@ -149,6 +162,28 @@ pub(super) struct TemporaryQueue {
 /// A relayed terminal's identity: (relocation, operation high, low, reply route).
 pub(super) type RelayKey = ([u8; 16], u64, u64, u64);
 
+/// A unit's payload in the in-flight budgets (see [`Relocations::hold_payload`]): released
+/// when the target answered its Prepares, or on drop.
+pub(super) struct BudgetHold<'a> {
+    relocations: &'a Relocations,
+    rid: String,
+    bytes: u64,
+}
+
+impl BudgetHold<'_> {
+    /// The target consumed the payload.
+    pub(super) fn release(&mut self) {
+        self.relocations
+            .release_payload(&self.rid, std::mem::take(&mut self.bytes));
+    }
+}
+
+impl Drop for BudgetHold<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// See the module docs.
 #[derive(Default)]
 pub(super) struct Relocations {
@@ -171,6 +206,9 @@ pub(super) struct Relocations {
     /// this node named (a sender's cache may still hold one); admitted to the object here.
     aliases: Mutex<HashMap<AuthorityKey, Vec<u64>>>,
     epoch: std::sync::OnceLock<std::time::Instant>,
+    /// Relocation payload bytes sent and not yet consumed: per target RID, and in all.
+    in_flight: Mutex<(HashMap<String, u64>, u64)>,
+    in_flight_freed: tokio::sync::Notify,
     /// Units this node follows, with the new owner's route (`messageFollow` notices).
     follows: Mutex<HashMap<AuthorityKey, FollowNotice>>,
     follows_len: std::sync::atomic::AtomicUsize,
@@ -294,6 +332,75 @@ impl Relocations {
             .iter()
             .map(|(k, (g, a))| (k.clone(), *g, *a))
             .collect()
+    }
+
+    /// Wait until the budgets toward `rid` have room — less than the per-target budget in
+    /// flight to it, less than the node budget in all (0 = off) — or `deadline`: whether they
+    /// have. Units that start together may each find room: the overshoot is bounded by the
+    /// relocation's concurrency (see `docs/architecture.md`).
+    pub(super) async fn wait_for_budget(&self, rid: &str, deadline: std::time::Instant) -> bool {
+        let mut waited = false;
+        loop {
+            let freed = self.in_flight_freed.notified();
+            let room = {
+                let st = self.settings();
+                let f = lock(&self.in_flight);
+                let to = f.0.get(rid).copied().unwrap_or(0);
+                (st.in_flight_budget == 0 || to < st.in_flight_budget)
+                    && (st.node_in_flight_budget == 0 || f.1 < st.node_in_flight_budget)
+            };
+            if room {
+                if waited {
+                    self.stats.budget_waits.fetch_add(1, Ordering::Relaxed);
+                }
+                return true;
+            }
+            waited = true;
+            if tokio::time::timeout_at(deadline.into(), freed)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+    }
+
+    /// A unit's `bytes` of payload go to `rid`: budgeted until the hold is released (or
+    /// dropped).
+    pub(super) fn hold_payload(&self, rid: &str, bytes: u64) -> BudgetHold<'_> {
+        self.charge_payload(rid, bytes);
+        BudgetHold {
+            relocations: self,
+            rid: rid.to_owned(),
+            bytes,
+        }
+    }
+
+    /// `bytes` of payload go to `rid` (kept until [`Relocations::release_payload`]).
+    fn charge_payload(&self, rid: &str, bytes: u64) {
+        let mut f = lock(&self.in_flight);
+        let to = f.0.entry(rid.to_owned()).or_insert(0);
+        *to = to.saturating_add(bytes);
+        let high = *to;
+        f.1 = f.1.saturating_add(bytes);
+        drop(f);
+        self.stats
+            .in_flight_high_water
+            .fetch_max(high, Ordering::Relaxed);
+    }
+
+    /// `bytes` to `rid` were consumed (the target answered the unit's Prepares).
+    fn release_payload(&self, rid: &str, bytes: u64) {
+        let mut f = lock(&self.in_flight);
+        if let Some(to) = f.0.get_mut(rid) {
+            *to = to.saturating_sub(bytes);
+            if *to == 0 {
+                f.0.remove(rid);
+            }
+        }
+        f.1 = f.1.saturating_sub(bytes);
+        drop(f);
+        self.in_flight_freed.notify_waiters();
     }
 
     pub(super) fn clear_moving(&self, key: &AuthorityKey) {
