@@ -1833,3 +1833,57 @@ async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
     }
     c.shutdown().await;
 }
+
+/// Issue 17 item 7 "FollowChainFull" (routing §2.5: a follow chain is at most 8 hops): every
+/// commit logs the move in the authority payload; an object moved 8 times within the follow
+/// window stays where it is on the 9th try (`Stayed(FollowChainFull)`), serving, with nothing
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ninth_move_within_the_follow_window_stays_follow_chain_full() {
+    use zlink::object::runtime::RelocationSettings;
+    let c = one_tally("fc-1").await;
+    for rt in &c.rts {
+        rt.set_relocation_settings(RelocationSettings {
+            cutover_wait: Duration::from_millis(50),
+            ..RelocationSettings::default()
+        });
+    }
+    let mut at = 0;
+    for hop in 0..8 {
+        let to = 1 - at;
+        let plan = RelocatePlan {
+            target_rids: vec![c.nodes[to].rid().to_owned()],
+            ..RelocatePlan::default()
+        };
+        let r = c.rts[at].relocate(&plan).await;
+        assert_eq!(
+            outcomes(&r),
+            vec![("fc-1".to_owned(), UnitOutcome::HandedOver)],
+            "hop {hop}"
+        );
+        at = to;
+    }
+    let AuthorityRead::Found(a) = c.authority(ObjectKind::Spot, "fc-1").await else {
+        panic!("missing");
+    };
+    assert_eq!(zlink::object::runtime::recent_moves(&a.payload).len(), 8);
+    let plan = RelocatePlan {
+        target_rids: vec![c.nodes[1 - at].rid().to_owned()],
+        ..RelocatePlan::default()
+    };
+    let r = c.rts[at].relocate(&plan).await;
+    assert_eq!(
+        outcomes(&r),
+        vec![(
+            "fc-1".to_owned(),
+            UnitOutcome::Stayed(StayReason::FollowChainFull)
+        )]
+    );
+    assert_eq!(owner_of(&c, "fc-1").await, c.nodes[at].rid());
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "fc-1", &Add { seq: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1], "state intact, still serving");
+    c.shutdown().await;
+}

@@ -916,10 +916,27 @@ impl<S: ObjectStore> Inner<S> {
             rid: me.rid.clone(),
             lifecycle_generation: me.lifecycle_generation,
         };
+        // Each payload logs this move (the chain bound of routing §2.5); a lone Actor's names
+        // this node's Entry Spot too.
+        let now_unix = super::now_unix_ms();
+        let window_ms = millis(settings.message_follow + settings.cutover_wait);
         let transfers: Vec<TransferOwner> = members
             .iter()
             .zip(&rows)
-            .map(|(m, row)| TransferOwner {
+            .map(|(m, row)| {
+                let base = match &entry {
+                    Some(spot) => super::with_membership(&row.payload, spot),
+                    None => row.payload.clone(),
+                };
+                let logged = super::with_move(&base, now_unix, window_ms);
+                let payload = match (&entry, logged) {
+                    (_, Some(p)) => Some(p),
+                    (Some(_), None) => Some(base),
+                    (None, None) => None,
+                };
+                (m, row, payload)
+            })
+            .map(|(m, row, payload)| TransferOwner {
                 source: OwnerFence {
                     key: m.key.clone(),
                     store_version: row.store_version,
@@ -931,7 +948,7 @@ impl<S: ObjectStore> Inner<S> {
                     node: node.clone(),
                     owner: my_lease.clone(),
                 },
-                payload: None,
+                payload,
             })
             .collect();
         let lead = &members[0];
@@ -1176,8 +1193,8 @@ impl<S: ObjectStore> Inner<S> {
     }
 
     /// The target-only commit (wire §9 "Target CAS"): one aggregate of every owner transfer of
-    /// the unit; for a lone Actor its membership moved to this node's Entry Spot `entry`, which
-    /// is checked in the same aggregate. Returns the new AuthorityOwnerGenerations in order.
+    /// the unit; for a lone Actor (whose transfer's payload names this node's Entry Spot
+    /// `entry`) that Entry Spot is checked in the same aggregate. Returns the new AuthorityOwnerGenerations in order.
     async fn commit_transfer(
         &self,
         transfers: &[TransferOwner],
@@ -1222,8 +1239,8 @@ impl<S: ObjectStore> Inner<S> {
         let Some(first) = transfers.first() else {
             return Err(StoreError::InvalidArgument("an empty unit".into()));
         };
-        let mut t = first.clone();
-        t.payload = Some(super::membership_payload(spot));
+        // The payload names this node's Entry Spot already (set by the caller).
+        let t = first.clone();
         let out = self
             .store
             .commit_aggregate(&[

@@ -200,7 +200,8 @@ impl<S: ObjectStore> Inner<S> {
                 format!("Spot {spot_id} is closing"),
             ));
         }
-        let payload = membership_payload(spot_id);
+        // Other framework fields (the move history) stay.
+        let payload = with_membership(&actor.payload, spot_id);
         let ops = [
             zlink_store::types::AggregateOp::Preserve {
                 fence: actor.fence(),

@@ -365,6 +365,58 @@ fn membership_payload(spot: &str) -> Bytes {
     )
 }
 
+/// `payload` (a framework JSON object, or empty) with its Spot membership set to `spot`, every
+/// other field kept (the move history among them).
+fn with_membership(payload: &[u8], spot: &str) -> Bytes {
+    match serde_json::from_slice::<serde_json::Value>(payload) {
+        Ok(serde_json::Value::Object(mut m)) => {
+            m.insert("membership".into(), serde_json::Value::from(spot));
+            Bytes::from(serde_json::to_vec(&m).unwrap_or_default())
+        }
+        _ => membership_payload(spot),
+    }
+}
+
+/// The move history an authority payload keeps (routing §2.5; issue 17 item 7): the unix-ms
+/// times of the object's latest owner transfers, oldest first (empty when none is recorded).
+pub fn recent_moves(payload: &[u8]) -> Vec<u64> {
+    serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|v| {
+            v.get("moves")?
+                .as_array()
+                .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// `payload` with one more move at `at_ms` in its history, keeping only the moves within
+/// `window_ms` before it and at most [`MAX_FOLLOW_HOPS`](crate::relocation::follow::MAX_FOLLOW_HOPS)
+/// in all; `None` (payload kept as it is) when it is not a framework JSON object.
+fn with_move(payload: &[u8], at_ms: u64, window_ms: u64) -> Option<Bytes> {
+    let mut m = if payload.is_empty() {
+        let mut m = serde_json::Map::new();
+        m.insert("v".into(), serde_json::Value::from(1));
+        m
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(payload) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => return None,
+        }
+    };
+    let mut moves: Vec<u64> = recent_moves(payload)
+        .into_iter()
+        .filter(|t| at_ms.saturating_sub(*t) <= window_ms)
+        .collect();
+    moves.push(at_ms);
+    let keep = crate::relocation::follow::MAX_FOLLOW_HOPS;
+    if moves.len() > keep {
+        moves.drain(..moves.len() - keep);
+    }
+    m.insert("moves".into(), serde_json::Value::from(moves));
+    serde_json::to_vec(&m).ok().map(Bytes::from)
+}
+
 /// The Spot membership recorded in an Actor's authority payload.
 pub fn membership_of(payload: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
@@ -882,5 +934,37 @@ mod test_fixtures {
             payload: Bytes::new(),
             store_now: StoreTime(0),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod payload_tests {
+    use super::*;
+
+    #[test]
+    fn the_move_history_keeps_the_window_and_at_most_eight_moves() {
+        let p = with_move(b"", 1_000, 30_000).unwrap();
+        assert_eq!(recent_moves(&p), vec![1_000]);
+        // Other fields stay.
+        let m = with_move(&membership_payload("room-1"), 2_000, 30_000).unwrap();
+        assert_eq!(membership_of(&m).as_deref(), Some("room-1"));
+        assert_eq!(recent_moves(&m), vec![2_000]);
+        // Older than the window: dropped.
+        let late = with_move(&p, 40_000, 30_000).unwrap();
+        assert_eq!(recent_moves(&late), vec![40_000]);
+        // Never more than MAX_FOLLOW_HOPS.
+        let mut q = Bytes::new();
+        for t in 0..12 {
+            q = with_move(&q, 1_000 + t, 30_000).unwrap();
+        }
+        assert_eq!(recent_moves(&q), (1_004..1_012).collect::<Vec<_>>());
+        // A payload that is not a framework JSON object is left alone.
+        assert_eq!(with_move(b"\x00raw", 1, 1), None);
+        assert!(recent_moves(b"\x00raw").is_empty());
+        // A membership change keeps the history.
+        let moved = with_membership(&q, "entry-b");
+        assert_eq!(membership_of(&moved).as_deref(), Some("entry-b"));
+        assert_eq!(recent_moves(&moved), recent_moves(&q));
     }
 }

@@ -400,6 +400,24 @@ impl<S: ObjectStore> Inner<S> {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }
+        // The chain bound (routing §2.5, issue 17 item 7): an object moved
+        // `MAX_FOLLOW_HOPS` times within the follow window stays, so a sender's route is never
+        // more than that many follows behind. The unit commits together: its lead's history
+        // tells. A store that does not answer blocks nothing here (the commit is fenced).
+        let settings = self.relocations.settings();
+        if !settings.message_follow.is_zero()
+            && let Ok(AuthorityRead::Found(a)) = self.store.read_authority(&parts[0].key).await
+        {
+            let window_ms = super::millis(settings.message_follow + settings.cutover_wait);
+            if !crate::relocation::follow::chain_has_room(
+                &super::recent_moves(&a.payload),
+                super::now_unix_ms(),
+                window_ms,
+            ) {
+                let _ = report.send(stayed(StayReason::FollowChainFull));
+                return;
+            }
+        }
         // Room in the in-flight payload budgets first (issue 17 item 3): the objects keep
         // serving meanwhile.
         if !self
