@@ -1887,3 +1887,99 @@ async fn a_ninth_move_within_the_follow_window_stays_follow_chain_full() {
     assert_eq!(s.seqs, vec![0, 1], "state intact, still serving");
     c.shutdown().await;
 }
+
+/// Fault matrix "notifications dropped → caches converge; a sender that never refreshes stays
+/// strictly ordered" (routing §2.5, wire §3.1): the old owner's `messageFollow` notices are
+/// lost, so a caller keeps its stale route; its one-way burst on that route is followed to the
+/// new owner and applied complete and in order; once its cached route ages out it resolves the
+/// new owner by itself and its calls stop taking the detour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_follow_notices_keep_order_and_caches_converge() {
+    use zlink::object::runtime::{RelocationSettings, TransferFault};
+    let c = one_tally("nd-1").await;
+    for rt in &c.rts {
+        rt.set_relocation_settings(RelocationSettings {
+            cutover_wait: Duration::from_millis(50),
+            ..RelocationSettings::default()
+        });
+    }
+    c.rts[0].set_relocation_settings(RelocationSettings {
+        cutover_wait: Duration::from_millis(50),
+        fault: Some(TransferFault::DropFollowNotices),
+        ..RelocationSettings::default()
+    });
+    // The caller caches node 0's route.
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "nd-1", &Read {}, T)
+        .await
+        .unwrap();
+    let plan = RelocatePlan {
+        target_rids: vec![c.nodes[1].rid().to_owned()],
+        ..RelocatePlan::default()
+    };
+    let r = c.rts[0].relocate(&plan).await;
+    assert_eq!(
+        outcomes(&r),
+        vec![("nd-1".to_owned(), UnitOutcome::HandedOver)]
+    );
+    // A one-way burst on the stale route.
+    let burst = 200;
+    for seq in 1..=burst {
+        c.rts[2]
+            .send_to_instance_spot("tally", "nd-1", &Add { seq })
+            .await
+            .unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    let s = loop {
+        let s: Tally = c.rts[1]
+            .request_to_instance_spot("tally", "nd-1", &Read {}, T)
+            .await
+            .unwrap();
+        if s.seqs.len() as u64 > burst {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "the burst did not arrive: {}",
+            s.seqs.len()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(
+        s.seqs,
+        (0..=burst).collect::<Vec<_>>(),
+        "complete and in order"
+    );
+    let followed = c.rts[0].relocation_stats().followed.load(Ordering::Relaxed);
+    assert_eq!(
+        followed, burst,
+        "the whole burst took the detour (never refreshed)"
+    );
+    assert_eq!(
+        c.rts[2]
+            .relocation_stats()
+            .follow_notices_applied
+            .load(Ordering::Relaxed),
+        0,
+        "no notice reached the caller"
+    );
+    // Converge: the stale route ages out and the caller finds the new owner itself.
+    let mut seq = burst;
+    let t0 = std::time::Instant::now();
+    loop {
+        seq += 1;
+        let before = c.rts[0].relocation_stats().followed.load(Ordering::Relaxed);
+        let s: Tally = c.rts[2]
+            .request_to_instance_spot("tally", "nd-1", &Add { seq }, T)
+            .await
+            .unwrap();
+        assert_eq!(s.seqs, (0..=seq).collect::<Vec<_>>());
+        if c.rts[0].relocation_stats().followed.load(Ordering::Relaxed) == before {
+            break;
+        }
+        assert!(t0.elapsed() < WAIT, "the caller's cache never converged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.shutdown().await;
+}

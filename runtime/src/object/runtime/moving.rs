@@ -643,7 +643,9 @@ impl<S: ObjectStore> Inner<S> {
                         std::iter::once(0).chain(0..b.chunks.len()).collect()
                     }
                     Some(
-                        super::TransferFault::WrongChecksum | super::TransferFault::WrongLength,
+                        super::TransferFault::WrongChecksum
+                        | super::TransferFault::WrongLength
+                        | super::TransferFault::DropFollowNotices,
                     )
                     | None => (0..b.chunks.len()).collect(),
                 };
@@ -1191,11 +1193,15 @@ impl<S: ObjectStore> Inner<S> {
                 reply_route_id,
             },
         };
-        let ok = self
-            .mesh
-            .relocation_record(source, Leg::Send, CommandBody::MessageFollow(body), None)
-            .is_ok();
-        if ok {
+        // Fault injection: the notice is lost on its way (the suppression takes it as sent).
+        let lost =
+            self.relocations.settings().fault == Some(super::TransferFault::DropFollowNotices);
+        let ok = lost
+            || self
+                .mesh
+                .relocation_record(source, Leg::Send, CommandBody::MessageFollow(body), None)
+                .is_ok();
+        if ok && !lost {
             self.relocations
                 .follow_notices_sent
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -52,6 +52,9 @@ pub enum TransferFault {
     SkipFirstChunk,
     /// Send chunk 0 twice.
     DuplicateFirstChunk,
+    /// Lose every `messageFollow` (50) notice this node would send (as the old owner): the
+    /// suppression records it as sent, nothing reaches the sender.
+    DropFollowNotices,
 }
 
 impl Default for RelocationSettings {
