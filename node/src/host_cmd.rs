@@ -312,14 +312,18 @@ pub async fn ctl(args: CtlArgs) -> Result<i32> {
             for u in &r.units {
                 if args.json {
                     crate::say_line(
-                        &serde_json::json!({"kind": u.kind, "id": u.id, "stable_type": u.stable_type, "target": u.target_rid, "outcome": u.outcome, "detail": u.detail}).to_string(),
+                        &serde_json::json!({"kind": u.kind, "id": u.id, "stable_type": u.stable_type, "members": u.member_actor_ids, "target": u.target_rid, "outcome": u.outcome, "detail": u.detail}).to_string(),
                     );
                 } else {
                     crate::say_line(&format!(
-                        "{} {} ({}) → {} {}{}",
+                        "{} {} ({}){} → {} {}{}",
                         u.kind,
                         u.id,
                         u.stable_type,
+                        match u.member_actor_ids.len() {
+                            0 => String::new(),
+                            n => format!(" with {n} member(s)"),
+                        },
                         if u.target_rid.is_empty() {
                             "-"
                         } else {
