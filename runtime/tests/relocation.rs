@@ -11,6 +11,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "../../e2e/src/fault_proxy.rs"]
+mod fault_proxy;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -778,16 +780,7 @@ async fn a_target_gone_before_ready_leaves_the_unit_restored() {
     let relocate = c.rts[0].relocate(&plan);
     let kill = async {
         use zlink_store::LocationStore;
-        let t0 = std::time::Instant::now();
-        while c.rts[0]
-            .relocation_stats()
-            .moves_started
-            .load(Ordering::Relaxed)
-            == 0
-        {
-            assert!(t0.elapsed() < WAIT, "the transfer never started");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_moves_started(&c.rts[0], 1).await;
         c.rts[2]
             .send_to_instance_spot("tally", "tg-1", &Add { seq: 1 })
             .await
@@ -1771,11 +1764,7 @@ async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
     let first = c.rts[0].relocate_units(&b, &plan, |_, _| {});
     let second = async {
         // Once big-1's payload is in flight (its target takes 300 ms to answer) …
-        let t0 = std::time::Instant::now();
-        while stats.moves_started.load(Ordering::Relaxed) < 2 {
-            assert!(t0.elapsed() < WAIT, "big-1 did not start");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        until_moves_started(&c.rts[0], 2).await;
         // … big-2 waits for room, unsealed: it still answers here meanwhile.
         let moving = c.rts[0].relocate_units(&cc, &plan, |_, _| {});
         let serving = async {
@@ -1982,4 +1971,170 @@ async fn lost_follow_notices_keep_order_and_caches_converge() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     c.shutdown().await;
+}
+
+/// A cluster whose node 0 reaches node 1 only through a fault proxy (the lower RID dials;
+/// node 1 advertises the proxy's port), with tally `id` on node 0 (seq 0 applied) and targets
+/// open.
+async fn proxied_tally(
+    id: &str,
+    policy: impl Fn(usize) -> Relocation<Tally> + 'static,
+) -> (Cluster, fault_proxy::FaultProxy) {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (real, front) = (free(), free());
+    let proxy = fault_proxy::FaultProxy::start(front, ([127, 0, 0, 1], real).into()).unwrap();
+    let c = Cluster::builder(3)
+        .registry(move |i| registry(policy(i)))
+        .placement_weights(&[100, 0, 0])
+        .configure(move |i, cfg| {
+            if i == 1 {
+                cfg.port = real;
+                cfg.advertise_port = Some(front);
+            }
+        })
+        .start()
+        .await;
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Add { seq: 0 }, T)
+        .await
+        .unwrap();
+    open_targets(&c).await;
+    assert!(
+        proxy.forwarded() > 0,
+        "node 0 reaches node 1 through the proxy"
+    );
+    (c, proxy)
+}
+
+/// Move `id` from node 0 to node 1 while `fault` runs; then check the handover, that the
+/// source saw a new epoch, and that seqs 0..=3 (1..=3 sent during the move) and 4 are there
+/// once each, in order.
+async fn move_through_a_fault(c: &Cluster, id: &str, fault: impl std::future::Future<Output = ()>) {
+    let plan = RelocatePlan {
+        target_rids: vec![c.nodes[1].rid().to_owned()],
+        ..RelocatePlan::default()
+    };
+    let relocate = c.rts[0].relocate(&plan);
+    let during = async {
+        until_moves_started(&c.rts[0], 1).await;
+        // Held meanwhile (node 2 reaches node 0 directly), relayed after Ready.
+        for seq in 1..=3 {
+            c.rts[2]
+                .send_to_instance_spot("tally", id, &Add { seq })
+                .await
+                .unwrap();
+        }
+    };
+    let (reports, (), ()) = tokio::join!(relocate, during, fault);
+    assert_eq!(
+        outcomes(&reports),
+        vec![(id.to_owned(), UnitOutcome::HandedOver)]
+    );
+    assert!(
+        c.rts[0]
+            .relocation_stats()
+            .epochs_lost
+            .load(Ordering::Relaxed)
+            >= 1,
+        "the source saw the new epoch and sent again"
+    );
+    assert_eq!(owner_of(c, id).await, c.nodes[1].rid());
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Add { seq: 4 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2, 3, 4], "nothing lost or repeated");
+}
+
+/// Stall the proxy's traffic for `stall`, then cut every connection, then let it pass again.
+async fn stall_then_cut(proxy: &fault_proxy::FaultProxy, stall: Duration) {
+    proxy.set(fault_proxy::Mode::Stall);
+    tokio::time::sleep(stall).await;
+    proxy.set(fault_proxy::Mode::Cut);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(fault_proxy::Mode::Pass);
+}
+
+/// Fault matrix "an epoch lost before Ready → resend the Prepares and chunks under the same
+/// identity" (wire §9): the proxy stalls from before the move and then cuts, so the Prepare
+/// and its chunks are lost with that epoch; on the new epoch the source sends them again (same
+/// RelocationId), the target restores and commits, and the unit arrives with its state and the
+/// messages sent meanwhile, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_lost_with_its_epoch_is_sent_again_on_the_next() {
+    let (c, proxy) = proxied_tally("ep-1", |_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    proxy.set(fault_proxy::Mode::Stall);
+    move_through_a_fault(
+        &c,
+        "ep-1",
+        stall_then_cut(&proxy, Duration::from_millis(150)),
+    )
+    .await;
+    c.shutdown().await;
+}
+
+/// Fault matrix "an epoch lost around Ready": the target takes 300 ms to restore; the proxy
+/// stalls once the payload reached it, for 450 ms, and then cuts, so the target's Ready is lost
+/// with that epoch; on the new epoch the source sends the Prepare and chunks again and the
+/// target, Ready already, answers the resent Prepare with Ready again (its commit then comes
+/// from the cutover, not its fallback); the unit arrives once, nothing lost or applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_lost_with_its_epoch_is_answered_again() {
+    let (c, proxy) = proxied_tally("ep-2", |i| {
+        if i == 1 {
+            Relocation::PreserveWith(Arc::new(SlowRestore))
+        } else {
+            Relocation::PreserveWith(Arc::new(JsonState))
+        }
+    })
+    .await;
+    // The target waits long for a cutover, so its commit tells whether a Ready reached the
+    // source on the new epoch (a cutover came) or not (its fallback fired).
+    c.rts[1].set_relocation_settings(zlink::object::runtime::RelocationSettings {
+        cutover_wait: Duration::from_secs(5),
+        ..zlink::object::runtime::RelocationSettings::default()
+    });
+    let fault = async {
+        // Once the target holds the payload (it restores for 300 ms, then answers Ready) …
+        let t0 = std::time::Instant::now();
+        while c.rts[1]
+            .relocation_stats()
+            .largest_chunk_received
+            .load(Ordering::Relaxed)
+            == 0
+        {
+            assert!(t0.elapsed() < WAIT, "the transfer did not arrive");
+            tokio::task::yield_now().await;
+        }
+        // … its Ready goes into the stall and is lost with the cut.
+        stall_then_cut(&proxy, Duration::from_millis(450)).await;
+    };
+    move_through_a_fault(&c, "ep-2", fault).await;
+    assert_eq!(
+        c.rts[1]
+            .relocation_stats()
+            .cutover_timeouts
+            .load(Ordering::Relaxed),
+        0,
+        "the source got a Ready on the new epoch and sent its cutover"
+    );
+    c.shutdown().await;
+}
+
+/// Wait until runtime `rt` has sent the transfers of `n` moves.
+async fn until_moves_started<S: zlink::object::runtime::ObjectStore>(
+    rt: &zlink::object::runtime::ObjectRuntime<S>,
+    n: u64,
+) {
+    let t0 = std::time::Instant::now();
+    while rt.relocation_stats().moves_started.load(Ordering::Relaxed) < n {
+        assert!(t0.elapsed() < WAIT, "{n} transfer(s) did not start");
+        tokio::task::yield_now().await;
+    }
 }

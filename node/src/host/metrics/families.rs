@@ -456,7 +456,7 @@ impl Collector for ObjectFamilies {
         counter(
             &mut enc,
             "zlink_relocation_events_total",
-            "Relocation events of this host as source (moves_started, saved_work, relayed, handed_over, restored, followed, follow_drops, late_followed, budget_waits: units that waited for room in an in-flight payload budget) and as target (arrived, refused, abandoned, cutover_timeouts, late_cutovers, reply_relays_sent), and records naming no known relocation (unknown_records).",
+            "Relocation events of this host as source (moves_started, saved_work, relayed, handed_over, restored, followed, follow_drops, late_followed, budget_waits: units that waited for room in an in-flight payload budget, epochs_lost: new connection epochs to a unit's target mid-move) and as target (arrived, refused, abandoned, cutover_timeouts, late_cutovers, reply_relays_sent), and records naming no known relocation (unknown_records).",
             &[
                 (&[("event", "moves_started")], load(&r.moves_started)),
                 (&[("event", "saved_work")], load(&r.saved_work)),
@@ -467,6 +467,7 @@ impl Collector for ObjectFamilies {
                 (&[("event", "follow_drops")], load(&r.follow_drops)),
                 (&[("event", "late_followed")], load(&r.late_followed)),
                 (&[("event", "budget_waits")], load(&r.budget_waits)),
+                (&[("event", "epochs_lost")], load(&r.epochs_lost)),
                 (&[("event", "arrived")], load(&r.arrived)),
                 (&[("event", "refused")], load(&r.refused)),
                 (&[("event", "abandoned")], load(&r.abandoned)),

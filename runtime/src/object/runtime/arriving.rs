@@ -101,6 +101,8 @@ pub(crate) struct Arriving {
     source: NodeFence,
     parts: Mutex<Parts>,
     signal: mpsc::UnboundedSender<Signal>,
+    /// Ready went to the source: a Prepare resent after a lost epoch is answered again.
+    ready: std::sync::atomic::AtomicBool,
 }
 
 impl Arriving {
@@ -233,6 +235,10 @@ impl<S: ObjectStore> Inner<S> {
                 Some(i) => {
                     if !parts.assemblies[i].is_finished() {
                         parts.assemblies[i] = assembly;
+                    } else if existing.ready.load(Ordering::Acquire) {
+                        // Its Ready may have been lost with the old epoch: answer again.
+                        drop(parts);
+                        self.send_ready(&existing);
                     }
                 }
                 // Another object of the same unit.
@@ -265,6 +271,7 @@ impl<S: ObjectStore> Inner<S> {
                 switched: false,
             }),
             signal: tx,
+            ready: std::sync::atomic::AtomicBool::new(false),
         });
         self.relocations
             .arriving_map()
@@ -540,6 +547,22 @@ impl<S: ObjectStore> Inner<S> {
             && a.owner_node.lifecycle_generation == route.target_node.lifecycle_generation
             && a.authority_owner_generation == route.authority_owner_generation
             && a.owner.lease_generation == route.owner_lease_generation
+    }
+
+    /// A `relocationReady` (30) for `unit`.
+    fn send_ready(&self, unit: &Arriving) {
+        let _ = self.mesh.relocation_record(
+            &unit.source,
+            Leg::Reply,
+            CommandBody::RelocationReady(RelocationReady {
+                relocation_id: unit.id,
+                target_attempt_generation: unit.attempt,
+                target: self.mesh.fence(),
+                receive_chunk_limit_bytes: u32::try_from(self.relocations.settings().chunk_limit)
+                    .unwrap_or(u32::MAX),
+            }),
+            None,
+        );
     }
 
     /// Close and forget what was restored of a unit that will not switch in.
@@ -888,19 +911,9 @@ impl<S: ObjectStore> Inner<S> {
         }
         let me = self.mesh.fence();
         // Ready to every Prepare of the unit.
+        unit.ready.store(true, Ordering::Release);
         for _ in 0..n {
-            let _ = self.mesh.relocation_record(
-                &unit.source,
-                Leg::Reply,
-                CommandBody::RelocationReady(RelocationReady {
-                    relocation_id: unit.id,
-                    target_attempt_generation: unit.attempt,
-                    target: me.clone(),
-                    receive_chunk_limit_bytes: u32::try_from(settings.chunk_limit)
-                        .unwrap_or(u32::MAX),
-                }),
-                None,
-            );
+            self.send_ready(&unit);
         }
         // The commit.
         let ready_at = Instant::now();

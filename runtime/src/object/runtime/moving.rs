@@ -807,6 +807,14 @@ impl<S: ObjectStore> Inner<S> {
             );
         };
         let intakes: Vec<Arc<Intake>> = parts.iter().map(|p| Arc::clone(&p.intake)).collect();
+        // The connection epoch to the target: a new one means what the old one carried may be
+        // lost (wire §9: resend under the same identity).
+        let mut peer_changes = self.mesh.subscribe_peer_changes();
+        let mut watching = true;
+        let mut epoch = self
+            .mesh
+            .peer(&target.rid)
+            .and_then(|p| p.connection_generation);
         let outcome = loop {
             let next = unit
                 .next_tick_ms(&timings)
@@ -829,6 +837,25 @@ impl<S: ObjectStore> Inner<S> {
                 () = any_arrived(&intakes), if cutover_sent => {
                     relay_held(&mut copies);
                     continue;
+                }
+                changed = peer_changes.changed(), if watching => {
+                    if changed.is_err() {
+                        watching = false;
+                        continue;
+                    }
+                    let now_epoch = self
+                        .mesh
+                        .peer(&target.rid)
+                        .and_then(|p| p.connection_generation);
+                    // Disconnected: wait for the next epoch before resending.
+                    if now_epoch.is_none() || now_epoch == epoch {
+                        continue;
+                    }
+                    epoch = now_epoch;
+                    self.relocations
+                        .epochs_lost
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    SourceEvent::EpochLost
                 }
                 () = sleep_until_opt(next) => SourceEvent::Tick,
             };

@@ -112,6 +112,9 @@ pub struct RelocationStats {
     pub reply_relays_sent: AtomicU64,
     /// Units that waited for room in an in-flight payload budget before their seal (source).
     pub budget_waits: AtomicU64,
+    /// New connection epochs to a unit's target while it moved: its transfer or its relays
+    /// and cutover were sent again under the same identity (source).
+    pub epochs_lost: AtomicU64,
     /// The most relocation payload bytes in flight to one target at once (source).
     pub in_flight_high_water: AtomicU64,
     /// The largest relocation chunk received (target).
