@@ -245,41 +245,46 @@ async fn pause_bench(out: &mut Outcome, moves: usize) {
         ("64 KiB", 64 * 1024),
         ("1 MiB", 1024 * 1024),
     ] {
-        // A fresh world per size: every relocate of a node moves all its units, so one Actor
-        // per world keeps the samples of one size apart.
+        // A fresh world per size, so the samples of one size stay apart. Each move takes
+        // another Actor (one object moved 8 times within the follow window stays
+        // `FollowChainFull`, routing §2.5), chosen as its own unit.
         let w = World::start().await;
-        let id = format!("m-{size}");
-        w.rts[0].create_actor("mover", &id, None).await.unwrap();
-        w.open().await;
-        // The baseline: a remote-actor request from c (64 B), in the same world.
-        let _ = request_p50(&w, &id, 200).await;
-        let base = request_p50(&w, &id, 1_000).await;
-        let _: Fill = w.rts[2]
-            .request_to_actor(&id, &Fill { n: size }, Duration::from_secs(10))
-            .await
-            .unwrap();
         let n = if size >= 1024 * 1024 {
             moves / 2
         } else {
             moves
+        }
+        .max(2);
+        let ids: Vec<String> = (0..n).map(|i| format!("m-{size}-{i}")).collect();
+        for id in &ids {
+            w.rts[0].create_actor("mover", id, None).await.unwrap();
+        }
+        w.open().await;
+        // The baseline: a remote-actor request from c (64 B), in the same world.
+        let _ = request_p50(&w, &ids[0], 200).await;
+        let base = request_p50(&w, &ids[0], 1_000).await;
+        for id in &ids {
+            let _: Fill = w.rts[2]
+                .request_to_actor(id, &Fill { n: size }, Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+        let units = w.rts[0].relocation_units();
+        let plan = RelocatePlan {
+            target_rids: vec!["bench-b".into()],
+            ..RelocatePlan::default()
         };
-        let mut on = 0usize;
-        for i in 0..n.max(2) {
-            let to = if on == 0 { "bench-b" } else { "bench-a" };
-            let plan = RelocatePlan {
-                target_rids: vec![to.into()],
-                ..RelocatePlan::default()
-            };
-            let reports = w.rts[on].relocate(&plan).await;
+        for (i, id) in ids.iter().enumerate() {
+            let unit: Vec<_> = units.iter().filter(|u| u.id == *id).cloned().collect();
+            let reports = w.rts[0].relocate_units(&unit, &plan, |_, _| {}).await;
             assert!(
                 reports.len() == 1
                     && reports[0].outcome == zlink::relocation::host::UnitOutcome::HandedOver,
                 "move {i} of {id}: {reports:?}"
             );
-            on = 1 - on;
             // A call between moves (the object serves in between).
             let _: Echo = w.rts[2]
-                .request_to_actor(&id, &Echo { b: String::new() }, Duration::from_secs(10))
+                .request_to_actor(id, &Echo { b: String::new() }, Duration::from_secs(10))
                 .await
                 .unwrap();
         }

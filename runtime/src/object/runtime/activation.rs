@@ -655,6 +655,7 @@ impl<S: ObjectStore> Inner<S> {
                 authority_owner_generation: reservation.authority_owner_generation,
                 obj: Arc::clone(&obj),
                 ty,
+                moves: Vec::new(),
             },
         );
         let root = &act.receipt;

@@ -707,55 +707,67 @@ impl<S: ObjectStore> Inner<S> {
             self.relocations.refused.fetch_add(1, Ordering::Relaxed);
             self.answer_failed_n(&unit.source, unit.id, unit.attempt, reason, detail, answers);
         };
-        // The payloads: every Prepare of the unit is in once a chunk arrived.
-        let mut payloads: Vec<Option<Vec<u8>>> = Vec::new();
-        loop {
-            {
-                let parts = unit.parts();
-                if parts.late_prepare {
-                    drop(parts);
-                    return fail(
-                        RelocationFailureReason::ChunkOrdinal,
-                        "a Prepare of another object arrived after the unit's chunks began".into(),
-                    );
-                }
-                payloads.resize(parts.members.len().max(payloads.len()), None);
-                if parts.closed && payloads.iter().all(Option::is_some) {
-                    break;
-                }
-            }
-            let sig = tokio::select! {
-                s = signals.recv() => s,
-                () = tokio::time::sleep_until(restore_deadline.into()) => None,
-            };
-            match sig {
-                Some(Signal::Payload(i, Ok(b))) => {
-                    if payloads.len() <= i {
-                        payloads.resize(i + 1, None);
+        // The payloads: every Prepare of the unit is in once a chunk arrived. The first
+        // object's authority row is read meanwhile (a lone object's move waits for no extra
+        // store round trip after its payload).
+        let first_key = unit.parts().members[0].key.clone();
+        let payloads = async {
+            let mut payloads: Vec<Option<Vec<u8>>> = Vec::new();
+            loop {
+                {
+                    let parts = unit.parts();
+                    if parts.late_prepare {
+                        drop(parts);
+                        return Err((
+                            RelocationFailureReason::ChunkOrdinal,
+                            "a Prepare of another object arrived after the unit's chunks began"
+                                .into(),
+                        ));
                     }
-                    payloads[i] = Some(b);
+                    payloads.resize(parts.members.len().max(payloads.len()), None);
+                    if parts.closed && payloads.iter().all(Option::is_some) {
+                        return Ok(payloads);
+                    }
                 }
-                // A resent chunk of a payload that is complete already changes nothing.
-                Some(Signal::Payload(i, Err(_)))
-                    if payloads.get(i).is_some_and(Option::is_some) => {}
-                Some(Signal::Payload(i, Err(r))) => {
-                    let name = unit
-                        .parts()
-                        .members
-                        .get(i)
-                        .map(|m| m.id_str.clone())
-                        .unwrap_or_default();
-                    return fail(r, format!("the payload of {name} did not assemble"));
-                }
-                Some(Signal::Cutover(_)) => {}
-                None => {
-                    return fail(
-                        RelocationFailureReason::ChunkOrdinal,
-                        "the payload did not arrive by the restore deadline".into(),
-                    );
+                let sig = tokio::select! {
+                    s = signals.recv() => s,
+                    () = tokio::time::sleep_until(restore_deadline.into()) => None,
+                };
+                match sig {
+                    Some(Signal::Payload(i, Ok(b))) => {
+                        if payloads.len() <= i {
+                            payloads.resize(i + 1, None);
+                        }
+                        payloads[i] = Some(b);
+                    }
+                    // A resent chunk of a payload that is complete already changes nothing.
+                    Some(Signal::Payload(i, Err(_)))
+                        if payloads.get(i).is_some_and(Option::is_some) => {}
+                    Some(Signal::Payload(i, Err(r))) => {
+                        let name = unit
+                            .parts()
+                            .members
+                            .get(i)
+                            .map(|m| m.id_str.clone())
+                            .unwrap_or_default();
+                        return Err((r, format!("the payload of {name} did not assemble")));
+                    }
+                    Some(Signal::Cutover(_)) => {}
+                    None => {
+                        return Err((
+                            RelocationFailureReason::ChunkOrdinal,
+                            "the payload did not arrive by the restore deadline".into(),
+                        ));
+                    }
                 }
             }
-        }
+        };
+        let (first_row, payloads) = tokio::join!(self.store.read_authority(&first_key), payloads);
+        let mut payloads = match payloads {
+            Ok(p) => p,
+            Err((reason, detail)) => return fail(reason, detail),
+        };
+        let mut first_row = Some(first_row);
         let members: Vec<Part> = unit.parts().members.clone();
         let n = members.len();
         if n > MAX_AGGREGATE_OPS {
@@ -771,7 +783,11 @@ impl<S: ObjectStore> Inner<S> {
         let mut rows: Vec<AuthoritySnapshot> = Vec::with_capacity(n);
         let mut types = Vec::with_capacity(n);
         for m in &members {
-            let row = match self.store.read_authority(&m.key).await {
+            let read = match first_row.take() {
+                Some(r) if m.key == first_key => r,
+                _ => self.store.read_authority(&m.key).await,
+            };
+            let row = match read {
                 Ok(AuthorityRead::Found(a)) if self.row_matches(&a, &m.route) => *a,
                 Ok(_) => {
                     return fail(
@@ -1122,7 +1138,10 @@ impl<S: ObjectStore> Inner<S> {
                 }
                 {
                     let mut live = self.live();
-                    for ((m, r), aog) in members.iter().zip(&restored).zip(&aogs) {
+                    for (((m, r), aog), t) in
+                        members.iter().zip(&restored).zip(&aogs).zip(&transfers)
+                    {
+                        let written = t.payload.as_ref().unwrap_or(&r.row.payload);
                         live.insert(
                             m.key.clone(),
                             LiveEntry {
@@ -1130,6 +1149,7 @@ impl<S: ObjectStore> Inner<S> {
                                 authority_owner_generation: *aog,
                                 obj: Arc::clone(&r.obj),
                                 ty: Arc::clone(&r.ty),
+                                moves: super::recent_moves(written),
                             },
                         );
                     }

@@ -354,6 +354,7 @@ impl<S: ObjectStore> Inner<S> {
                 authority_owner_generation: reservation.authority_owner_generation,
                 obj: Arc::clone(&obj),
                 ty: Arc::clone(ty),
+                moves: Vec::new(),
             },
         );
         let snapshot = match self.store.commit_ready(&reservation, framework).await {

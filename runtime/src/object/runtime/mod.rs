@@ -213,6 +213,9 @@ struct LiveEntry {
     obj: Arc<dyn LiveObject>,
     /// Its registered type (Logical Multicast subscriptions).
     ty: Arc<dyn ObjectType>,
+    /// Its move history as its authority payload recorded it when it arrived here (empty for
+    /// an object created here): the chain bound is checked without a store read.
+    moves: Vec<u64>,
 }
 
 impl live::OwnerGenerationMut for LiveEntry {

@@ -85,6 +85,8 @@ struct Part {
     ty: Arc<dyn ObjectType>,
     route: RouteFence,
     intake: Arc<Intake>,
+    /// Its move history when it arrived here (see `LiveEntry::moves`).
+    moves: Vec<u64>,
 }
 
 /// One part's transfer: the requests it carries, its Prepare and its chunks.
@@ -346,12 +348,13 @@ impl<S: ObjectStore> Inner<S> {
         let group = keys.len() > 1;
         let mut parts: Vec<Part> = Vec::with_capacity(keys.len());
         for key in &keys {
-            let Some((obj, generation, aog, ty)) = self.live().get(key).map(|e| {
+            let Some((obj, generation, aog, ty, moves)) = self.live().get(key).map(|e| {
                 (
                     Arc::clone(&e.obj),
                     e.generation,
                     e.authority_owner_generation,
                     Arc::clone(&e.ty),
+                    e.moves.clone(),
                 )
             }) else {
                 let _ = report.send(failed(format!(
@@ -386,6 +389,7 @@ impl<S: ObjectStore> Inner<S> {
                 aog,
                 ty,
                 route,
+                moves,
             });
         }
         // An object whose cold activation has not dispatched its first message yet is not idle
@@ -403,20 +407,17 @@ impl<S: ObjectStore> Inner<S> {
         // The chain bound (routing §2.5, issue 17 item 7): an object moved
         // `MAX_FOLLOW_HOPS` times within the follow window stays, so a sender's route is never
         // more than that many follows behind. The unit commits together: its lead's history
-        // tells. A store that does not answer blocks nothing here (the commit is fenced).
+        // (as its payload recorded it when it arrived here) tells.
         let settings = self.relocations.settings();
         if !settings.message_follow.is_zero()
-            && let Ok(AuthorityRead::Found(a)) = self.store.read_authority(&parts[0].key).await
-        {
-            let window_ms = super::millis(settings.message_follow + settings.cutover_wait);
-            if !crate::relocation::follow::chain_has_room(
-                &super::recent_moves(&a.payload),
+            && !crate::relocation::follow::chain_has_room(
+                &parts[0].moves,
                 super::now_unix_ms(),
-                window_ms,
-            ) {
-                let _ = report.send(stayed(StayReason::FollowChainFull));
-                return;
-            }
+                super::millis(settings.message_follow + settings.cutover_wait),
+            )
+        {
+            let _ = report.send(stayed(StayReason::FollowChainFull));
+            return;
         }
         // Room in the in-flight payload budgets first (issue 17 item 3): the objects keep
         // serving meanwhile.
