@@ -389,8 +389,10 @@ pub struct Ctx<S> {
     ender: Arc<Mutex<Option<Ender>>>,
     gate: Arc<Mutex<TurnGate>>,
     metadata: Arc<Metadata>,
-    /// This job called `relocation_ready().defer()` while a move was prepared.
-    deferred: Arc<AtomicBool>,
+    /// This job called `relocation_ready().defer()` while a move was prepared (`None` unless
+    /// the object is an `ApplicationSignaled` SpotWide User Spot: no allocation per turn for
+    /// every other object).
+    deferred: Option<Arc<AtomicBool>>,
 }
 
 impl<S> Clone for Ctx<S> {
@@ -400,7 +402,7 @@ impl<S> Clone for Ctx<S> {
             ender: Arc::clone(&self.ender),
             gate: Arc::clone(&self.gate),
             metadata: Arc::clone(&self.metadata),
-            deferred: Arc::clone(&self.deferred),
+            deferred: self.deferred.clone(),
         }
     }
 }
@@ -436,8 +438,10 @@ impl<S> RelocationReady<'_, S> {
                  SpotWide User Spot",
             ));
         }
-        if lock(&sh.relocation).prepared {
-            self.ctx.deferred.store(true, Ordering::Release);
+        if lock(&sh.relocation).prepared
+            && let Some(d) = &self.ctx.deferred
+        {
+            d.store(true, Ordering::Release);
         }
         Ok(())
     }
@@ -1550,7 +1554,10 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                     ender: Arc::new(Mutex::new(Some(tx))),
                     gate: Arc::new(Mutex::new(gate)),
                     metadata: Arc::new(item.metadata().cloned().unwrap_or_else(Metadata::empty)),
-                    deferred: Arc::new(AtomicBool::new(false)),
+                    deferred: sh
+                        .app_signaled
+                        .load(Ordering::Acquire)
+                        .then(|| Arc::new(AtomicBool::new(false))),
                 };
                 let held = Arc::clone(&ctx.gate);
                 sh.stats.turns.fetch_add(1, Ordering::Relaxed);
@@ -1618,11 +1625,11 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
         CallError::new(ErrorKind::HandlerFailed, "the handler panicked")
     };
     let end = ctx.clone();
-    let deferred = Arc::clone(&ctx.deferred);
+    let deferred = ctx.deferred.clone();
     // A job that called `defer()` while a move was prepared and ended normally is the
     // boundary: pause before the turn ends, so no other turn starts first.
     let boundary = |ok: bool| {
-        if ok && deferred.load(Ordering::Acquire) {
+        if ok && deferred.as_ref().is_some_and(|d| d.load(Ordering::Acquire)) {
             sh.reach_boundary();
         }
     };

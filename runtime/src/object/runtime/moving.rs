@@ -203,6 +203,7 @@ impl<S: ObjectStore> Inner<S> {
         coordinator_fence: u64,
         target: &NodeFence,
         me: &NodeFence,
+        settings: &super::RelocationSettings,
         chunk_limit: usize,
     ) -> Result<Built, CallError> {
         let mut carried_requests: Vec<(u64, CarriedRequest)> = Vec::new();
@@ -298,7 +299,6 @@ impl<S: ObjectStore> Inner<S> {
                 return Err(CallError::new(ErrorKind::InvalidOperation, e.to_string()));
             }
         };
-        let settings = self.relocations.settings();
         let chunks: Vec<Bytes> = bytes
             .chunks(chunk_limit.max(1))
             .map(Bytes::copy_from_slice)
@@ -588,7 +588,7 @@ impl<S: ObjectStore> Inner<S> {
             }
         };
         let chunk_limit = effective_chunk_limit(
-            &self.relocations.settings(),
+            &settings,
             self.mesh
                 .peer(&target.rid)
                 .and_then(|p| p.receive_chunk_limit),
@@ -603,6 +603,7 @@ impl<S: ObjectStore> Inner<S> {
                 lease.lease_generation,
                 &target,
                 &me,
+                &settings,
                 chunk_limit,
             ) {
                 Ok(b) => built.push(b),
@@ -626,7 +627,6 @@ impl<S: ObjectStore> Inner<S> {
                 }
             }
         };
-        let settings = self.relocations.settings();
         // Every Prepare first, then the chunks (wire §9), on the one ordered connection.
         let send_transfer = |built: &Vec<Built>| -> Result<(), CallError> {
             for b in built {
