@@ -773,10 +773,7 @@ async fn a_target_gone_before_ready_leaves_the_unit_restored() {
         ..c.rts[0].relocation_settings()
     });
     c.nodes[1].set_frozen(true);
-    let plan = RelocatePlan {
-        target_rids: vec!["node-1".into()],
-        ..RelocatePlan::default()
-    };
+    let plan = plan_to("node-1");
     let relocate = c.rts[0].relocate(&plan);
     let kill = async {
         use zlink_store::LocationStore;
@@ -819,10 +816,7 @@ async fn a_three_hop_chain_is_fixed_by_one_notification() {
         .unwrap();
     let hops = [(0, "node-1"), (1, "node-0"), (0, "node-1")];
     for (i, (from, to)) in hops.iter().enumerate() {
-        let plan = RelocatePlan {
-            target_rids: vec![(*to).into()],
-            ..RelocatePlan::default()
-        };
+        let plan = plan_to(*to);
         let reports = c.rts[*from].relocate(&plan).await;
         assert_eq!(
             outcomes(&reports),
@@ -882,10 +876,7 @@ async fn a_source_that_stops_after_its_prepare_is_taken_over_by_the_fallback_com
         });
     }
     c.nodes[0].set_frozen(true);
-    let plan = RelocatePlan {
-        target_rids: vec!["node-1".into()],
-        ..RelocatePlan::default()
-    };
+    let plan = plan_to("node-1");
     let reports = c.rts[0].relocate(&plan).await;
     assert_eq!(
         outcomes(&reports),
@@ -917,10 +908,7 @@ async fn a_source_that_stops_after_its_prepare_is_taken_over_by_the_fallback_com
 async fn a_target_killed_after_the_commit_is_never_undone_by_the_source() {
     use zlink_store::LocationStore;
     let c = one_tally("tk-1").await;
-    let plan = RelocatePlan {
-        target_rids: vec!["node-1".into()],
-        ..RelocatePlan::default()
-    };
+    let plan = plan_to("node-1");
     let reports = c.rts[0].relocate(&plan).await;
     assert_eq!(
         outcomes(&reports),
@@ -1829,21 +1817,12 @@ async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
 /// lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ninth_move_within_the_follow_window_stays_follow_chain_full() {
-    use zlink::object::runtime::RelocationSettings;
     let c = one_tally("fc-1").await;
-    for rt in &c.rts {
-        rt.set_relocation_settings(RelocationSettings {
-            cutover_wait: Duration::from_millis(50),
-            ..RelocationSettings::default()
-        });
-    }
+    short_cutover(&c);
     let mut at = 0;
     for hop in 0..8 {
         let to = 1 - at;
-        let plan = RelocatePlan {
-            target_rids: vec![c.nodes[to].rid().to_owned()],
-            ..RelocatePlan::default()
-        };
+        let plan = plan_to(c.nodes[to].rid());
         let r = c.rts[at].relocate(&plan).await;
         assert_eq!(
             outcomes(&r),
@@ -1856,10 +1835,7 @@ async fn a_ninth_move_within_the_follow_window_stays_follow_chain_full() {
         panic!("missing");
     };
     assert_eq!(zlink::object::runtime::recent_moves(&a.payload).len(), 8);
-    let plan = RelocatePlan {
-        target_rids: vec![c.nodes[1 - at].rid().to_owned()],
-        ..RelocatePlan::default()
-    };
+    let plan = plan_to(c.nodes[1 - at].rid());
     let r = c.rts[at].relocate(&plan).await;
     assert_eq!(
         outcomes(&r),
@@ -1886,12 +1862,7 @@ async fn a_ninth_move_within_the_follow_window_stays_follow_chain_full() {
 async fn lost_follow_notices_keep_order_and_caches_converge() {
     use zlink::object::runtime::{RelocationSettings, TransferFault};
     let c = one_tally("nd-1").await;
-    for rt in &c.rts {
-        rt.set_relocation_settings(RelocationSettings {
-            cutover_wait: Duration::from_millis(50),
-            ..RelocationSettings::default()
-        });
-    }
+    short_cutover(&c);
     c.rts[0].set_relocation_settings(RelocationSettings {
         cutover_wait: Duration::from_millis(50),
         fault: Some(TransferFault::DropFollowNotices),
@@ -1902,10 +1873,7 @@ async fn lost_follow_notices_keep_order_and_caches_converge() {
         .request_to_instance_spot("tally", "nd-1", &Read {}, T)
         .await
         .unwrap();
-    let plan = RelocatePlan {
-        target_rids: vec![c.nodes[1].rid().to_owned()],
-        ..RelocatePlan::default()
-    };
+    let plan = plan_to(c.nodes[1].rid());
     let r = c.rts[0].relocate(&plan).await;
     assert_eq!(
         outcomes(&r),
@@ -2016,10 +1984,7 @@ async fn proxied_tally(
 /// source saw a new epoch, and that seqs 0..=3 (1..=3 sent during the move) and 4 are there
 /// once each, in order.
 async fn move_through_a_fault(c: &Cluster, id: &str, fault: impl std::future::Future<Output = ()>) {
-    let plan = RelocatePlan {
-        target_rids: vec![c.nodes[1].rid().to_owned()],
-        ..RelocatePlan::default()
-    };
+    let plan = plan_to(c.nodes[1].rid());
     let relocate = c.rts[0].relocate(&plan);
     let during = async {
         until_moves_started(&c.rts[0], 1).await;
@@ -2136,5 +2101,23 @@ async fn until_moves_started<S: zlink::object::runtime::ObjectStore>(
     while rt.relocation_stats().moves_started.load(Ordering::Relaxed) < n {
         assert!(t0.elapsed() < WAIT, "{n} transfer(s) did not start");
         tokio::task::yield_now().await;
+    }
+}
+
+/// A plan that moves units only to node `rid`.
+fn plan_to(rid: impl Into<String>) -> RelocatePlan {
+    RelocatePlan {
+        target_rids: vec![rid.into()],
+        ..RelocatePlan::default()
+    }
+}
+
+/// Every node of `c` waits 50 ms for a cutover (the tests that move often).
+fn short_cutover(c: &Cluster) {
+    for rt in &c.rts {
+        rt.set_relocation_settings(zlink::object::runtime::RelocationSettings {
+            cutover_wait: Duration::from_millis(50),
+            ..zlink::object::runtime::RelocationSettings::default()
+        });
     }
 }
