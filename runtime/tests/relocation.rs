@@ -1664,7 +1664,8 @@ impl StateAdapter<Tally> for SlowRestore {
 /// budget"): a chunk is never larger than the target admits (256 KiB, though the source would
 /// send 1 MiB); with an in-flight budget smaller than one unit, a unit whose target still has a
 /// unit's payload in flight waits — serving, unsealed — until the target answered that unit's
-/// Prepares, so two units are never in flight to it at once; every state arrives whole.
+/// Prepares, so two units are never in flight to it at once; one whose deadline passes first
+/// stays `Deadline`, never sealed; every state arrives whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
     use zlink::object::runtime::RelocationSettings;
@@ -1679,7 +1680,7 @@ async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
     .await;
     // Three spots of about 350 KB of state each (50,000 numbers as JSON).
     let n = 50_000;
-    let ids: Vec<String> = (0..3).map(|i| format!("big-{i}")).collect();
+    let ids: Vec<String> = (0..4).map(|i| format!("big-{i}")).collect();
     for id in &ids {
         c.rts[2]
             .send_to_instance_spot("tally", id, &Fill { n })
@@ -1710,7 +1711,7 @@ async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let units = c.rts[0].relocation_units();
-    assert_eq!(units.len(), 3);
+    assert_eq!(units.len(), 4);
     let unit = |id: &str| {
         units
             .iter()
@@ -1771,8 +1772,31 @@ async fn chunks_respect_the_target_limit_and_budgets_pace_the_units() {
             );
             s
         };
-        let (r, s) = tokio::join!(moving, serving);
+        // … and one whose deadline passes first stays, never sealed.
+        let short = RelocatePlan {
+            deadline: Duration::from_millis(50),
+            ..plan.clone()
+        };
+        let d = unit("big-3");
+        let late = c.rts[0].relocate_units(&d, &short, |_, _| {});
+        let (r, s, l) = tokio::join!(moving, serving, late);
         assert_eq!(s.seqs.len() as u64, n);
+        assert_eq!(
+            outcomes(&l),
+            vec![(
+                "big-3".to_owned(),
+                UnitOutcome::Stayed(StayReason::Deadline)
+            )],
+            "no room by its deadline"
+        );
+        assert_eq!(
+            c.rts[0]
+                .locate(ObjectKind::Spot, "big-3")
+                .await
+                .unwrap()
+                .here,
+            "live"
+        );
         r
     };
     let (r1, r2) = tokio::join!(first, second);
