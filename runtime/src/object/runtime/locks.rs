@@ -14,8 +14,21 @@ use zlink_store::types::AuthorityKey;
 /// Async locks by authority key, made on demand (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct KeyLocks {
-    locks: Mutex<HashMap<AuthorityKey, Weak<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<Table>,
 }
+
+/// The locks and when to clean them up next.
+#[derive(Debug, Default)]
+struct Table {
+    by_key: HashMap<AuthorityKey, Weak<tokio::sync::Mutex<()>>>,
+    /// Clean up once the table holds this many entries: twice what the last cleanup kept (at
+    /// least [`MIN_CLEANUP`]), so the sweeps cost O(1) per lock made even while many locks
+    /// are held (a relocation of many units holds one per object for its whole move).
+    clean_at: usize,
+}
+
+/// The smallest table that is cleaned up.
+const MIN_CLEANUP: usize = 64;
 
 /// The locks of some keys, held together; released on drop.
 #[derive(Debug)]
@@ -30,15 +43,16 @@ impl KeyLocks {
             .locks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(l) = locks.get(key).and_then(Weak::upgrade) {
+        if let Some(l) = locks.by_key.get(key).and_then(Weak::upgrade) {
             return l;
         }
         // Amortized cleanup of locks nobody uses any more.
-        if locks.len() >= 64 {
-            locks.retain(|_, w| w.strong_count() > 0);
+        if locks.by_key.len() >= locks.clean_at.max(MIN_CLEANUP) {
+            locks.by_key.retain(|_, w| w.strong_count() > 0);
+            locks.clean_at = locks.by_key.len() * 2;
         }
         let l = Arc::new(tokio::sync::Mutex::new(()));
-        locks.insert(key.clone(), Arc::downgrade(&l));
+        locks.by_key.insert(key.clone(), Arc::downgrade(&l));
         l
     }
 
@@ -60,6 +74,7 @@ impl KeyLocks {
         self.locks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .by_key
             .values()
             .filter(|w| w.strong_count() > 0)
             .count()
@@ -104,6 +119,29 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(locks.known(), 0, "no lock outlives its users");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unused_locks_are_cleaned_up_while_many_are_held() {
+        let locks = KeyLocks::default();
+        let held_keys: Vec<AuthorityKey> = (0..300).map(|i| key(&format!("held-{i}"))).collect();
+        let refs: Vec<&AuthorityKey> = held_keys.iter().collect();
+        let _held = locks.lock_all(&refs).await;
+        for i in 0..5_000 {
+            drop(locks.lock_all(&[&key(&format!("brief-{i}"))]).await);
+            let table = locks
+                .locks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .by_key
+                .len();
+            // Twice what the last cleanup kept (the 300 held), plus the one just made.
+            assert!(
+                table <= 2 * 300 + 1,
+                "{table} entries after {i} brief locks"
+            );
+        }
+        assert_eq!(locks.known(), 300, "the held locks are still known");
     }
 
     #[tokio::test(start_paused = true)]

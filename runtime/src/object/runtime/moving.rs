@@ -33,7 +33,7 @@ use zlink_protocol::generated::{
 };
 use zlink_protocol::metadata::Metadata;
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
-use zlink_store::types::{AuthorityKey, AuthorityRead, DescriptorKind};
+use zlink_store::types::{AuthorityKey, AuthorityRead, AuthoritySnapshot, DescriptorKind};
 
 use super::intake::{Carried, Intake};
 use super::{Inner, ObjectStore, wire_kind};
@@ -712,6 +712,8 @@ impl<S: ObjectStore> Inner<S> {
             deadline_ms,
         };
         let mut unit = SourceUnit::new(0);
+        // The lead's row as the read that found the handover saw it.
+        let mut lead_row: Option<Box<AuthoritySnapshot>> = None;
         let mut copies: Vec<RelayCopy> = Vec::new();
         let mut cutover_sent = false;
         let mut report = Some(report);
@@ -883,7 +885,13 @@ impl<S: ObjectStore> Inner<S> {
                         // The unit commits in one aggregate: its first object's row tells.
                         let lead = &parts[0];
                         let view = self
-                            .authority_view(&lead.key, lead.generation, lead.aog, &target)
+                            .authority_view(
+                                &lead.key,
+                                lead.generation,
+                                lead.aog,
+                                &target,
+                                &mut lead_row,
+                            )
                             .await;
                         let now = ms(Instant::now());
                         actions.extend(unit.step(SourceEvent::Authority(view), now, &timings));
@@ -983,8 +991,16 @@ impl<S: ObjectStore> Inner<S> {
                 let follow_until = Instant::now() + settings.message_follow + settings.cutover_wait;
                 // The new owners' routes, for the `messageFollow` notices to senders that still
                 // use the old ones.
-                for p in &parts {
-                    if let Ok(AuthorityRead::Found(a)) = self.store.read_authority(&p.key).await {
+                // The lead's row was read already (the handover was seen in it).
+                for (i, p) in parts.iter().enumerate() {
+                    let row = match lead_row.take().filter(|_| i == 0) {
+                        Some(a) => Some(a),
+                        None => match self.store.read_authority(&p.key).await {
+                            Ok(AuthorityRead::Found(a)) => Some(a),
+                            Ok(AuthorityRead::Missing { .. }) | Err(_) => None,
+                        },
+                    };
+                    if let Some(a) = row {
                         self.relocations.add_follow(
                             p.key.clone(),
                             super::relocations::FollowNotice {
@@ -1267,13 +1283,15 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    /// What the authority of a moving unit says (the source's only store access: a read).
+    /// What the authority of a moving unit says (the source's only store access: a read). A
+    /// row that names the target is kept in `target_row` (the follow notice's new route).
     async fn authority_view(
         &self,
         key: &AuthorityKey,
         generation: u64,
         aog: u64,
         target: &NodeFence,
+        target_row: &mut Option<Box<AuthoritySnapshot>>,
     ) -> AuthorityView {
         let me = self.mesh.fence();
         match self.store.read_authority(key).await {
@@ -1281,6 +1299,7 @@ impl<S: ObjectStore> Inner<S> {
                 if a.owner_node.rid == target.rid
                     && a.owner_node.lifecycle_generation == target.lifecycle_generation
                 {
+                    *target_row = Some(a);
                     AuthorityView::Target
                 } else if a.owner_node.rid == me.rid
                     && a.owner_node.lifecycle_generation == me.lifecycle_generation
