@@ -408,6 +408,14 @@ const FAMILIES: &[(&str, &str, &[&str])] = &[
     ("zlink_route_resolutions_total", "counter", &["result"]),
     ("zlink_store_op_duration_seconds", "histogram", &["op"]),
     ("zlink_store_ops_total", "counter", &["op", "result"]),
+    ("zlink_stream_bytes_total", "counter", &["direction"]),
+    ("zlink_stream_connections_rejected_total", "counter", &[]),
+    ("zlink_stream_dropped_total", "counter", &["reason"]),
+    ("zlink_stream_packets_total", "counter", &["direction"]),
+    ("zlink_stream_request_failures_total", "counter", &["kind"]),
+    ("zlink_stream_sessions", "gauge", &[]),
+    ("zlink_stream_sessions_accepted_total", "counter", &[]),
+    ("zlink_stream_sessions_closed_total", "counter", &["reason"]),
     ("zlink_transport_hwm_stalls_total", "counter", &[]),
 ];
 

@@ -80,7 +80,7 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
     assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
     assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
-    assert_eq!(FIELDS.len(), 44);
+    assert_eq!(FIELDS.len(), 50);
     let mut c = valid();
     c.apply_env(env(&[
         ("ZLINK_MESH_NAME", "staging"),
@@ -100,9 +100,35 @@ fn environment_variables_override_every_kind_of_field() {
         ("ZLINK_RELOCATION_NODE_IN_FLIGHT_BUDGET_BYTES", "33554432"),
         ("ZLINK_LEASE_LOSS", "exit"),
         ("ZLINK_MESH_ADVERTISE_PORT", "7300"),
+        ("ZLINK_STREAM_LISTEN", "127.0.0.1:7201"),
+        ("ZLINK_STREAM_MAX_MESSAGE_SIZE", "0"),
+        ("ZLINK_STREAM_MAX_CONNECTIONS", "10"),
+        ("ZLINK_STREAM_IDLE_TIMEOUT_MS", "5000"),
+        ("ZLINK_STREAM_OUTBOUND_BUFFER_BYTES", "4096"),
+        ("ZLINK_STREAM_REQUEST_TIMEOUT_MS", "700"),
     ]))
     .unwrap();
     c.validate().unwrap();
+    let stream = c.stream_config().unwrap().expect("stream.listen is set");
+    assert_eq!(stream.listen.to_string(), "127.0.0.1:7201");
+    assert_eq!(
+        stream.session.max_message_size.limit(),
+        None,
+        "0 = unlimited"
+    );
+    assert_eq!(stream.max_connections, 10);
+    assert_eq!(stream.session.idle_timeout.as_millis(), 5_000);
+    assert_eq!(stream.session.outbound_buffer_bytes, 4_096);
+    assert_eq!(stream.session.request_timeout.as_millis(), 700);
+    assert!(
+        HostConfig::default().stream_config().unwrap().is_none(),
+        "no StreamNode unless stream.listen is set"
+    );
+    assert_eq!(
+        HostConfig::default().stream.max_message_size,
+        65_536,
+        "MaxMessageSize defaults to 64 KiB"
+    );
     assert_eq!(c.relocation.on_shutdown, "none");
     assert_eq!(c.lease_loss, "exit");
     assert_eq!(c.mesh.advertise_port, Some(7300));
@@ -399,6 +425,51 @@ fn each_invalid_field_yields_an_error_naming_it() {
             "relocation.node_in_flight_budget_bytes",
             |c| c.relocation.node_in_flight_budget_bytes = 1,
             "0 (off) or 1024..=1099511627776",
+        ),
+        (
+            "stream.max_message_size",
+            |c| {
+                c.stream.listen = Some("127.0.0.1:0".into());
+                c.stream.max_message_size = -1;
+            },
+            "0 (unlimited) or a positive byte count",
+        ),
+        (
+            "stream.listen",
+            |c| c.stream.listen = Some("localhost".into()),
+            "an ip:port socket address",
+        ),
+        (
+            "stream.max_connections",
+            |c| {
+                c.stream.listen = Some("127.0.0.1:0".into());
+                c.stream.max_connections = 0;
+            },
+            "1..=1000000",
+        ),
+        (
+            "stream.idle_timeout_ms",
+            |c| {
+                c.stream.listen = Some("127.0.0.1:0".into());
+                c.stream.idle_timeout_ms = 0;
+            },
+            "1..=3600000",
+        ),
+        (
+            "stream.outbound_buffer_bytes",
+            |c| {
+                c.stream.listen = Some("127.0.0.1:0".into());
+                c.stream.outbound_buffer_bytes = 10;
+            },
+            "1024..=1073741824",
+        ),
+        (
+            "stream.request_timeout_ms",
+            |c| {
+                c.stream.listen = Some("127.0.0.1:0".into());
+                c.stream.request_timeout_ms = 0;
+            },
+            "1..=3600000",
         ),
         (
             // A cached route must expire 5 s before the old owner stops following (routing §2.5).

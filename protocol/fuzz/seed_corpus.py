@@ -56,6 +56,10 @@ def main() -> None:
             data = bytes.fromhex(item["hex"])
             if target == "stream_decode":
                 data = bytes([len(data) // 2 % 256]) + data  # byte 0 = split point
+                # stream_session: one read of the fixture (op 0, length), then write it all out.
+                if len(data) <= 256:
+                    put("stream_session", bytes([0, len(data) - 1]) + data[1:] + bytes([7, 255]))
+                    n += 1
             put(target, data)
             n += 1
     doc = json.loads((GOLDEN / "channel-envelope.json").read_text())

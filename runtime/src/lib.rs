@@ -40,6 +40,9 @@
 //!   one SUB socket and one readiness state per publisher, publisher descriptors for discovery
 //!   (see `docs/architecture.md`, "Classic fanout").
 //! - [`metrics`] — lock-free latency histograms for the Prometheus exposition.
+//! - [`session`] — client STREAM sessions: the StreamNode (listener, per-connection task, handler
+//!   task) around the pure core of the `zlink-session` crate. Actor binding and session
+//!   relocation (wire 38/24/25/36/51, 42/43/44) are still to come.
 //!
 //! The Location Store and Relocation Store live in the `zlink-store` crate.
 //!
@@ -50,7 +53,6 @@
 //!   cutover CAS and `SafeToShutdown`. Its first pure core, [`relocation::host`] (the host's
 //!   relocation lifecycle and SafeToShutdown), exists; the rest comes with the relocation
 //!   issue.
-//! - `session` — client STREAM sessions, Actor binding and session relocation (wire 42/43/44).
 //! - `presence` — user connection routing over 256 hash slots with a presence authority.
 //!
 //! Wire formats (records, STREAM packets, metadata, durable blobs) are not defined here: they
@@ -72,6 +74,7 @@ pub mod object;
 pub mod relocation;
 pub mod routing;
 pub mod select;
+pub mod session;
 pub mod transport;
 
 /// A duration in whole milliseconds (saturating): the one conversion the runtime's

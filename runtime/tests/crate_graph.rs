@@ -74,3 +74,17 @@ fn the_runtime_library_has_no_cli_progress_yaml_log_subscriber_or_exposition_dep
         assert!(!names.contains(banned), "the runtime depends on {banned}");
     }
 }
+
+/// The STREAM session core is pure (docs/architecture.md, "Crates"): no async runtime, no
+/// sockets library, no libzmq, so the fuzz target links it alone.
+#[test]
+fn the_session_core_links_no_tokio_and_no_zeromq() {
+    let names = tree("zlink-session");
+    assert!(
+        names.contains("zlink-protocol"),
+        "it decodes STREAM packets"
+    );
+    for banned in ["tokio", "mio", "zmq", "zmq-sys", "zlink", "futures"] {
+        assert!(!names.contains(banned), "zlink-session depends on {banned}");
+    }
+}

@@ -251,6 +251,44 @@ impl Default for RelocationSection {
     }
 }
 
+/// `stream:` — the StreamNode that accepts game clients over TCP (issue 19 item 1; glossary
+/// §10 "STREAM session", §6 "MaxMessageSize"). Off unless `listen` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamSection {
+    /// Listen address (`ip:port`, port 0 = ephemeral); empty or absent: no StreamNode.
+    pub listen: Option<String>,
+    /// Inbound limit of one packet, header + payload, in bytes: 65,536 by default, 0 =
+    /// unlimited, negative = a startup error.
+    pub max_message_size: i64,
+    /// Sessions at once; a connection beyond is closed and counted.
+    pub max_connections: u64,
+    /// A session that sends nothing this long is closed (`Idle`).
+    pub idle_timeout_ms: u64,
+    /// Output a client has not read beyond this closes its session (`SlowConsumer`).
+    pub outbound_buffer_bytes: u64,
+    /// A request without a terminal this long is answered `DeadlineExceeded`.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for StreamSection {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            max_message_size: defaults::STREAM_MAX_MESSAGE_SIZE as i64,
+            max_connections: zlink::session::StreamConfig::DEFAULT_MAX_CONNECTIONS as u64,
+            idle_timeout_ms: ms(zlink::session::SessionConfig::DEFAULT_IDLE_TIMEOUT),
+            outbound_buffer_bytes: zlink::session::SessionConfig::DEFAULT_OUTBOUND_BUFFER_BYTES
+                as u64,
+            request_timeout_ms: ms(zlink::session::SessionConfig::DEFAULT_REQUEST_TIMEOUT),
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// `timings:` — every interval and deadline, in milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -334,6 +372,8 @@ pub struct HostConfig {
     pub admin: AdminSection,
     /// Relocation.
     pub relocation: RelocationSection,
+    /// Client STREAM sessions.
+    pub stream: StreamSection,
     /// How long a shutdown (SIGTERM, SIGINT or `Shutdown` without a deadline) may take before
     /// the host force-stops: the relocation first (`relocation.on_shutdown`), the wait for
     /// SafeToShutdown, then the drain of accepted work. The default (95 s) covers the defaults
@@ -359,6 +399,7 @@ impl Default for HostConfig {
             timings: TimingsSection::default(),
             admin: AdminSection::default(),
             relocation: RelocationSection::default(),
+            stream: StreamSection::default(),
             drain_deadline_ms: 95_000,
             application_version: 0,
             log_level: "info".into(),
@@ -409,6 +450,12 @@ pub const FIELDS: &[&str] = &[
     "relocation.node_in_flight_budget_bytes",
     "relocation.maintenance_wave",
     "relocation.route_cache_max_age_ms",
+    "stream.listen",
+    "stream.max_message_size",
+    "stream.max_connections",
+    "stream.idle_timeout_ms",
+    "stream.outbound_buffer_bytes",
+    "stream.request_timeout_ms",
     "drain_deadline_ms",
     "application_version",
     "log_level",
@@ -595,6 +642,20 @@ impl HostConfig {
             }
             "timings.status_poll_ms" => self.timings.status_poll_ms = parse_num(var, field, raw)?,
             "timings.drain_seal_ms" => self.timings.drain_seal_ms = parse_num(var, field, raw)?,
+            "stream.listen" => self.stream.listen = opt_string(raw),
+            "stream.max_message_size" => {
+                self.stream.max_message_size = parse_num(var, field, raw)?;
+            }
+            "stream.max_connections" => {
+                self.stream.max_connections = parse_num(var, field, raw)?;
+            }
+            "stream.idle_timeout_ms" => self.stream.idle_timeout_ms = parse_num(var, field, raw)?,
+            "stream.outbound_buffer_bytes" => {
+                self.stream.outbound_buffer_bytes = parse_num(var, field, raw)?;
+            }
+            "stream.request_timeout_ms" => {
+                self.stream.request_timeout_ms = parse_num(var, field, raw)?;
+            }
             "admin.grpc_listen" => raw.clone_into(&mut self.admin.grpc_listen),
             "admin.http_listen" => raw.clone_into(&mut self.admin.http_listen),
             "admin.token_file" => self.admin.token_file = opt_string(raw).map(PathBuf::from),
@@ -682,6 +743,54 @@ impl HostConfig {
     /// [`HostConfigError::Invalid`] naming `admin.grpc_listen`.
     pub fn grpc_addr(&self) -> Result<SocketAddr, HostConfigError> {
         parse_addr("admin.grpc_listen", &self.admin.grpc_listen)
+    }
+
+    /// The StreamNode settings, `None` when `stream.listen` is not set.
+    ///
+    /// # Errors
+    /// [`HostConfigError::Invalid`] naming the `stream.*` field.
+    pub fn stream_config(&self) -> Result<Option<zlink::session::StreamConfig>, HostConfigError> {
+        let st = &self.stream;
+        let Some(listen) = st.listen.as_deref().filter(|l| !l.is_empty()) else {
+            return Ok(None);
+        };
+        let listen = parse_addr("stream.listen", listen)?;
+        let max_message_size = zlink_protocol::stream::MaxMessageSize::new(st.max_message_size)
+            .map_err(|e| HostConfigError::Invalid {
+                field: "stream.max_message_size",
+                value: st.max_message_size.to_string(),
+                allowed: format!("0 (unlimited) or a positive byte count ({e})"),
+            })?;
+        check_range("stream.max_connections", st.max_connections, 1, 1_000_000)?;
+        check_range(
+            "stream.idle_timeout_ms",
+            st.idle_timeout_ms,
+            1,
+            MAX_INTERVAL_MS,
+        )?;
+        check_range(
+            "stream.outbound_buffer_bytes",
+            st.outbound_buffer_bytes,
+            1_024,
+            1 << 30,
+        )?;
+        check_range(
+            "stream.request_timeout_ms",
+            st.request_timeout_ms,
+            1,
+            MAX_INTERVAL_MS,
+        )?;
+        Ok(Some(zlink::session::StreamConfig {
+            listen,
+            max_connections: st.max_connections as usize,
+            session: zlink::session::SessionConfig {
+                max_message_size,
+                idle_timeout: Duration::from_millis(st.idle_timeout_ms),
+                outbound_buffer_bytes: st.outbound_buffer_bytes as usize,
+                request_timeout: Duration::from_millis(st.request_timeout_ms),
+                max_pending_requests: zlink::session::SessionConfig::DEFAULT_MAX_PENDING_REQUESTS,
+            },
+        }))
     }
 
     /// The HTTP listen address (valid after [`HostConfig::validate`]).
@@ -956,6 +1065,7 @@ impl HostConfig {
                 &e.to_string(),
             );
         }
+        self.stream_config()?;
         // The drain uses at most half the deadline for the seal, whatever is configured.
         check_range("timings.drain_seal_ms", t.drain_seal_ms, 0, 60_000)?;
         if !["error", "warn", "info", "debug", "trace"].contains(&self.log_level.as_str()) {

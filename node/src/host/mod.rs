@@ -100,6 +100,9 @@ pub enum HostError {
         /// Why.
         source: std::io::Error,
     },
+    /// The StreamNode did not start.
+    #[error(transparent)]
+    Stream(#[from] zlink::session::StreamError),
     /// The Location Store could not be reached.
     #[error("location store {url}: {source}")]
     Store {
@@ -141,6 +144,9 @@ pub struct Announce {
     pub http: String,
     /// The host state (`serving`).
     pub state: String,
+    /// The bound STREAM listener address, when `stream.listen` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
 }
 
 /// The object runtime a host runs (its store calls counted).
@@ -183,6 +189,10 @@ pub struct Host {
     relocation_changed: watch::Sender<u64>,
     /// Units by outcome over every relocation (metrics).
     relocation_outcomes: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// The StreamNode for game clients (`stream.listen`), from Serving until the drain.
+    stream: std::sync::Mutex<Option<zlink::session::StreamNode>>,
+    /// Its counters, once it started (they outlive it for the last scrapes).
+    stream_metrics: std::sync::OnceLock<Arc<zlink::session::StreamMetrics>>,
 }
 
 /// A requested drain: its deadline and whether it relocates first.
@@ -533,6 +543,8 @@ pub async fn run(
         relocation_units: std::sync::Mutex::new(Vec::new()),
         relocation_changed: watch::channel(0).0,
         relocation_outcomes: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+        stream: std::sync::Mutex::new(None),
+        stream_metrics: std::sync::OnceLock::new(),
         config,
     });
     host.refresh_status();
@@ -560,6 +572,19 @@ pub async fn run(
             addr: http_addr,
             source,
         })?;
+    let stream_config = host.config.stream_config()?;
+    let stream_listener = match &stream_config {
+        Some(sc) => Some(
+            tokio::net::TcpListener::bind(sc.listen)
+                .await
+                .map_err(|source| HostError::Listen {
+                    field: "stream.listen",
+                    addr: sc.listen,
+                    source,
+                })?,
+        ),
+        None => None,
+    };
     let grpc_bound = grpc_listener.local_addr().unwrap_or(grpc_addr);
     let http_bound = http_listener.local_addr().unwrap_or(http_addr);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -603,6 +628,23 @@ pub async fn run(
         }
         return Err(e);
     }
+    let stream_bound = match (stream_config, stream_listener) {
+        (Some(sc), Some(listener)) => {
+            let node = zlink::session::StreamNode::serve(
+                listener,
+                sc,
+                host.registry.stream_handlers().clone(),
+            )?;
+            let _ = host.stream_metrics.set(Arc::clone(node.metrics()));
+            let bound = node.local_addr().to_string();
+            *host
+                .stream
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(node);
+            Some(bound)
+        }
+        _ => None,
+    };
     host.set_state(HostState::Serving);
     host.health
         .set_serving::<proto::host_admin_server::HostAdminServer<admin::AdminService>>()
@@ -617,6 +659,7 @@ pub async fn run(
             grpc: grpc_bound.to_string(),
             http: http_bound.to_string(),
             state: HostState::Serving.name().to_owned(),
+            stream: stream_bound,
         });
     }
     let refresher = tokio::spawn(refresh_loop(Arc::clone(&host)));
@@ -922,6 +965,16 @@ async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
         n.set_runtime_state(HostState::Draining.runtime_state());
     }
     tracing::info!(?deadline, "drain started");
+    // Game clients get `zlink.GoAway` and half the deadline to reconnect elsewhere; sessions
+    // do not move (issue 19, out of scope), so the rest are closed `Draining`.
+    let stream = host
+        .stream
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(s) = &stream {
+        s.drain(deadline / 2);
+    }
     // The seal window: peers apply the Draining update and stop selecting this host; what they
     // sent just before still arrives and is served.
     // At most half the deadline: the rest is for the work in flight.
@@ -949,6 +1002,13 @@ async fn drain(host: &Arc<Host>, deadline: Duration) -> u64 {
         );
     }
     host.cut.store(cut, Ordering::Relaxed);
+    if let Some(s) = stream
+        && tokio::time::timeout(Duration::from_secs(5), s.shutdown())
+            .await
+            .is_err()
+    {
+        tracing::warn!("STREAM sessions did not close within 5 s; stopping anyway");
+    }
     // Bounded: a handler that never ends cannot keep the process past its deadline (plus a
     // short grace); the lease is released by the node shutdown, itself bounded.
     let grace = until

@@ -24,6 +24,7 @@ pub mod messages;
 pub mod player;
 pub mod room;
 pub mod seq;
+pub mod stream;
 
 use std::time::Duration;
 
@@ -121,6 +122,9 @@ impl<S: Serialize + DeserializeOwned + Send + 'static> StateAdapter<S> for Versi
 /// `PreserveStateWith(VersionedJson)`) and the `lobby` Entry Spot (a room without members).
 pub fn registry(cfg: &RefAppConfig) -> Registry {
     let mut r = Registry::new();
+    // Fixed, valid and unique names: a failure here is a bug, caught by every test that builds
+    // the reference application.
+    stream::register(r.stream_handlers_mut()).expect("the reference STREAM handlers register");
     let tick = cfg.room_tick;
     let limit = cfg.chat_log_limit;
     r.user_spot(

@@ -21,6 +21,8 @@ pub struct Host {
     pub rid: String,
     pub grpc: String,
     pub http: String,
+    /// The STREAM listener, when `stream.listen` is set.
+    pub stream: Option<String>,
 }
 
 impl Host {
@@ -89,6 +91,7 @@ impl Host {
             rid,
             grpc: first["grpc"].as_str().unwrap().to_owned(),
             http: first["http"].as_str().unwrap().to_owned(),
+            stream: first["stream"].as_str().map(str::to_owned),
         }
     }
 

@@ -748,6 +748,9 @@ impl<S: Send + 'static> TypeBuilder<'_, S> {
 pub struct Registry {
     types: BTreeMap<String, Arc<dyn ObjectType>>,
     errors: Vec<RegistryError>,
+    /// The application's client STREAM handlers, served by the host's StreamNode when
+    /// `stream.listen` is set.
+    stream: crate::session::SessionHandlers,
 }
 
 impl std::fmt::Debug for Registry {
@@ -755,6 +758,7 @@ impl std::fmt::Debug for Registry {
         f.debug_struct("Registry")
             .field("types", &self.types.keys().collect::<Vec<_>>())
             .field("errors", &self.errors)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -787,6 +791,18 @@ impl Registry {
     /// Nothing registered.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The application's client STREAM handlers, to register more
+    /// ([`SessionHandlers::on_send`](crate::session::SessionHandlers::on_send) /
+    /// [`on_request`](crate::session::SessionHandlers::on_request)).
+    pub fn stream_handlers_mut(&mut self) -> &mut crate::session::SessionHandlers {
+        &mut self.stream
+    }
+
+    /// The application's client STREAM handlers.
+    pub fn stream_handlers(&self) -> &crate::session::SessionHandlers {
+        &self.stream
     }
 
     register_by_kind! {

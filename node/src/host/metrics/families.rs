@@ -565,3 +565,81 @@ impl Collector for StoreFamilies {
         )
     }
 }
+
+/// Client STREAM sessions (issue 19): zeros while `stream.listen` is not set, so the family
+/// list does not depend on the configuration.
+#[derive(Debug)]
+pub(super) struct StreamFamilies(pub(super) Arc<Host>);
+
+impl Collector for StreamFamilies {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> fmt::Result {
+        let none = zlink::session::StreamMetrics::default();
+        let m = self.0.stream_metrics.get().map_or(&none, |m| &**m);
+        gauge(
+            &mut enc,
+            "zlink_stream_sessions",
+            "STREAM sessions open now.",
+            &[(&[], load(&m.active))],
+        )?;
+        counter(
+            &mut enc,
+            "zlink_stream_sessions_accepted_total",
+            "STREAM connections accepted as sessions.",
+            &[(&[], load(&m.accepted))],
+        )?;
+        counter(
+            &mut enc,
+            "zlink_stream_connections_rejected_total",
+            "STREAM connections closed at once because stream.max_connections sessions were open.",
+            &[(&[], load(&m.rejected_connections))],
+        )?;
+        let mut closed = counters(
+            &mut enc,
+            "zlink_stream_sessions_closed_total",
+            "STREAM sessions closed, by reason (MessageTooLarge is the EMSGSIZE count).",
+        )?;
+        for reason in zlink::session::CloseReason::ALL {
+            closed.sample(&[("reason", reason.as_str())], m.closed(reason))?;
+        }
+        counter(
+            &mut enc,
+            "zlink_stream_packets_total",
+            "STREAM packets of closed sessions, by direction (in: decoded from clients; out: queued to them).",
+            &[
+                (&[("direction", "in")], load(&m.packets_in)),
+                (&[("direction", "out")], load(&m.packets_out)),
+            ],
+        )?;
+        counter(
+            &mut enc,
+            "zlink_stream_bytes_total",
+            "STREAM bytes of closed sessions, by direction.",
+            &[
+                (&[("direction", "in")], load(&m.bytes_in)),
+                (&[("direction", "out")], load(&m.bytes_out)),
+            ],
+        )?;
+        counter(
+            &mut enc,
+            "zlink_stream_dropped_total",
+            "STREAM packets dropped without a handler or reply, by reason.",
+            &[
+                (&[("reason", "unknown_packet")], load(&m.unknown_packets)),
+                (&[("reason", "unknown_reply")], load(&m.unknown_reply_drops)),
+                (&[("reason", "reserved_send")], load(&m.reserved_send_drops)),
+                (&[("reason", "late_reply")], load(&m.late_replies)),
+                (&[("reason", "invalid_push")], load(&m.invalid_pushes)),
+            ],
+        )?;
+        counter(
+            &mut enc,
+            "zlink_stream_request_failures_total",
+            "STREAM client requests answered by the framework, by kind (deadline: DeadlineExceeded; dropped_reply and panic: HandlerFailed).",
+            &[
+                (&[("kind", "deadline")], load(&m.request_deadlines)),
+                (&[("kind", "dropped_reply")], load(&m.handler_failed)),
+                (&[("kind", "panic")], load(&m.handler_panics)),
+            ],
+        )
+    }
+}

@@ -34,7 +34,7 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 pub struct RenderError(#[source] std::fmt::Error);
 
 /// A registry with every family of `host`, in the order the operations guide lists them:
-/// host lifecycle, mesh node, object runtime, store calls. Build it once; each [`render`]
+/// host lifecycle, mesh node, object runtime, store calls, STREAM sessions. Build it once; each [`render`]
 /// reads the live values.
 pub fn registry(host: &Arc<Host>) -> Registry {
     let mut registry = Registry::default();
@@ -44,6 +44,7 @@ pub fn registry(host: &Arc<Host>) -> Registry {
     registry.register_collector(Box::new(families::StoreFamilies(Arc::clone(
         &host.store_metrics,
     ))));
+    registry.register_collector(Box::new(families::StreamFamilies(Arc::clone(host))));
     registry
 }
 
