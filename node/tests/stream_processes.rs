@@ -117,7 +117,15 @@ fn a_host_serves_stream_sessions_counts_them_and_sends_go_away_on_sigterm() {
     };
     bad.stream.write_all(&prefix.to_bytes()).unwrap();
     assert!(bad.rest_until_eof().is_empty(), "nothing is sent to it");
-    let (_, text) = http_get(&host.http, "/metrics");
+    // A closed session leaves the gauge when its task ends, just after the client's EOF.
+    let t0 = std::time::Instant::now();
+    let text = loop {
+        let (_, text) = http_get(&host.http, "/metrics");
+        if metric(&text, "zlink_stream_sessions") == 1.0 || t0.elapsed() > Duration::from_secs(10) {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert_eq!(
         metric(
             &text,

@@ -212,7 +212,8 @@ async fn bad_input_closes_only_its_session_with_eof_zero_bytes_and_one_count() {
     seen.release.notify_waiters();
     assert_eq!(node.metrics().closed(CloseReason::MessageTooLarge), 1);
     assert_eq!(node.metrics().closed(CloseReason::ProtocolError), 2);
-    assert_eq!(node.active_sessions(), 1);
+    // The gauge drops once a closed session's task ends (after its bounded linger).
+    eventually("only the bystander is open", || node.active_sessions() == 1).await;
     node.shutdown().await;
 }
 
@@ -436,4 +437,52 @@ async fn bad_settings_and_reserved_names_are_refused_up_front() {
         StreamNode::bind(cfg, SessionHandlers::new()).await,
         Err(StreamError::Bind { .. })
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_as_slow_consumer_and_pushes_then_fail() {
+    let seen = Arc::new(Seen::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut h = handlers(&seen);
+    h.on_send("test.Flood", move |ctx, _packet| {
+        let tx = tx.clone();
+        async move {
+            // 64 KiB pushes until the session refuses one; bounded at 256 MiB.
+            let mut pushed = 0u32;
+            while pushed < 4096 {
+                if ctx
+                    .send("test.Chunk", StreamCodec::Raw, vec![7; 64 * 1024])
+                    .is_err()
+                {
+                    break;
+                }
+                pushed += 1;
+                tokio::task::yield_now().await;
+            }
+            tx.send(pushed).unwrap();
+        }
+    })
+    .unwrap();
+    let mut cfg = config();
+    cfg.session.outbound_buffer_bytes = 256 * 1024;
+    let node = StreamNode::bind(cfg, h).await.unwrap();
+    let mut c = Client::connect(node.local_addr()).await;
+    c.write(&[StreamPacket::send(StreamCodec::Raw, "test.Flood", vec![])])
+        .await;
+    // The client reads nothing; the kernel buffers fill, then the session's output bound.
+    let pushed = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        pushed < 4096,
+        "a push failed once the session closed ({pushed} went out)"
+    );
+    eventually("SlowConsumer counted", || {
+        node.metrics().closed(CloseReason::SlowConsumer) == 1
+    })
+    .await;
+    let mut other = Client::connect(node.local_addr()).await;
+    assert_eq!(other.echo(1, b"fine").await.payload, b"fine");
+    node.shutdown().await;
 }

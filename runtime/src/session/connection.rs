@@ -141,6 +141,10 @@ pub(super) async fn serve(
         }
     };
     drop(work_tx);
+    // From here every handler call fails with `SessionClosed` at once (a flooding handler
+    // stops instead of filling the channel while the task flushes and lingers).
+    control.close();
+    while control.try_recv().is_ok() {}
     for (_, w) in waiters.drain() {
         let _ = w.send(Err(ErrorKind::ConnectionLost));
     }
