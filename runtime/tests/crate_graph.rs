@@ -88,3 +88,19 @@ fn the_session_core_links_no_tokio_and_no_zeromq() {
         assert!(!names.contains(banned), "zlink-session depends on {banned}");
     }
 }
+
+#[test]
+fn the_stream_connector_links_no_zeromq_and_no_runtime() {
+    let names = tree("zlink-connector");
+    assert!(names.contains("tokio"), "it is a tokio client");
+    assert!(
+        names.contains("zlink-session"),
+        "it shares the error payloads"
+    );
+    for banned in ["zmq", "zmq-sys", "zlink", "zlink-store", "redis"] {
+        assert!(
+            !names.contains(banned),
+            "zlink-connector depends on {banned}"
+        );
+    }
+}

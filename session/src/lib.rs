@@ -46,6 +46,6 @@ mod session;
 pub use config::{SessionConfig, SessionConfigError};
 pub use reason::{CloseReason, ErrorKind, ErrorPayload};
 pub use session::{
-    ClientReply, Event, Inbound, PING, RESERVED_PREFIX, Reply, ReplyError, SendError, Session,
-    SessionCounters, SessionId,
+    ClientReply, Event, GO_AWAY, Inbound, PING, RESERVED_PREFIX, Reply, ReplyError, SendError,
+    Session, SessionCounters, SessionId,
 };
