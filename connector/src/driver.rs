@@ -245,8 +245,9 @@ impl Driver {
             let can_read = !self.shared.queue_full();
             let can_take = core.waiting_output() < self.config.outbound_buffer_bytes;
             let deadline = core.poll_timeout().map(Instant::from_std);
+            // Not `biased`: with reads polled before commands, a constant
+            // inbound flood would starve the caller's sends and replies.
             tokio::select! {
-                biased;
                 changed = self.close.changed() => {
                     if changed.is_err() || self.closing() {
                         core.close(DisconnectReason::ClientClosed);
