@@ -901,6 +901,115 @@ impl MeshNode {
         .await
     }
 
+    /// A session relay one-way on a stored binding route (wire 24 with the bound-session tail;
+    /// issue 19 item 5); completes at source-local admission. Never retargeted.
+    ///
+    /// # Errors
+    /// As [`MeshNode::object_send`].
+    pub async fn object_send_bound(
+        &self,
+        route: &RouteFence,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        session: zlink_protocol::generated::SessionRef,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.owner_conn(route)?;
+        let mut record = Record::new(CommandBody::ActorSend(ActorSend {
+            route: route.clone(),
+            source: self.inner.fence(),
+        }))
+        .with_payload(payload);
+        record.metadata = metadata;
+        record.bound_session = Some(zlink_protocol::generated::BoundSessionTail { session });
+        self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// A session relay request on a stored binding route (wire 25 with the bound-session
+    /// tail), with one end-to-end deadline.
+    ///
+    /// # Errors
+    /// As [`MeshNode::object_request`].
+    pub async fn object_request_bound(
+        &self,
+        route: &RouteFence,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        session: zlink_protocol::generated::SessionRef,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
+        self.check_open()?;
+        let conn = self.owner_conn(route)?;
+        let route = route.clone();
+        self.request_on_tailed(
+            conn,
+            move |request, source, _target| {
+                CommandBody::ActorRequest(ActorRequest {
+                    request,
+                    route,
+                    source,
+                })
+            },
+            Some(payload),
+            metadata,
+            Some(session),
+            timeout,
+        )
+        .await
+    }
+
+    /// Bind `session` (one of this node's) to the Actor incarnation `route` names: command 38
+    /// to its owner, answered once (issue 19 item 4).
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that owner lifecycle), the owner's refusal,
+    /// `DeadlineExceeded`.
+    pub async fn session_bind(
+        &self,
+        session: &zlink_protocol::generated::SessionRef,
+        route: &RouteFence,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.owner_conn(route)?;
+        self.request_on(
+            conn,
+            |request, _source, _target| {
+                CommandBody::BoundSessionBind(zlink_protocol::generated::BoundSessionBind {
+                    request,
+                    session: session.clone(),
+                    actor_route: route.clone(),
+                })
+            },
+            None,
+            None,
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// An Actor's push to its bound session on the session's owner node (wire 36; no
+    /// metadata). Completes at source-local admission.
+    ///
+    /// # Errors
+    /// `Unavailable` (no ready connection to that session owner lifecycle), `ShuttingDown`.
+    pub async fn bound_session_send(
+        &self,
+        body: zlink_protocol::generated::BoundSessionSend,
+        payload: TypedPayload,
+    ) -> Result<(), CallError> {
+        self.check_open()?;
+        let conn = self.conn_to(&body.session.owner_node, &body.actor_id)?;
+        let record = Record::new(CommandBody::BoundSessionSend(body)).with_payload(payload);
+        self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// Whether this node is shutting down (it takes no new work).
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.shutting_down.load(Ordering::Acquire)
+    }
+
     /// Send the single terminal reply of an admitted request back to `source` (on its current
     /// connection; a source that is gone is counted as `reply_unroutable`).
     pub fn reply_to(
@@ -1354,6 +1463,20 @@ impl MeshNode {
         metadata: Option<Metadata>,
         timeout: Duration,
     ) -> Result<TypedPayload, CallError> {
+        self.request_on_tailed(conn, body, payload, metadata, None, timeout)
+            .await
+    }
+
+    /// [`MeshNode::request_on`] with a bound-session tail (flag 0x02) on the record.
+    async fn request_on_tailed(
+        &self,
+        conn: ConnRef,
+        body: impl FnOnce(RequestHeader, NodeFence, NodeFence) -> CommandBody,
+        payload: Option<TypedPayload>,
+        metadata: Option<Metadata>,
+        bound_session: Option<zlink_protocol::generated::SessionRef>,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
         let started = Instant::now();
         let deadline_wall = SystemTime::now() + timeout;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -1391,6 +1514,8 @@ impl MeshNode {
         let mut record = Record::new(body);
         record.payload = payload;
         record.metadata = metadata;
+        record.bound_session =
+            bound_session.map(|session| zlink_protocol::generated::BoundSessionTail { session });
         let sent = tokio::time::timeout_at(
             deadline,
             self.inner.send_app_record(&conn, Leg::Request, &record),

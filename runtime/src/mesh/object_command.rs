@@ -16,10 +16,10 @@ use std::sync::Arc;
 
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
-    ActorCreate, ActorDestroy, ActorJoin, ActorRequest, ActorSend, InstanceSpot, LogicalMulticast,
-    MessageFollow, NodeFence, RelocationCutover, RelocationData, RelocationFailed,
-    RelocationPrepare, RelocationReady, RelocationState, ReplyRelayAck, RequestHeader, RouteFence,
-    SpotRequest, SpotSend, UserSpotClose, UserSpotCreate,
+    ActorCreate, ActorDestroy, ActorJoin, ActorRequest, ActorSend, BoundSessionBind,
+    BoundSessionSend, InstanceSpot, LogicalMulticast, MessageFollow, NodeFence, RelocationCutover,
+    RelocationData, RelocationFailed, RelocationPrepare, RelocationReady, RelocationState,
+    ReplyRelayAck, RequestHeader, RouteFence, SpotRequest, SpotSend, UserSpotClose, UserSpotCreate,
 };
 use zlink_protocol::metadata::Metadata;
 
@@ -30,6 +30,8 @@ pub struct ObjectPayload {
     pub metadata: Option<Metadata>,
     /// The application payload (empty when the record carried none).
     pub payload: TypedPayload,
+    /// The bound-session tail (flag 0x02) of a session relay (24/25 only).
+    pub bound_session: Option<zlink_protocol::generated::SessionRef>,
 }
 
 /// An object command this node admitted from a peer (wire §7–§9), with its decoded body.
@@ -75,6 +77,11 @@ pub enum ObjectCommand {
     /// `messageFollow` (50): an old owner followed a record of this node's to the object's new
     /// owner; this node's cached route is stale (wire §3.1).
     MessageFollow(MessageFollow),
+    /// `boundSessionBind` (38, request leg): a session owner binds one of its sessions to an
+    /// Actor this node owns (routing §3.1); the sender is the session's owner node.
+    BoundSessionBind(BoundSessionBind),
+    /// `boundSessionSend` (36): an Actor's push to a session of this node.
+    BoundSessionSend(BoundSessionSend, ObjectPayload),
 }
 
 impl ObjectCommand {
@@ -101,7 +108,9 @@ impl ObjectCommand {
             | Self::RelocationData(_)
             | Self::RelocationCutover(_)
             | Self::ReplyRelayAck(_)
-            | Self::MessageFollow(_) => None,
+            | Self::MessageFollow(_)
+            | Self::BoundSessionBind(_)
+            | Self::BoundSessionSend(..) => None,
         }
     }
 
@@ -117,6 +126,7 @@ impl ObjectCommand {
             Self::UserSpotCreate(b) => Some(b.request.clone()),
             Self::UserSpotClose(b) => Some(b.request.clone()),
             Self::ActorCreate(b) => Some(b.request.clone()),
+            Self::BoundSessionBind(b) => Some(b.request.clone()),
             Self::InstanceSpot(i, _) => instance_request(i),
             Self::SpotSend(..)
             | Self::ActorSend(..)
@@ -128,7 +138,8 @@ impl ObjectCommand {
             | Self::RelocationData(_)
             | Self::RelocationCutover(_)
             | Self::ReplyRelayAck(_)
-            | Self::MessageFollow(_) => None,
+            | Self::MessageFollow(_)
+            | Self::BoundSessionSend(..) => None,
         }
     }
 
@@ -154,6 +165,8 @@ impl ObjectCommand {
             Self::RelocationCutover(_) => "relocationCutover",
             Self::ReplyRelayAck(_) => "replyRelayAck",
             Self::MessageFollow(_) => "messageFollow",
+            Self::BoundSessionBind(_) => "boundSessionBind",
+            Self::BoundSessionSend(..) => "boundSessionSend",
         }
     }
 }

@@ -1093,17 +1093,29 @@ impl Reactor {
                 );
             }
             CommandBody::ActorSend(b) => {
-                self.take_object(
-                    conn,
-                    stamp.charge,
-                    ObjectCommand::ActorSend(b, app(record.metadata, record.payload)),
-                );
+                let mut p = app(record.metadata, record.payload);
+                p.bound_session = record.bound_session.map(|t| t.session);
+                self.take_object(conn, stamp.charge, ObjectCommand::ActorSend(b, p));
             }
             CommandBody::ActorRequest(b) => {
+                let mut p = app(record.metadata, record.payload);
+                p.bound_session = record.bound_session.map(|t| t.session);
+                self.take_object(conn, stamp.charge, ObjectCommand::ActorRequest(b, p));
+            }
+            CommandBody::BoundSessionBind(b) => {
+                // Routing §3.1: the session owner binds its own sessions.
+                if b.session.owner_node != *conn.peer() {
+                    self.inner.metrics.protocol_error("source_mismatch");
+                    self.consumed(&conn, stamp.charge);
+                    return;
+                }
+                self.take_object(conn, stamp.charge, ObjectCommand::BoundSessionBind(b));
+            }
+            CommandBody::BoundSessionSend(b) => {
                 self.take_object(
                     conn,
                     stamp.charge,
-                    ObjectCommand::ActorRequest(b, app(record.metadata, record.payload)),
+                    ObjectCommand::BoundSessionSend(b, app(record.metadata, record.payload)),
                 );
             }
             CommandBody::LogicalMulticast(b) => {
@@ -1208,9 +1220,7 @@ impl Reactor {
             }
             CommandBody::ActorLookup(_)
             | CommandBody::ActorLeft(_)
-            | CommandBody::BoundSessionSend(_)
             | CommandBody::ActorJoined(_)
-            | CommandBody::BoundSessionBind(_)
             | CommandBody::SessionRelocationSeal(_)
             | CommandBody::SessionRelocationSealed(_)
             | CommandBody::SessionRelocationRoute(_)
@@ -2167,5 +2177,6 @@ fn app(
     ObjectPayload {
         metadata,
         payload: payload.unwrap_or_default(),
+        bound_session: None,
     }
 }

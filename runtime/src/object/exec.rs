@@ -248,6 +248,31 @@ pub trait ObjectCaller: Send + Sync + 'static {
 
     /// The node this object runs on: its RID and node lifecycle generation.
     fn hosting_node(&self) -> (String, u64);
+
+    /// The STREAM session incarnation `generation` of `key` is bound to now (issue 19).
+    fn bound_session(
+        &self,
+        _key: &AuthorityKey,
+        _generation: u64,
+    ) -> Option<zlink_protocol::generated::SessionRef> {
+        None
+    }
+
+    /// Push `payload` from incarnation `generation` of `key` to its bound session
+    /// (command 36).
+    fn push_to_session(
+        &self,
+        _key: AuthorityKey,
+        _generation: u64,
+        _payload: TypedPayload,
+    ) -> BoxFuture<Result<(), CallError>> {
+        Box::pin(async {
+            Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                "this runtime has no STREAM sessions",
+            ))
+        })
+    }
 }
 
 impl std::fmt::Debug for Binding {
@@ -458,6 +483,49 @@ impl<S: Send + 'static> Ctx<S> {
             .as_ref()
             .and_then(std::sync::Weak::upgrade)
             .map(|c| c.hosting_node())
+    }
+
+    /// The STREAM session this Actor is bound to now (issue 19 item 5; routing §3.2): its
+    /// owner node, session id and binding generation. `None` when unbound (never bound, its
+    /// session disconnected or was replaced, or its owner is gone) and outside a runtime.
+    pub fn session(&self) -> Option<zlink_protocol::generated::SessionRef> {
+        let home = &self.shared.home;
+        home.caller
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)?
+            .bound_session(&home.key, home.generation)
+    }
+
+    /// Push `msg` to the bound session (command 36, no metadata): its client gets a Send
+    /// packet named `M::PACKET_NAME`. Completes at submission toward the session owner.
+    ///
+    /// # Errors
+    /// `InvalidOperation` when unbound (or outside a runtime); `Unavailable` when the session
+    /// owner cannot be reached, which also ends the binding; encoding errors.
+    pub async fn push<M: JsonMessage>(&self, msg: &M) -> Result<(), CallError> {
+        let payload = encode_json(msg)?;
+        self.push_payload(payload).await
+    }
+
+    /// Push a typed payload to the bound session (see [`Ctx::push`]).
+    ///
+    /// # Errors
+    /// As [`Ctx::push`].
+    pub async fn push_payload(&self, payload: TypedPayload) -> Result<(), CallError> {
+        let home = &self.shared.home;
+        let caller = home
+            .caller
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade)
+            .ok_or_else(|| {
+                CallError::new(
+                    ErrorKind::InvalidOperation,
+                    "this object runs outside a runtime: it has no session",
+                )
+            })?;
+        caller
+            .push_to_session(home.key.clone(), home.generation, payload)
+            .await
     }
 
     /// The immutable metadata snapshot of the message this turn handles (empty for timer

@@ -5,6 +5,8 @@
 //!   lifecycle lanes, yield debt, turns, `Yield`/resume, capture at a handler boundary.
 //! - [`timers`] — timers held as data (due time, period, payload), captured with their remaining
 //!   time in the durable `relocation-envelope-v1` form.
+//! - [`actor_ref`] — `ActorRef`, an Actor incarnation's full route fence (what a session
+//!   bind takes).
 //! - [`exec`] — the execution shell: handler turns on tokio, `Async` / `Yield`, timers.
 //! - [`objects`] — the node-wide table every executor runs its queue in.
 //! - [`registry`] — factory registration per stable type, kinds, relocation policies and state
@@ -20,6 +22,7 @@
 //! The runtime shell (handler turns on tokio, factories, creation, ID-addressed calls) builds
 //! on these; see `docs/architecture.md`, "Objects".
 
+pub mod actor_ref;
 pub mod exec;
 pub mod objects;
 pub mod queue;
@@ -28,5 +31,6 @@ pub mod runtime;
 pub mod table;
 pub mod timers;
 
+pub use actor_ref::ActorRef;
 pub use runtime::ObjectCalls;
 mod work;

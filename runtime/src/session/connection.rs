@@ -58,7 +58,11 @@ pub(super) async fn serve(
         local,
         peer,
         control: control_tx.clone(),
+        router: shared.router.clone(),
     };
+    if let Some(router) = &shared.router {
+        router.opened(ctx.clone());
+    }
     let dispatcher = tokio::spawn(dispatch(
         work_rx,
         shared.handlers.clone(),
@@ -155,8 +159,17 @@ pub(super) async fn serve(
     record_close(&shared, &core, reason);
     let _ = wr.shutdown().await;
     linger(&mut rd).await;
-    // The dispatcher finishes the handler it is running; its replies find the session closed.
-    drop(dispatcher);
+    // The dispatcher finishes the handler it is running and the packets it had taken; its
+    // replies find the session closed. With a router, the bound Actors' disconnect notices go
+    // after those handlers' relays (so no accepted relay is overtaken by its notice), within
+    // a bound.
+    match &shared.router {
+        Some(router) => {
+            let _ = tokio::time::timeout(FLUSH_TIMEOUT, dispatcher).await;
+            router.closed(id, reason);
+        }
+        None => drop(dispatcher),
+    }
     if let Some(on_closed) = &shared.handlers.on_closed {
         on_closed(id, reason);
     }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -15,6 +16,12 @@ use zlink_session::{
 };
 
 use super::StreamError;
+use super::bindings::BindingRoute;
+use super::router::{SessionRouter, typed_from_packet};
+use crate::call::error::{CallError, ErrorKind as CallKind};
+use crate::object::actor_ref::ActorRef;
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::json::JsonMessage;
 
 /// A handler's future.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -151,12 +158,45 @@ pub struct SessionClosed;
 /// Its calls hand work to the session's connection task, which applies them in order; the
 /// channel between them holds only what that task has not yet moved into the session's
 /// bounded output (`SlowConsumer` closes a session whose client stops reading).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SessionCtx {
     pub(super) id: SessionId,
     pub(super) local: SocketAddr,
     pub(super) peer: SocketAddr,
     pub(super) control: mpsc::UnboundedSender<Control>,
+    pub(super) router: Option<Arc<dyn SessionRouter>>,
+}
+
+impl std::fmt::Debug for SessionCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCtx")
+            .field("id", &self.id)
+            .field("local", &self.local)
+            .field("peer", &self.peer)
+            .field("routed", &self.router.is_some())
+            .finish()
+    }
+}
+
+/// The error kind a client gets for a runtime error (a relayed request's failure).
+pub fn client_kind(kind: CallKind) -> ErrorKind {
+    match kind {
+        CallKind::NotFound => ErrorKind::NotFound,
+        CallKind::DeadlineExceeded | CallKind::Cancelled => ErrorKind::DeadlineExceeded,
+        CallKind::ShuttingDown => ErrorKind::ShuttingDown,
+        CallKind::InvalidOperation
+        | CallKind::AlreadyExists
+        | CallKind::Configuration
+        | CallKind::GenerationExhausted
+        | CallKind::ProtocolError => ErrorKind::InvalidOperation,
+        CallKind::StaleRoute => ErrorKind::StaleRoute,
+        CallKind::HandlerFailed => ErrorKind::HandlerFailed,
+        CallKind::Rejected => ErrorKind::Application,
+        CallKind::Unavailable
+        | CallKind::Conflict
+        | CallKind::StoreFailure
+        | CallKind::Backpressured => ErrorKind::Unavailable,
+    }
 }
 
 impl SessionCtx {
@@ -237,6 +277,94 @@ impl SessionCtx {
     pub fn close(&self, reason: CloseReason) {
         let _ = self.control.send(Control::Close(reason));
     }
+
+    fn router(&self) -> Result<&Arc<dyn SessionRouter>, CallError> {
+        self.router.as_ref().ok_or_else(|| {
+            CallError::new(
+                CallKind::InvalidOperation,
+                "this StreamNode runs without an object runtime: its sessions cannot bind",
+            )
+        })
+    }
+
+    /// Bind this session to the Actor incarnation `actor` names (issue 19 item 4; routing
+    /// §3.1): its owner checks the ActorRef's fences and records this session as the Actor's
+    /// one current binding; then this session's route for that Actor switches to it. Until
+    /// then, relays use the route in use before. Only an [`ActorRef`] is taken: nothing here
+    /// reads the Location Store.
+    ///
+    /// # Errors
+    /// The owner's refusal — `StaleRoute` (the ActorRef's node lifecycle, owner or lease is
+    /// not current), `InvalidOperation` (a new incarnation exists: bind its ActorRef),
+    /// `NotFound`, `Unavailable`, `ShuttingDown`, `DeadlineExceeded` — or `Unavailable` when
+    /// this session closed.
+    pub async fn bind(&self, actor: &ActorRef) -> Result<BindingRoute, CallError> {
+        self.router()?.bind(self.id, actor.clone()).await
+    }
+
+    /// This session's route for Actor `actor_id`, if it is bound to it.
+    pub fn binding(&self, actor_id: &str) -> Option<BindingRoute> {
+        self.router.as_ref()?.binding(self.id, actor_id)
+    }
+
+    /// Relay a client packet one-way to bound Actor `actor_id` (command 24 with the
+    /// bound-session tail; its name and codec become the typed payload, its metadata is kept).
+    /// Completes at submission; handlers run one packet at a time, so relays keep session
+    /// order. Never resent: a route the owner refuses is dropped.
+    ///
+    /// # Errors
+    /// `InvalidOperation` when not bound to `actor_id`; the submission's error.
+    pub async fn relay(&self, actor_id: &str, packet: &StreamPacket) -> Result<(), CallError> {
+        self.router()?
+            .relay(
+                self.id,
+                actor_id.to_owned(),
+                typed_from_packet(packet),
+                packet.metadata.clone(),
+                None,
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Relay `msg` one-way to bound Actor `actor_id` (see [`SessionCtx::relay`]).
+    ///
+    /// # Errors
+    /// As [`SessionCtx::relay`]; `InvalidOperation` when `msg` does not serialize.
+    pub async fn relay_json<M: JsonMessage>(
+        &self,
+        actor_id: &str,
+        msg: &M,
+    ) -> Result<(), CallError> {
+        let payload = crate::mesh::handler::encode_json(msg)?;
+        self.router()?
+            .relay(self.id, actor_id.to_owned(), payload, None, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Relay a client packet as a request to bound Actor `actor_id` (command 25 with the
+    /// bound-session tail) and wait up to `timeout` for its reply.
+    ///
+    /// # Errors
+    /// As [`SessionCtx::relay`]; the Actor's error; `DeadlineExceeded`.
+    pub async fn relay_request(
+        &self,
+        actor_id: &str,
+        packet: &StreamPacket,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
+        self.router()?
+            .relay(
+                self.id,
+                actor_id.to_owned(),
+                typed_from_packet(packet),
+                packet.metadata.clone(),
+                Some(timeout),
+            )
+            .await
+            .map(Option::unwrap_or_default)
+    }
 }
 
 /// The one terminal of a client request (issue 19 item 2: "a one-shot `ctx.reply` /
@@ -282,6 +410,23 @@ impl RequestReply {
     /// Answer with an Error `{kind, detail}`.
     pub fn error(self, kind: ErrorKind, detail: impl Into<String>) {
         self.finish(Reply::Error(ErrorPayload::new(kind, detail)));
+    }
+
+    /// Answer with a runtime error (its kind as the client's kind, see [`client_kind`]).
+    pub fn call_error(self, e: &CallError) {
+        self.error(client_kind(e.kind()), e.detail());
+    }
+
+    /// Answer with a relayed result: a reply payload as a Response (framework-json content
+    /// type → that codec, any other → raw), an error as [`RequestReply::call_error`].
+    pub fn answer(self, result: Result<TypedPayload, CallError>) {
+        match result {
+            Ok(p) => {
+                let packet = super::router::packet_from_typed(&p);
+                self.ok(packet.codec, packet.payload);
+            }
+            Err(e) => self.call_error(&e),
+        }
     }
 
     fn finish(mut self, reply: Reply) {

@@ -15,11 +15,19 @@
 //!   the ones still open at the deadline (`Draining`); [`StreamNode::shutdown`] closes every
 //!   session (`ServerClosed`), flushing what each had accepted, and waits for them.
 //!
-//! Binding sessions to Actors (wire 38/24/25/36/51) and session relocation (42/43/44) build
-//! on this and are not here yet.
+//! - With a [`SessionRouter`] (the node's object runtime, [`StreamNode::serve_routed`]) a
+//!   handler binds its session to an Actor ([`SessionCtx::bind`], command 38), relays on the
+//!   stored route ([`SessionCtx::relay`], [`SessionCtx::relay_request`]: 24/25 with the
+//!   bound-session tail) and the session gets the Actor's pushes (36); see [`bindings`],
+//!   [`verdict`] and `object::runtime::sessions`.
+//!
+//! Session relocation (42/43/44) builds on this and is not here yet.
 
+pub mod bindings;
 mod connection;
 mod handlers;
+pub mod router;
+pub mod verdict;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,7 +44,9 @@ pub use zlink_session::{
     ClientReply, CloseReason, ErrorKind, ErrorPayload, SessionConfig, SessionConfigError, SessionId,
 };
 
+pub use bindings::BindingRoute;
 pub use handlers::{HandlerFuture, RequestReply, SessionClosed, SessionCtx, SessionHandlers};
+pub use router::SessionRouter;
 
 /// Packets that may wait for a session's handler task before the session stops reading.
 pub const DISPATCH_QUEUE: usize = 64;
@@ -175,6 +185,7 @@ struct Shared {
     config: StreamConfig,
     handlers: SessionHandlers,
     metrics: Arc<StreamMetrics>,
+    router: Option<Arc<dyn SessionRouter>>,
 }
 
 /// A running StreamNode.
@@ -217,6 +228,29 @@ impl StreamNode {
         config: StreamConfig,
         handlers: SessionHandlers,
     ) -> Result<Self, StreamError> {
+        Self::serve_with(listener, config, handlers, None)
+    }
+
+    /// [`StreamNode::serve`] with the node's object runtime as `router`: handlers can bind
+    /// their session to Actors, relay to them and get their pushes.
+    ///
+    /// # Errors
+    /// As [`StreamNode::serve`].
+    pub fn serve_routed(
+        listener: TcpListener,
+        config: StreamConfig,
+        handlers: SessionHandlers,
+        router: Arc<dyn SessionRouter>,
+    ) -> Result<Self, StreamError> {
+        Self::serve_with(listener, config, handlers, Some(router))
+    }
+
+    fn serve_with(
+        listener: TcpListener,
+        config: StreamConfig,
+        handlers: SessionHandlers,
+        router: Option<Arc<dyn SessionRouter>>,
+    ) -> Result<Self, StreamError> {
         config.validate()?;
         let local_addr = listener.local_addr().map_err(|source| StreamError::Bind {
             addr: config.listen,
@@ -227,6 +261,7 @@ impl StreamNode {
             config,
             handlers,
             metrics: Arc::clone(&metrics),
+            router,
         });
         let (phase, phase_rx) = watch::channel(Phase::Running);
         let accept = tokio::spawn(accept_loop(listener, shared, phase_rx));

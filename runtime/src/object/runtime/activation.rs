@@ -349,6 +349,7 @@ impl<S: ObjectStore> Inner<S> {
                     request: d.request,
                     metadata: d.metadata,
                     payload: d.payload,
+                    session: None,
                 });
             }
         }
@@ -656,6 +657,7 @@ impl<S: ObjectStore> Inner<S> {
                 obj: Arc::clone(&obj),
                 ty,
                 moves: Vec::new(),
+                binding: None,
             },
         );
         let root = &act.receipt;

@@ -1150,6 +1150,8 @@ impl<S: ObjectStore> Inner<S> {
                                 obj: Arc::clone(&r.obj),
                                 ty: Arc::clone(&r.ty),
                                 moves: super::recent_moves(written),
+                                // Issue 19 item 7 (session relocation) carries it.
+                                binding: None,
                             },
                         );
                     }

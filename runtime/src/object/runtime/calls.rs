@@ -89,7 +89,22 @@ impl<S: ObjectStore> Inner<S> {
     }
     /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
     pub(super) fn deliver(&self, d: RemoteMessage) {
-        let admitted = self.admit(&d.route);
+        let admitted = match &d.session {
+            None => self.admit(&d.route),
+            Some(tail) => {
+                let r = self.admit_relay(&d.route, tail, &d.payload);
+                if r.is_err() {
+                    let stats = &self.session_stats;
+                    let c = if d.request.is_some() {
+                        &stats.relays_refused
+                    } else {
+                        &stats.relay_drops
+                    };
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+                r
+            }
+        };
         if admitted.is_ok() {
             self.notice_follow(&d.route, &d.source, d.request.as_ref());
         }
@@ -189,6 +204,32 @@ impl<S: ObjectStore> Inner<S> {
 impl<S: ObjectStore> ObjectCaller for Inner<S> {
     fn hosting_node(&self) -> (String, u64) {
         (self.mesh.rid().to_owned(), self.mesh.lifecycle_generation())
+    }
+
+    fn bound_session(
+        &self,
+        key: &AuthorityKey,
+        generation: u64,
+    ) -> Option<zlink_protocol::generated::SessionRef> {
+        self.binding_of(key, generation)
+    }
+
+    fn push_to_session(
+        &self,
+        key: AuthorityKey,
+        generation: u64,
+        payload: TypedPayload,
+    ) -> crate::mesh::handler::BoxFuture<Result<(), CallError>> {
+        let this = self.this.get().and_then(std::sync::Weak::upgrade);
+        Box::pin(async move {
+            match this {
+                Some(this) => this.push(&key, generation, payload).await,
+                None => Err(CallError::new(
+                    ErrorKind::ShuttingDown,
+                    "object runtime stopped",
+                )),
+            }
+        })
     }
 
     fn call_object(

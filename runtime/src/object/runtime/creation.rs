@@ -355,6 +355,7 @@ impl<S: ObjectStore> Inner<S> {
                 obj: Arc::clone(&obj),
                 ty: Arc::clone(ty),
                 moves: Vec::new(),
+                binding: None,
             },
         );
         let snapshot = match self.store.commit_ready(&reservation, framework).await {
@@ -394,11 +395,18 @@ impl<S: ObjectStore> Inner<S> {
                 }
             }
         }
-        Ok(ObjectRef {
+        Ok(ObjectRef::made(
             kind,
-            id: id.to_owned(),
-            object_generation: generation,
-        })
+            id,
+            generation,
+            zlink_protocol::generated::NodeFence {
+                rid: reservation.target.node.rid.clone(),
+                lifecycle_generation: reservation.target.node.lifecycle_generation,
+            },
+            snapshot.authority_owner_generation,
+            reservation.target.owner.lease_generation,
+            reservation.target.node.mesh.clone(),
+        ))
     }
     /// The owner lease of node `target` (from its MeshNode descriptor in the store).
     pub(super) async fn owner_of(
@@ -588,15 +596,44 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         init: Option<TypedPayload>,
         timeout: Duration,
     ) -> Result<(ObjectRef, Creation), CallError> {
-        let key = AuthorityKey::new(StoreKind::Spot, id)
+        self.get_or_create(StoreKind::Spot, stable_type, id, init, timeout)
+            .await
+    }
+    /// Get Actor `id`, creating it on this node if it is Missing (as
+    /// [`ObjectRuntime::get_or_create_user_spot`]); its [`ObjectRef::actor_ref`] is what a
+    /// session binds.
+    ///
+    /// # Errors
+    /// As [`ObjectRuntime::get_or_create_user_spot`].
+    pub async fn get_or_create_actor(
+        &self,
+        stable_type: &str,
+        id: &str,
+        init: Option<TypedPayload>,
+        timeout: Duration,
+    ) -> Result<(ObjectRef, Creation), CallError> {
+        self.get_or_create(StoreKind::Actor, stable_type, id, init, timeout)
+            .await
+    }
+    async fn get_or_create(
+        &self,
+        kind: StoreKind,
+        stable_type: &str,
+        id: &str,
+        init: Option<TypedPayload>,
+        timeout: Duration,
+    ) -> Result<(ObjectRef, Creation), CallError> {
+        let key = AuthorityKey::new(kind, id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let deadline = tokio::time::Instant::now() + timeout;
         let _one_at_a_time = self.inner.creating.lock_all(&[&key]).await;
-        self.get_or_create_locked(&key, stable_type, id, init, deadline, timeout)
+        self.get_or_create_locked(kind, &key, stable_type, id, init, deadline, timeout)
             .await
     }
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn get_or_create_locked(
         &self,
+        kind: StoreKind,
         key: &AuthorityKey,
         stable_type: &str,
         id: &str,
@@ -610,20 +647,22 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             // incarnation).
             match self.inner.resolver.resolve_fresh(key).await {
                 Resolution::ReadyRoute(r) => {
+                    let fence = route_fence(&r, kind, id);
                     return Ok((
-                        ObjectRef {
-                            kind: StoreKind::Spot,
-                            id: id.to_owned(),
-                            object_generation: r.object_generation,
-                        },
+                        ObjectRef::made(
+                            kind,
+                            id,
+                            r.object_generation,
+                            fence.target_node,
+                            r.authority_owner_generation,
+                            r.owner.lease_generation,
+                            r.owner_node.mesh.clone(),
+                        ),
                         Creation::Existing,
                     ));
                 }
                 Resolution::Missing => {
-                    match self
-                        .create(StoreKind::Spot, stable_type, id, init.clone())
-                        .await
-                    {
+                    match self.create(kind, stable_type, id, init.clone()).await {
                         Ok(r) => return Ok((r, Creation::Created)),
                         // Another node reserved it between our read and our reserve: wait.
                         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
@@ -847,11 +886,15 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 CREATE_TIMEOUT,
             )
             .await;
-        let made = ObjectRef {
+        let made = ObjectRef::made(
             kind,
-            id: id.to_owned(),
-            object_generation: reservation.object_generation,
-        };
+            id,
+            reservation.object_generation,
+            target.clone(),
+            reservation.authority_owner_generation,
+            reservation.target.owner.lease_generation,
+            reservation.target.node.mesh.clone(),
+        );
         match sent {
             Ok(()) => {
                 inner.stats.created_remotely.fetch_add(1, Ordering::Relaxed);

@@ -81,6 +81,9 @@ mod relocate;
 mod relocations;
 mod remote;
 mod removal;
+mod sessions;
+
+pub use sessions::{BIND_TIMEOUT, Disconnected, SessionStats};
 
 pub use relocate::{Located, RelocatePlan, UnitRef, UnitReport, may_take};
 pub use relocations::{
@@ -125,6 +128,46 @@ pub struct ObjectRef {
     pub id: String,
     /// Incarnation.
     pub object_generation: u64,
+    /// The full route fence of the incarnation when the reference was made: owner node
+    /// lifecycle, authority owner generation, owner lease (issue 19 item 3).
+    pub route: RouteFence,
+    /// The MeshName of the owner.
+    pub mesh_name: String,
+}
+
+impl ObjectRef {
+    /// The reference to incarnation `generation` of (`kind`, `id`) owned by `node` under
+    /// `authority_owner_generation` and lease `owner_lease_generation`.
+    fn made(
+        kind: StoreKind,
+        id: &str,
+        generation: u64,
+        node: NodeFence,
+        authority_owner_generation: u64,
+        owner_lease_generation: u64,
+        mesh_name: String,
+    ) -> Self {
+        Self {
+            kind,
+            id: id.to_owned(),
+            object_generation: generation,
+            route: RouteFence {
+                object_kind: wire_kind(kind),
+                object_id: id.to_owned(),
+                object_generation: generation,
+                target_node: node,
+                authority_owner_generation,
+                owner_lease_generation,
+            },
+            mesh_name,
+        }
+    }
+
+    /// The [`ActorRef`](crate::object::ActorRef) of an Actor's reference (what a session bind
+    /// takes); `None` for a Spot.
+    pub fn actor_ref(&self) -> Option<crate::object::ActorRef> {
+        crate::object::ActorRef::from_route(self.route.clone(), self.mesh_name.clone())
+    }
 }
 
 /// How a get-or-create ended.
@@ -216,6 +259,9 @@ struct LiveEntry {
     /// Its move history as its authority payload recorded it when it arrived here (empty for
     /// an object created here): the chain bound is checked without a store read.
     moves: Vec<u64>,
+    /// An Actor's one current STREAM session binding (issue 19 item 4): relays must carry
+    /// exactly it, pushes go to it. Gone with the incarnation.
+    binding: Option<zlink_protocol::generated::SessionRef>,
 }
 
 impl live::OwnerGenerationMut for LiveEntry {
@@ -264,11 +310,23 @@ struct Inner<S> {
     changes: locks::KeyLocks,
     /// Moves from and to this node (issue 17).
     relocations: relocations::Relocations,
+    /// The session owner's binding table and open sessions (issue 19).
+    sessions: Mutex<sessions::SessionHub>,
+    /// Binding, relay and push counters.
+    session_stats: sessions::SessionStats,
 }
 
-/// The object runtime attached to one MeshNode.
+/// The object runtime attached to one MeshNode (a cheap handle: clones share it).
 pub struct ObjectRuntime<S: ObjectStore> {
     inner: Arc<Inner<S>>,
+}
+
+impl<S: ObjectStore> Clone for ObjectRuntime<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
 }
 
 impl<S: ObjectStore> std::fmt::Debug for ObjectRuntime<S> {
@@ -509,6 +567,7 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
             request,
             metadata: p.metadata,
             payload: p.payload,
+            session: p.bound_session,
         };
         match command {
             ObjectCommand::SpotSend(b, p) => self.message(message(source, b.route, None, p)),
@@ -631,6 +690,28 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
             ObjectCommand::RelocationCutover(c) => {
                 if let Some(inner) = self.runtime.upgrade() {
                     inner.on_cutover(c);
+                }
+            }
+            ObjectCommand::BoundSessionBind(b) => {
+                match (self.runtime.upgrade(), self.mesh.upgrade()) {
+                    (Some(inner), Some(mesh)) => {
+                        let result = inner
+                            .bind_here(&b.session, &b.actor_route, b.request.deadline_unix_ms)
+                            .map(|_| {
+                                ReplyResult::BoundSessionBind(
+                                    zlink_protocol::generated::ReplyResultBoundSessionBind {
+                                        binding_generation: b.session.binding_generation,
+                                    },
+                                )
+                            });
+                        mesh.reply_create(&source, &b.request, result);
+                    }
+                    _ => self.gone(&source, Some(&b.request)),
+                }
+            }
+            ObjectCommand::BoundSessionSend(b, p) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.deliver_push(&b.session, &b.actor_id, b.object_generation, p.payload);
                 }
             }
             ObjectCommand::RelocationReady(r) => {
@@ -762,6 +843,8 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             publish_seq: AtomicU64::new(0),
             changes: locks::KeyLocks::default(),
             relocations: relocations::Relocations::default(),
+            sessions: Mutex::default(),
+            session_stats: sessions::SessionStats::default(),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.

@@ -25,6 +25,8 @@ pub(crate) struct RemoteMessage {
     pub(crate) metadata: Option<Metadata>,
     /// The application payload.
     pub(crate) payload: TypedPayload,
+    /// The bound-session tail of a session relay (24/25 with flag 0x02).
+    pub(crate) session: Option<zlink_protocol::generated::SessionRef>,
 }
 
 /// An admitted remote create — User Spot (command 47, wire §8.1) or Actor (command 49): the

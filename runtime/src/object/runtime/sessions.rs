@@ -1,0 +1,610 @@
+//! The object runtime's half of STREAM session binding (issue 19 items 3–5; routing `000_…`
+//! §3.1–§3.2): the **session owner** (bind, relay on the stored route, push delivery,
+//! disconnect notices) and the **Actor owner** (bind and relay checks, the Actor's one current
+//! binding, push on it). The rules are the pure [`BindingTable`] and
+//! [`verdict`](crate::session::verdict) functions; this is their shell.
+//!
+//! Nothing here reads the Location Store: a bind uses the route its [`ActorRef`] names, and
+//! relays, pushes and notices use the stored binding route (routing §3.2).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use zlink_protocol::generated::{BoundSessionSend, SessionRef};
+use zlink_protocol::json::JsonMessage;
+use zlink_session::{CloseReason, SessionId};
+
+use super::*;
+use crate::mesh::handler::BoxFuture;
+use crate::object::actor_ref::ActorRef;
+use crate::session::SessionCtx;
+use crate::session::bindings::{BeginError, BindingRoute, BindingTable, Completed};
+use crate::session::router::{SessionRouter, packet_from_typed};
+use crate::session::verdict::{BindFacts, LiveFact, bind_verdict, relay_verdict};
+
+/// How long a bind (command 38) may take end to end (**ours**).
+pub const BIND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The notice each bound Actor gets, once, when its session closes (issue 19 item 5): a
+/// one-way relay on the binding route, queued work of the Actor like any message (it moves
+/// with the Actor). Admitting it ends the Actor's binding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disconnected {
+    /// The closed session's id on its owner node.
+    pub session_id: u64,
+    /// Why it closed (a [`CloseReason`] name, e.g. `"ClientClosed"`).
+    pub reason: String,
+}
+
+impl JsonMessage for Disconnected {
+    const PACKET_NAME: &'static str = "zlink.session.Disconnected";
+}
+
+/// Counters of the session half of a runtime (the host exports them on `/metrics`).
+#[derive(Debug, Default)]
+pub struct SessionStats {
+    /// Binds this node accepted as the Actor owner.
+    pub binds_accepted: AtomicU64,
+    /// Binds this node refused as the Actor owner.
+    pub binds_refused: AtomicU64,
+    /// Binds of this node's sessions that switched their route.
+    pub binds_completed: AtomicU64,
+    /// Relays this node's sessions submitted on stored routes.
+    pub relays: AtomicU64,
+    /// Relays this node refused as the Actor owner (requests answered with the refusal).
+    pub relays_refused: AtomicU64,
+    /// One-way relays this node dropped as the Actor owner (no one to answer).
+    pub relay_drops: AtomicU64,
+    /// Binding routes this node's sessions dropped after a refused relay or push.
+    pub routes_dropped: AtomicU64,
+    /// Pushes (36) handed to a client session here.
+    pub pushes: AtomicU64,
+    /// Pushes that matched no current binding here (dropped).
+    pub push_drops: AtomicU64,
+    /// `zlink.session.Disconnected` notices sent to bound Actors.
+    pub disconnect_notices: AtomicU64,
+}
+
+/// The session owner's state: the binding table and each open session's context.
+#[derive(Default)]
+pub(super) struct SessionHub {
+    table: BindingTable,
+    ctxs: HashMap<SessionId, SessionCtx>,
+}
+
+/// Errors that mean the route a relay or push used is gone for good (the binding is lost).
+fn route_lost(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::StaleRoute
+            | ErrorKind::InvalidOperation
+            | ErrorKind::NotFound
+            | ErrorKind::Unavailable
+    )
+}
+
+impl<S: ObjectStore> Inner<S> {
+    fn hub(&self) -> MutexGuard<'_, SessionHub> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn session_ref(&self, id: SessionId, binding_generation: u64) -> SessionRef {
+        SessionRef {
+            owner_node: self.mesh.fence(),
+            session_id: id.get(),
+            binding_generation,
+        }
+    }
+
+    // ---- Actor owner -------------------------------------------------------------------
+
+    /// What the live table holds for `key` (relocation marks read first, then the live
+    /// table, so no lock is taken inside another).
+    fn live_fact(&self, key: &AuthorityKey) -> LiveFact {
+        let handed = self.relocations.handed();
+        let arriving = self.relocations.temporary().contains_key(key);
+        let live = self.live();
+        match live.get(key) {
+            None if arriving => LiveFact::Moving,
+            None => LiveFact::NotLive,
+            Some(e) => {
+                let (g, aog) = (e.generation, e.authority_owner_generation);
+                if handed
+                    .iter()
+                    .any(|(k, hg, ha)| k == key && *hg == g && *ha == aog)
+                {
+                    LiveFact::HandedOver
+                } else if self.relocations.is_moving(key, g, aog) {
+                    LiveFact::Moving
+                } else {
+                    LiveFact::Live {
+                        generation: g,
+                        authority_owner_generation: aog,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Accept (or refuse) the bind of `session` to the Actor incarnation `route` names, as its
+    /// owner: on success the SessionRef is the Actor's one current binding. Returns the
+    /// binding it replaced.
+    ///
+    /// # Errors
+    /// The closed refusals of [`bind_verdict`].
+    pub(super) fn bind_here(
+        &self,
+        session: &SessionRef,
+        route: &RouteFence,
+        deadline_unix_ms: u64,
+    ) -> Result<Option<SessionRef>, CallError> {
+        let key = AuthorityKey::new(StoreKind::Actor, &route.object_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let me = self.mesh.fence();
+        let facts = BindFacts {
+            shutting_down: self.mesh.is_shutting_down(),
+            admission_open: self.mesh.admission_open(),
+            me: &me,
+            lease_generation: self.mesh.owner_token().map(|t| t.lease_generation),
+            now_unix_ms: now_unix_ms(),
+            live: self.live_fact(&key),
+        };
+        let refused = |why: &str, kind| {
+            self.session_stats
+                .binds_refused
+                .fetch_add(1, Ordering::Relaxed);
+            CallError::new(
+                kind,
+                format!(
+                    "bind of {} (generation {}) on {}: {why}",
+                    route.object_id,
+                    route.object_generation,
+                    self.mesh.rid()
+                ),
+            )
+        };
+        bind_verdict(route, deadline_unix_ms, &facts).map_err(|r| refused(r.why, r.kind))?;
+        // Recorded under the live lock, on exactly the incarnation checked.
+        let mut live = self.live();
+        let Some(e) = live.get_incarnation_mut(&key, route.object_generation) else {
+            return Err(refused("the Actor closed meanwhile", ErrorKind::NotFound));
+        };
+        if e.authority_owner_generation != route.authority_owner_generation {
+            return Err(refused("the Actor moved meanwhile", ErrorKind::StaleRoute));
+        }
+        let previous = e.binding.replace(session.clone());
+        drop(live);
+        self.session_stats
+            .binds_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(previous)
+    }
+
+    /// Target admission of a session relay (24/25 with a bound-session tail): the route is
+    /// admitted as any Actor route, then the Actor's live incarnation and current binding must
+    /// be the ones the relay names. A `zlink.session.Disconnected` notice that is admitted
+    /// ends the binding in the same step.
+    ///
+    /// # Errors
+    /// As [`Inner::admit`]; then [`relay_verdict`]'s refusals.
+    pub(super) fn admit_relay(
+        &self,
+        route: &RouteFence,
+        tail: &SessionRef,
+        payload: &TypedPayload,
+    ) -> Result<Arc<dyn LiveObject>, CallError> {
+        let obj = self.admit(route)?;
+        let key = AuthorityKey::new(StoreKind::Actor, &route.object_id)
+            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let mut live = self.live();
+        let Some(e) = live.get_incarnation_mut(&key, route.object_generation) else {
+            let newer = live.get(&key).map(|e| e.generation);
+            return Err(match newer {
+                Some(g) => {
+                    let r = relay_verdict(route.object_generation, tail, g, None)
+                        .err()
+                        .map_or(ErrorKind::InvalidOperation, |r| r.kind);
+                    CallError::new(
+                        r,
+                        format!("relay to {}: another incarnation", route.object_id),
+                    )
+                }
+                None => CallError::new(
+                    ErrorKind::StaleRoute,
+                    format!("relay to {}: the Actor is not live here", route.object_id),
+                ),
+            });
+        };
+        relay_verdict(
+            route.object_generation,
+            tail,
+            e.generation,
+            e.binding.as_ref(),
+        )
+        .map_err(|r| CallError::new(r.kind, format!("relay to {}: {}", route.object_id, r.why)))?;
+        if &*payload.packet_name == Disconnected::PACKET_NAME {
+            e.binding = None;
+        }
+        Ok(obj)
+    }
+
+    /// Push `payload` from incarnation `generation` of Actor `key` to its bound session
+    /// (command 36; no metadata). A session owner that is gone ends the binding.
+    ///
+    /// # Errors
+    /// `InvalidOperation` when the Actor has no binding; `Unavailable` when its session owner
+    /// cannot be reached (the binding is dropped); `ShuttingDown`.
+    pub(super) async fn push(
+        &self,
+        key: &AuthorityKey,
+        generation: u64,
+        payload: TypedPayload,
+    ) -> Result<(), CallError> {
+        let (actor_id, session) = {
+            let live = self.live();
+            let session = live
+                .get_incarnation(key, generation)
+                .and_then(|e| e.binding.clone());
+            (
+                key_parts(key).map(|(_, id)| id).unwrap_or_default(),
+                session,
+            )
+        };
+        let Some(session) = session else {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!("{actor_id} is bound to no session"),
+            ));
+        };
+        let me = self.mesh.fence();
+        let out = if session.owner_node == me {
+            if self.deliver_push(&session, &actor_id, generation, payload) {
+                Ok(())
+            } else {
+                Err(CallError::new(
+                    ErrorKind::Unavailable,
+                    format!("session {} is closed", session.session_id),
+                ))
+            }
+        } else {
+            let body = BoundSessionSend {
+                session: session.clone(),
+                actor_id: actor_id.clone(),
+                object_generation: generation,
+            };
+            self.mesh.bound_session_send(body, payload).await
+        };
+        if let Err(e) = &out
+            && e.kind() == ErrorKind::Unavailable
+        {
+            // The session owner is gone (or the session is): the binding ends here.
+            let mut live = self.live();
+            if let Some(e) = live.get_incarnation_mut(key, generation)
+                && e.binding.as_ref() == Some(&session)
+            {
+                e.binding = None;
+            }
+        }
+        out
+    }
+
+    /// The Actor incarnation's current binding.
+    pub(super) fn binding_of(&self, key: &AuthorityKey, generation: u64) -> Option<SessionRef> {
+        self.live()
+            .get_incarnation(key, generation)
+            .and_then(|e| e.binding.clone())
+    }
+
+    // ---- Session owner -----------------------------------------------------------------
+
+    /// Hand a push to its client session if it matches the session's current route for that
+    /// Actor (the sender node is not compared); whether it was.
+    pub(super) fn deliver_push(
+        &self,
+        session: &SessionRef,
+        actor_id: &str,
+        object_generation: u64,
+        payload: TypedPayload,
+    ) -> bool {
+        let delivered = session.owner_node == self.mesh.fence()
+            && SessionId::new(session.session_id).is_some_and(|id| {
+                let hub = self.hub();
+                hub.table
+                    .accepts_push(id, session.binding_generation, actor_id, object_generation)
+                    && hub
+                        .ctxs
+                        .get(&id)
+                        .is_some_and(|ctx| ctx.send_packet(packet_from_typed(&payload)).is_ok())
+            });
+        let counter = if delivered {
+            &self.session_stats.pushes
+        } else {
+            &self.session_stats.push_drops
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        delivered
+    }
+
+    /// Bind session `id` to `actor` (see [`SessionRouter::bind`]).
+    async fn bind_session(
+        &self,
+        id: SessionId,
+        actor: ActorRef,
+    ) -> Result<BindingRoute, CallError> {
+        let generation = self
+            .hub()
+            .table
+            .begin(id, actor.actor_id())
+            .map_err(|e| match e {
+                BeginError::SessionClosed => {
+                    CallError::new(ErrorKind::Unavailable, format!("session {id} is closed"))
+                }
+                BeginError::Exhausted => CallError::new(
+                    ErrorKind::GenerationExhausted,
+                    "binding generations of this node lifecycle are used up",
+                ),
+            })?;
+        let session = self.session_ref(id, generation);
+        let result = if *actor.owner() == self.mesh.fence() {
+            let deadline = now_unix_ms().saturating_add(millis(BIND_TIMEOUT));
+            self.bind_here(&session, actor.route(), deadline)
+                .map(|_| ())
+        } else {
+            self.mesh
+                .session_bind(&session, actor.route(), BIND_TIMEOUT)
+                .await
+        };
+        if let Err(e) = result {
+            self.hub().table.abandon(id, actor.actor_id(), generation);
+            return Err(e);
+        }
+        let done = self.hub().table.complete(id, actor.clone(), generation);
+        match done {
+            Completed::Switched { .. } => {
+                self.session_stats
+                    .binds_completed
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(BindingRoute {
+                    actor,
+                    binding_generation: generation,
+                })
+            }
+            Completed::Superseded => Err(CallError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "a later bind of {} on session {id} overtook this one",
+                    actor.actor_id()
+                ),
+            )),
+            Completed::SessionClosed => {
+                // The Actor holds a binding to a session that closed while it was made: it
+                // gets the notice the other routes of the session got.
+                let route = BindingRoute {
+                    actor,
+                    binding_generation: generation,
+                };
+                self.notify_disconnected(id, "Closed", route);
+                Err(CallError::new(
+                    ErrorKind::Unavailable,
+                    format!("session {id} closed while the bind was in flight"),
+                ))
+            }
+        }
+    }
+
+    /// Submit a relay on `route` with the session's tail (local Actor owner or the mesh).
+    async fn relay_on(
+        &self,
+        id: SessionId,
+        route: &BindingRoute,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        let tail = self.session_ref(id, route.binding_generation);
+        let fence = route.actor.route();
+        self.session_stats.relays.fetch_add(1, Ordering::Relaxed);
+        if *route.actor.owner() == self.mesh.fence() {
+            let obj = match self.admit_relay(fence, &tail, &payload) {
+                Ok(o) => o,
+                Err(e) => {
+                    self.session_stats
+                        .relays_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
+            return match timeout {
+                None => obj.send(payload, metadata).map(|()| None),
+                Some(t) => {
+                    let rx = obj.request_start(payload, metadata)?;
+                    match tokio::time::timeout(t, rx).await {
+                        Ok(Ok(r)) => r.map(Some),
+                        Ok(Err(_)) => Err(CallError::new(ErrorKind::Unavailable, "object closed")),
+                        Err(_) => Err(CallError::new(
+                            ErrorKind::DeadlineExceeded,
+                            format!("no reply from {} within {t:?}", fence.object_id),
+                        )),
+                    }
+                }
+            };
+        }
+        match timeout {
+            None => self
+                .mesh
+                .object_send_bound(fence, payload, metadata, tail)
+                .await
+                .map(|()| None),
+            Some(t) => self
+                .mesh
+                .object_request_bound(fence, payload, metadata, tail, t)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Relay on session `id`'s stored route for `actor_id` (see [`SessionRouter::relay`]).
+    async fn relay_session(
+        &self,
+        id: SessionId,
+        actor_id: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        let route = self.hub().table.route(id, actor_id).cloned();
+        let Some(route) = route else {
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!("session {id} is not bound to {actor_id}"),
+            ));
+        };
+        let out = self.relay_on(id, &route, payload, metadata, timeout).await;
+        if let Err(e) = &out
+            && route_lost(e.kind())
+            && self
+                .hub()
+                .table
+                .drop_route(id, actor_id, route.binding_generation)
+        {
+            // Never resent: the route is dropped and the application binds again.
+            self.session_stats
+                .routes_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(session = %id, actor = actor_id, error = %e, "binding route lost");
+        }
+        out
+    }
+
+    /// Send the `zlink.session.Disconnected` notice of session `id` on `route` (one-way, on
+    /// its own task; a notice that cannot be delivered is only logged).
+    fn notify_disconnected(&self, id: SessionId, reason: &str, route: BindingRoute) {
+        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let notice = Disconnected {
+            session_id: id.get(),
+            reason: reason.to_owned(),
+        };
+        let Ok(payload) = encode_json(&notice) else {
+            return;
+        };
+        self.session_stats
+            .disconnect_notices
+            .fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            if let Err(e) = this.relay_on(id, &route, payload, None, None).await {
+                tracing::debug!(session = %id, actor = route.actor.actor_id(), error = %e,
+                    "disconnect notice not delivered");
+            }
+        });
+    }
+}
+
+/// The [`SessionRouter`] of a runtime: a weak handle, so a StreamNode does not keep a stopped
+/// runtime alive.
+pub(super) struct RouterRef<S: ObjectStore> {
+    pub(super) inner: std::sync::Weak<Inner<S>>,
+}
+
+fn stopped() -> CallError {
+    CallError::new(ErrorKind::ShuttingDown, "the object runtime stopped")
+}
+
+impl<S: ObjectStore> SessionRouter for RouterRef<S> {
+    fn opened(&self, ctx: SessionCtx) {
+        if let Some(inner) = self.inner.upgrade() {
+            let mut hub = inner.hub();
+            hub.table.open(ctx.id());
+            hub.ctxs.insert(ctx.id(), ctx);
+        }
+    }
+
+    fn closed(&self, id: SessionId, reason: CloseReason) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let routes = {
+            let mut hub = inner.hub();
+            hub.ctxs.remove(&id);
+            hub.table.close(id)
+        };
+        for route in routes {
+            inner.notify_disconnected(id, reason.as_str(), route);
+        }
+    }
+
+    fn bind(&self, id: SessionId, actor: ActorRef) -> BoxFuture<Result<BindingRoute, CallError>> {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            match inner {
+                Some(inner) => inner.bind_session(id, actor).await,
+                None => Err(stopped()),
+            }
+        })
+    }
+
+    fn relay(
+        &self,
+        id: SessionId,
+        actor_id: String,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<Result<Option<TypedPayload>, CallError>> {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            match inner {
+                Some(inner) => {
+                    inner
+                        .relay_session(id, &actor_id, payload, metadata, timeout)
+                        .await
+                }
+                None => Err(stopped()),
+            }
+        })
+    }
+
+    fn binding(&self, id: SessionId, actor_id: &str) -> Option<BindingRoute> {
+        let inner = self.inner.upgrade()?;
+        let hub = inner.hub();
+        hub.table.route(id, actor_id).cloned()
+    }
+}
+
+impl<S: ObjectStore> ObjectRuntime<S> {
+    /// The handle a StreamNode binds and relays through (see
+    /// [`StreamNode::serve_routed`](crate::session::StreamNode::serve_routed)).
+    pub fn session_router(&self) -> Arc<dyn SessionRouter> {
+        Arc::new(RouterRef {
+            inner: Arc::downgrade(&self.inner),
+        })
+    }
+
+    /// Counters of binding, relay and push.
+    pub fn session_stats(&self) -> &SessionStats {
+        &self.inner.session_stats
+    }
+
+    /// The current ActorRef of Actor `id`, from the store's current authority (one read;
+    /// the route cache is not used, so a bind never starts from a stale cached route).
+    ///
+    /// # Errors
+    /// `NotFound` (Missing), `Unavailable` (not Ready, or its owner lease is gone),
+    /// `StoreFailure`, `InvalidOperation` (bad ID).
+    pub async fn actor_ref(&self, id: &str) -> Result<ActorRef, CallError> {
+        let route = self.ready_route(StoreKind::Actor, id).await?;
+        let mesh_name = self.inner.mesh.descriptor().mesh_name;
+        ActorRef::from_route(route, mesh_name)
+            .ok_or_else(|| CallError::new(ErrorKind::InvalidOperation, "not an Actor"))
+    }
+
+    /// The SessionRef Actor `id` is bound to on this node, if it lives here and is bound.
+    pub fn bound_session(&self, id: &str) -> Option<SessionRef> {
+        let key = AuthorityKey::new(StoreKind::Actor, id).ok()?;
+        let generation = self.inner.live().get(&key).map(|e| e.generation)?;
+        self.inner.binding_of(&key, generation)
+    }
+}
