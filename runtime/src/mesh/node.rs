@@ -1005,6 +1005,32 @@ impl MeshNode {
         self.inner.send_app_record(&conn, Leg::Send, &record).await
     }
 
+    /// Send one session relocation control record (wire §10 "Session route") to node lifecycle
+    /// `target`: `sessionRelocationSeal` (42, request leg), `sessionRelocationSealed` (43, reply
+    /// leg) or `sessionRelocationRoute` (44, send leg). They carry their own identities (no
+    /// request header); on one connection they keep their order with the relays before them.
+    ///
+    /// # Errors
+    /// `InvalidOperation` for any other command; as the relocation control records otherwise
+    /// (`Unavailable`: no ready connection to that lifecycle).
+    pub fn session_control(&self, target: &NodeFence, body: CommandBody) -> Result<(), CallError> {
+        let leg = match &body {
+            CommandBody::SessionRelocationSeal(_) => Leg::Request,
+            CommandBody::SessionRelocationSealed(_) => Leg::Reply,
+            CommandBody::SessionRelocationRoute(_) => Leg::Send,
+            other => {
+                return Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "{:?} is not a session relocation control record",
+                        other.command()
+                    ),
+                ));
+            }
+        };
+        self.relocation_record(target, leg, body, None)
+    }
+
     /// Whether this node is shutting down (it takes no new work).
     pub fn is_shutting_down(&self) -> bool {
         self.inner.shutting_down.load(Ordering::Acquire)

@@ -19,7 +19,8 @@ use zlink_protocol::generated::{
     ActorCreate, ActorDestroy, ActorJoin, ActorRequest, ActorSend, BoundSessionBind,
     BoundSessionSend, InstanceSpot, LogicalMulticast, MessageFollow, NodeFence, RelocationCutover,
     RelocationData, RelocationFailed, RelocationPrepare, RelocationReady, RelocationState,
-    ReplyRelayAck, RequestHeader, RouteFence, SpotRequest, SpotSend, UserSpotClose, UserSpotCreate,
+    ReplyRelayAck, RequestHeader, RouteFence, SessionRelocationRoute, SessionRelocationSeal,
+    SessionRelocationSealed, SpotRequest, SpotSend, UserSpotClose, UserSpotCreate,
 };
 use zlink_protocol::metadata::Metadata;
 
@@ -82,6 +83,14 @@ pub enum ObjectCommand {
     BoundSessionBind(BoundSessionBind),
     /// `boundSessionSend` (36): an Actor's push to a session of this node.
     BoundSessionSend(BoundSessionSend, ObjectPayload),
+    /// `sessionRelocationSeal` (42, request leg): a relocation coordinator seals a binding of
+    /// a session of this node (wire §10 "Session route").
+    SessionRelocationSeal(SessionRelocationSeal),
+    /// `sessionRelocationSealed` (43, reply leg): a session owner's answer to this node's 42.
+    SessionRelocationSealed(SessionRelocationSealed),
+    /// `sessionRelocationRoute` (44): route switch (from the target) or abort (from the source)
+    /// of a sealed binding of a session of this node.
+    SessionRelocationRoute(SessionRelocationRoute),
 }
 
 impl ObjectCommand {
@@ -110,7 +119,10 @@ impl ObjectCommand {
             | Self::ReplyRelayAck(_)
             | Self::MessageFollow(_)
             | Self::BoundSessionBind(_)
-            | Self::BoundSessionSend(..) => None,
+            | Self::BoundSessionSend(..)
+            | Self::SessionRelocationSeal(_)
+            | Self::SessionRelocationSealed(_)
+            | Self::SessionRelocationRoute(_) => None,
         }
     }
 
@@ -139,7 +151,10 @@ impl ObjectCommand {
             | Self::RelocationCutover(_)
             | Self::ReplyRelayAck(_)
             | Self::MessageFollow(_)
-            | Self::BoundSessionSend(..) => None,
+            | Self::BoundSessionSend(..)
+            | Self::SessionRelocationSeal(_)
+            | Self::SessionRelocationSealed(_)
+            | Self::SessionRelocationRoute(_) => None,
         }
     }
 
@@ -167,6 +182,9 @@ impl ObjectCommand {
             Self::MessageFollow(_) => "messageFollow",
             Self::BoundSessionBind(_) => "boundSessionBind",
             Self::BoundSessionSend(..) => "boundSessionSend",
+            Self::SessionRelocationSeal(_) => "sessionRelocationSeal",
+            Self::SessionRelocationSealed(_) => "sessionRelocationSealed",
+            Self::SessionRelocationRoute(_) => "sessionRelocationRoute",
         }
     }
 }

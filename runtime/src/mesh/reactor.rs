@@ -1218,12 +1218,22 @@ impl Reactor {
                 self.consumed(&conn, stamp.charge);
                 self.on_reply_relay(&conn, r, record.payload);
             }
+            CommandBody::SessionRelocationSeal(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::SessionRelocationSeal(b));
+            }
+            CommandBody::SessionRelocationSealed(b) => {
+                self.take_object(
+                    conn,
+                    stamp.charge,
+                    ObjectCommand::SessionRelocationSealed(b),
+                );
+            }
+            CommandBody::SessionRelocationRoute(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::SessionRelocationRoute(b));
+            }
             CommandBody::ActorLookup(_)
             | CommandBody::ActorLeft(_)
             | CommandBody::ActorJoined(_)
-            | CommandBody::SessionRelocationSeal(_)
-            | CommandBody::SessionRelocationSealed(_)
-            | CommandBody::SessionRelocationRoute(_)
             | CommandBody::BoundSessionReplaced(_) => {
                 inc(&self.inner.metrics.unserved_commands);
             }

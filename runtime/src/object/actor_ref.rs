@@ -21,6 +21,12 @@ pub struct ActorRef {
 
 impl ActorRef {
     /// The snapshot of `route` (an Actor route) in mesh `mesh_name`; `None` for a Spot route.
+    /// For a route obtained elsewhere (a remote create's reply, a relocation coordinator's
+    /// target route); the Actor owner checks every fence at bind.
+    pub fn new(route: RouteFence, mesh_name: impl Into<String>) -> Option<Self> {
+        Self::from_route(route, mesh_name)
+    }
+
     pub(crate) fn from_route(route: RouteFence, mesh_name: impl Into<String>) -> Option<Self> {
         match route.object_kind {
             WireKind::Actor => Some(Self {

@@ -201,6 +201,31 @@ impl BindingTable {
         }
     }
 
+    /// Session relocation (44 `route`, routing §3.3 step 7): session `id`'s route for
+    /// `actor.actor_id()` under `binding_generation` now names `actor` (the same incarnation on
+    /// its new owner); whether it did. The binding identity is kept.
+    pub fn switch_route(
+        &mut self,
+        id: SessionId,
+        binding_generation: u64,
+        actor: ActorRef,
+    ) -> bool {
+        let Some(r) = self
+            .sessions
+            .get_mut(&id)
+            .and_then(|s| s.routes.get_mut(actor.actor_id()))
+        else {
+            return false;
+        };
+        if r.binding_generation != binding_generation
+            || r.actor.object_generation() != actor.object_generation()
+        {
+            return false;
+        }
+        r.actor = actor;
+        true
+    }
+
     /// Remove session `id`'s route for `actor_id` (an explicit unbind).
     pub fn unbind(&mut self, id: SessionId, actor_id: &str) -> Option<BindingRoute> {
         self.sessions.get_mut(&id)?.routes.remove(actor_id)
@@ -372,6 +397,15 @@ mod tests {
         assert!(!t.drop_route(sid(7), "a", g2));
         let g3 = t.begin(sid(1), "b").expect("open");
         t.complete(sid(1), actor("b", 1, "n1"), g3);
+        // A route switch keeps the identity and needs the same incarnation.
+        assert!(!t.switch_route(sid(1), g3, actor("b", 2, "n2")));
+        assert!(!t.switch_route(sid(1), g3 + 1, actor("b", 1, "n2")));
+        assert!(t.switch_route(sid(1), g3, actor("b", 1, "n2")));
+        assert_eq!(
+            t.route(sid(1), "b")
+                .map(|r| (r.actor.owner().rid.as_str(), r.binding_generation)),
+            Some(("n2", g3))
+        );
         assert_eq!(
             t.unbind(sid(1), "b").map(|r| r.binding_generation),
             Some(g3)

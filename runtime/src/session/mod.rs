@@ -21,12 +21,14 @@
 //!   bound-session tail) and the session gets the Actor's pushes (36); see [`bindings`],
 //!   [`verdict`] and `object::runtime::sessions`.
 //!
-//! Session relocation (42/43/44) builds on this and is not here yet.
+//! - Session relocation (42/43/44): each binding route can be sealed by a relocation
+//!   coordinator and switched by the target ([`seal`], a pure machine).
 
 pub mod bindings;
 mod connection;
 mod handlers;
 pub mod router;
+pub mod seal;
 pub mod verdict;
 
 use std::net::SocketAddr;

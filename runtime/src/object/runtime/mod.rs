@@ -314,6 +314,8 @@ struct Inner<S> {
     sessions: Mutex<sessions::SessionHub>,
     /// Binding, relay and push counters.
     session_stats: sessions::SessionStats,
+    /// `SessionRelocationSealTimeout` in milliseconds (wire §10; default 3,000).
+    seal_timeout_ms: AtomicU64,
 }
 
 /// The object runtime attached to one MeshNode (a cheap handle: clones share it).
@@ -714,6 +716,20 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
                     inner.deliver_push(&b.session, &b.actor_id, b.object_generation, p.payload);
                 }
             }
+            ObjectCommand::SessionRelocationSeal(b) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_seal(&source, &b);
+                }
+            }
+            ObjectCommand::SessionRelocationSealed(b) => {
+                // This node's coordinator sends no 42 yet (issue 19 item 7): nothing waits.
+                tracing::debug!(session = b.session_id, outcome = ?b.outcome, "unexpected 43 dropped");
+            }
+            ObjectCommand::SessionRelocationRoute(b) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_session_route(&b);
+                }
+            }
             ObjectCommand::RelocationReady(r) => {
                 if let Some(inner) = self.runtime.upgrade() {
                     inner.on_prepare_answer(&source, r.relocation_id, moving::PrepareAnswer::Ready);
@@ -845,6 +861,9 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             relocations: relocations::Relocations::default(),
             sessions: Mutex::default(),
             session_stats: sessions::SessionStats::default(),
+            seal_timeout_ms: AtomicU64::new(millis(
+                crate::config::defaults::SESSION_RELOCATION_SEAL_TIMEOUT,
+            )),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.

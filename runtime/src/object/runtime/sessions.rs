@@ -7,10 +7,14 @@
 //! Nothing here reads the Location Store: a bind uses the route its [`ActorRef`] names, and
 //! relays, pushes and notices use the stored binding route (routing §3.2).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
-use zlink_protocol::generated::{BoundSessionSend, SessionRef};
+use tokio::sync::oneshot;
+use zlink_protocol::generated::{
+    BoundSessionSend, CommandBody, SealOutcome, SessionRef, SessionRelocationRoute,
+    SessionRelocationSeal, SessionRelocationSealed, SessionRouteAction,
+};
 use zlink_protocol::json::JsonMessage;
 use zlink_session::{CloseReason, SessionId};
 
@@ -20,6 +24,7 @@ use crate::object::actor_ref::ActorRef;
 use crate::session::SessionCtx;
 use crate::session::bindings::{BeginError, BindingRoute, BindingTable, Completed};
 use crate::session::router::{SessionRouter, packet_from_typed};
+use crate::session::seal::{BindingIdentity, Held, Ignored, SealAction, SealEvent, SealMachine};
 use crate::session::verdict::{BindFacts, LiveFact, bind_verdict, relay_verdict};
 
 /// How long a bind (command 38) may take end to end (**ours**).
@@ -63,13 +68,53 @@ pub struct SessionStats {
     pub push_drops: AtomicU64,
     /// `zlink.session.Disconnected` notices sent to bound Actors.
     pub disconnect_notices: AtomicU64,
+    /// Seals (42) this node installed (`sealed` answers, repeats of one relocation included).
+    pub seals: AtomicU64,
+    /// 42s answered `notCurrent` or `sessionClosed`.
+    pub seals_refused: AtomicU64,
+    /// Relays held in a seal.
+    pub relays_held: AtomicU64,
+    /// Held requests that passed their deadline in a seal (ended `DeadlineExceeded`, unsent).
+    pub held_expired: AtomicU64,
+    /// Route switches (44 `route`) applied.
+    pub routes_applied: AtomicU64,
+    /// Aborts (44 `abort`) applied.
+    pub aborts_applied: AtomicU64,
+    /// 44s that changed nothing (late, duplicate or mismatched; warned).
+    pub routes_ignored: AtomicU64,
+    /// Sessions closed `SealTimeout` (no matching 44 in time).
+    pub seal_timeouts: AtomicU64,
 }
+
+/// A relay waiting in a seal, or behind the relays a seal released.
+pub(super) struct HeldRelay {
+    payload: TypedPayload,
+    metadata: Option<Metadata>,
+    timeout: Option<Duration>,
+    /// A request's terminal (a one-way relay was accepted when it was held).
+    reply: Option<oneshot::Sender<Result<Option<TypedPayload>, CallError>>>,
+}
+
+impl HeldRelay {
+    fn fail(self, e: CallError) {
+        if let Some(r) = self.reply {
+            let _ = r.send(Err(e));
+        }
+    }
+}
+
+type BindingKey = (SessionId, String);
 
 /// The session owner's state: the binding table and each open session's context.
 #[derive(Default)]
 pub(super) struct SessionHub {
     table: BindingTable,
     ctxs: HashMap<SessionId, SessionCtx>,
+    /// The relocation seal of each binding a 42 named (issue 19 item 6).
+    seals: HashMap<BindingKey, SealMachine<HeldRelay>>,
+    /// Bindings whose released relays are still being submitted, in order: later relays of
+    /// the binding queue behind them.
+    releasing: HashMap<BindingKey, VecDeque<HeldRelay>>,
 }
 
 /// Errors that mean the route a relay or push used is gone for good (the binding is lost).
@@ -445,7 +490,9 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    /// Relay on session `id`'s stored route for `actor_id` (see [`SessionRouter::relay`]).
+    /// Relay on session `id`'s stored route for `actor_id` (see [`SessionRouter::relay`]):
+    /// at once, or — while the binding is sealed or its released relays are still going out —
+    /// in order behind them (a one-way relay is accepted then; a request waits for its reply).
     async fn relay_session(
         &self,
         id: SessionId,
@@ -454,14 +501,76 @@ impl<S: ObjectStore> Inner<S> {
         metadata: Option<Metadata>,
         timeout: Option<Duration>,
     ) -> Result<Option<TypedPayload>, CallError> {
-        let route = self.hub().table.route(id, actor_id).cloned();
-        let Some(route) = route else {
-            return Err(CallError::new(
-                ErrorKind::InvalidOperation,
-                format!("session {id} is not bound to {actor_id}"),
-            ));
+        let (reply, waiter) = match timeout {
+            Some(_) => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
         };
-        let out = self.relay_on(id, &route, payload, metadata, timeout).await;
+        let relay = HeldRelay {
+            payload,
+            metadata,
+            timeout,
+            reply,
+        };
+        let direct = {
+            let mut hub = self.hub();
+            let Some(route) = hub.table.route(id, actor_id).cloned() else {
+                return Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    format!("session {id} is not bound to {actor_id}"),
+                ));
+            };
+            let key = (id, actor_id.to_owned());
+            if let Some(q) = hub.releasing.get_mut(&key) {
+                q.push_back(relay);
+                None
+            } else if let Some(m) = hub.seals.get_mut(&key).filter(|m| m.is_sealed()) {
+                let deadline = timeout.map(|t| std::time::Instant::now() + t);
+                let now = std::time::Instant::now();
+                let actions = m.handle(
+                    SealEvent::Relay(Held {
+                        item: relay,
+                        deadline,
+                    }),
+                    now,
+                );
+                debug_assert!(actions.is_empty(), "a sealed machine holds relays");
+                self.session_stats
+                    .relays_held
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            } else {
+                Some((route, relay))
+            }
+        };
+        match (direct, waiter) {
+            (Some((route, relay)), _) => {
+                self.relay_route(id, &route, relay.payload, relay.metadata, relay.timeout)
+                    .await
+            }
+            (None, None) => Ok(None),
+            (None, Some(rx)) => rx.await.unwrap_or_else(|_| {
+                Err(CallError::new(
+                    ErrorKind::Unavailable,
+                    "the session closed while the relay was held",
+                ))
+            }),
+        }
+    }
+
+    /// Submit one relay on `route` and drop the route if the owner refused it for good.
+    async fn relay_route(
+        &self,
+        id: SessionId,
+        route: &BindingRoute,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        let actor_id = route.actor.actor_id();
+        let out = self.relay_on(id, route, payload, metadata, timeout).await;
         if let Err(e) = &out
             && route_lost(e.kind())
             && self
@@ -476,6 +585,317 @@ impl<S: ObjectStore> Inner<S> {
             tracing::debug!(session = %id, actor = actor_id, error = %e, "binding route lost");
         }
         out
+    }
+
+    // ---- Session relocation (42/43/44) ---------------------------------------------------
+
+    fn seal_timeout(&self) -> Duration {
+        Duration::from_millis(self.seal_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// Command 42 from `source`: seal the binding it names and answer 43 (wire §10: only the
+    /// session, binding generation, Actor incarnation and relocation are checked).
+    pub(super) fn on_seal(&self, source: &NodeFence, b: &SessionRelocationSeal) {
+        let outcome = self.seal(b);
+        let counter = if outcome == SealOutcome::Sealed {
+            &self.session_stats.seals
+        } else {
+            &self.session_stats.seals_refused
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let answer = CommandBody::SessionRelocationSealed(SessionRelocationSealed {
+            relocation_id: b.relocation_id,
+            session_id: b.session.session_id,
+            binding_generation: b.session.binding_generation,
+            outcome,
+        });
+        if let Err(e) = self.mesh.session_control(source, answer) {
+            tracing::warn!(error = %e, "sessionRelocationSealed not sent");
+        }
+    }
+
+    fn seal(&self, b: &SessionRelocationSeal) -> SealOutcome {
+        let Some(id) = SessionId::new(b.session.session_id)
+            .filter(|_| b.session.owner_node == self.mesh.fence())
+        else {
+            return SealOutcome::SessionClosed;
+        };
+        let now = std::time::Instant::now();
+        let mut hub = self.hub();
+        if !hub.table.is_open(id) {
+            return SealOutcome::SessionClosed;
+        }
+        let Some(route) = hub.table.route(id, &b.actor_id).cloned() else {
+            return SealOutcome::NotCurrent;
+        };
+        let current = BindingIdentity {
+            binding_generation: route.binding_generation,
+            object_generation: route.actor.object_generation(),
+        };
+        let key = (id, b.actor_id.clone());
+        let timeout = self.seal_timeout();
+        let m = hub
+            .seals
+            .entry(key.clone())
+            .or_insert_with(|| SealMachine::new(current, timeout));
+        if !m.is_sealed() && m.identity() != current {
+            // The binding was made again since this machine's last seal.
+            *m = SealMachine::new(current, timeout);
+        }
+        let asked = BindingIdentity {
+            binding_generation: b.session.binding_generation,
+            object_generation: b.object_generation,
+        };
+        let was_sealed = m.is_sealed();
+        let actions = m.handle(
+            SealEvent::Seal {
+                relocation_id: b.relocation_id,
+                identity: asked,
+            },
+            now,
+        );
+        let newly = !was_sealed && m.is_sealed();
+        drop(hub);
+        if newly {
+            self.arm_seal_timer(key);
+        }
+        actions
+            .into_iter()
+            .find_map(|a| match a {
+                SealAction::Answer(o) => Some(o),
+                SealAction::Submit(_)
+                | SealAction::SwitchRoute
+                | SealAction::Expired(_)
+                | SealAction::Failed(_)
+                | SealAction::CloseSession
+                | SealAction::Ignored(_) => None,
+            })
+            .unwrap_or(SealOutcome::NotCurrent)
+    }
+
+    /// Tick the seal of `key` at each of its deadlines while it is installed.
+    fn arm_seal_timer(&self, key: BindingKey) {
+        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        tokio::spawn(async move {
+            loop {
+                let next = this
+                    .hub()
+                    .seals
+                    .get(&key)
+                    .and_then(SealMachine::poll_timeout);
+                let Some(at) = next else { break };
+                tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                let (rest, start) = {
+                    let mut hub = this.hub();
+                    let actions = match hub.seals.get_mut(&key) {
+                        Some(m) => m.handle(SealEvent::Tick, std::time::Instant::now()),
+                        None => break,
+                    };
+                    stage(&mut hub, &key, actions, None)
+                };
+                this.apply_seal_actions(&key, rest, start);
+            }
+        });
+    }
+
+    /// Command 44: switch (`route`) or release (`abort`) the seal it names.
+    pub(super) fn on_session_route(&self, b: &SessionRelocationRoute) {
+        let ignored = |why: Ignored| {
+            self.session_stats
+                .routes_ignored
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(session = b.session.session_id, actor = %b.actor_id, ?why,
+                "sessionRelocationRoute changed nothing");
+        };
+        let Some(id) = SessionId::new(b.session.session_id)
+            .filter(|_| b.session.owner_node == self.mesh.fence())
+        else {
+            return ignored(Ignored::Late);
+        };
+        let identity = BindingIdentity {
+            binding_generation: b.session.binding_generation,
+            object_generation: b.object_generation,
+        };
+        let target = match (b.action, &b.target_route) {
+            (SessionRouteAction::Route, Some(t))
+                if t.object_id == b.actor_id && t.object_generation == b.object_generation =>
+            {
+                match ActorRef::new(t.clone(), self.mesh.descriptor().mesh_name) {
+                    Some(r) => Some(r),
+                    None => return ignored(Ignored::Mismatch),
+                }
+            }
+            (SessionRouteAction::Route, _) => return ignored(Ignored::Mismatch),
+            (SessionRouteAction::Abort, _) => None,
+        };
+        let event = match b.action {
+            SessionRouteAction::Route => SealEvent::Route {
+                relocation_id: b.relocation_id,
+                identity,
+            },
+            SessionRouteAction::Abort => SealEvent::Abort {
+                relocation_id: b.relocation_id,
+                identity,
+            },
+        };
+        let key = (id, b.actor_id.clone());
+        // The machine's step, the route switch and the queueing of the released relays happen
+        // under one lock: a relay submitted meanwhile goes behind them, on the new route.
+        let (applied, rest, start) = {
+            let mut hub = self.hub();
+            let actions = match hub.seals.get_mut(&key) {
+                Some(m) => m.handle(event, std::time::Instant::now()),
+                None => {
+                    drop(hub);
+                    return ignored(Ignored::Late);
+                }
+            };
+            let applied = actions
+                .iter()
+                .all(|a| matches!(a, SealAction::SwitchRoute | SealAction::Submit(_)));
+            let (rest, start) = stage(&mut hub, &key, actions, target);
+            (applied, rest, start)
+        };
+        if applied {
+            let c = match b.action {
+                SessionRouteAction::Route => &self.session_stats.routes_applied,
+                SessionRouteAction::Abort => &self.session_stats.aborts_applied,
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        self.apply_seal_actions(&key, rest, start);
+    }
+
+    /// Carry out the actions [`stage`] left for binding `key` — end expired and failed relays,
+    /// close the session at the timeout, report ignored 44s — and start the release task when
+    /// `start`.
+    fn apply_seal_actions(
+        &self,
+        key: &BindingKey,
+        actions: Vec<SealAction<HeldRelay>>,
+        start: bool,
+    ) {
+        let (id, actor_id) = (key.0, key.1.as_str());
+        for a in actions {
+            match a {
+                SealAction::Expired(h) => {
+                    self.session_stats
+                        .held_expired
+                        .fetch_add(1, Ordering::Relaxed);
+                    h.fail(CallError::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!(
+                            "the relay to {actor_id} passed its deadline while sealed; not sent"
+                        ),
+                    ));
+                }
+                SealAction::Failed(h) => h.fail(CallError::new(
+                    ErrorKind::Unavailable,
+                    format!("session {id} closed while the relay to {actor_id} was held"),
+                )),
+                SealAction::CloseSession => {
+                    self.session_stats
+                        .seal_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(session = %id, actor = actor_id,
+                        "no sessionRelocationRoute within the seal timeout: closing the session");
+                    let ctx = self.hub().ctxs.get(&id).cloned();
+                    if let Some(ctx) = ctx {
+                        ctx.close(CloseReason::SealTimeout);
+                    }
+                }
+                SealAction::Ignored(why) => {
+                    self.session_stats
+                        .routes_ignored
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(session = %id, actor = actor_id, ?why,
+                        "sessionRelocationRoute changed nothing");
+                }
+                // Done by `stage` under the hub lock.
+                SealAction::Answer(_) | SealAction::SwitchRoute | SealAction::Submit(_) => {}
+            }
+        }
+        if start && let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) {
+            let key = key.clone();
+            tokio::spawn(async move { this.release(key).await });
+        }
+    }
+
+    /// Submit the released relays of `key` one after the other on its current route (a
+    /// request's reply is awaited before the next, so order holds), then let relays go out
+    /// directly again.
+    async fn release(&self, key: BindingKey) {
+        loop {
+            let next = {
+                let mut hub = self.hub();
+                let relay = hub.releasing.get_mut(&key).and_then(VecDeque::pop_front);
+                match relay {
+                    Some(r) => Some((r, hub.table.route(key.0, &key.1).cloned())),
+                    None => {
+                        hub.releasing.remove(&key);
+                        None
+                    }
+                }
+            };
+            let Some((relay, route)) = next else { break };
+            let Some(route) = route else {
+                relay.fail(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    format!("session {} is no longer bound to {}", key.0, key.1),
+                ));
+                continue;
+            };
+            let out = self
+                .relay_route(key.0, &route, relay.payload, relay.metadata, relay.timeout)
+                .await;
+            match relay.reply {
+                Some(r) => {
+                    let _ = r.send(out);
+                }
+                None => {
+                    if let Err(e) = out {
+                        tracing::debug!(session = %key.0, actor = %key.1, error = %e,
+                            "a released relay was refused");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Session `id` closed: its seals end (held relays fail) and nothing waits to be released.
+    fn close_seals(&self, id: SessionId) {
+        let (machines, queues) = {
+            let mut hub = self.hub();
+            let keys: Vec<BindingKey> = hub.seals.keys().filter(|k| k.0 == id).cloned().collect();
+            let machines: Vec<_> = keys
+                .iter()
+                .filter_map(|k| hub.seals.remove(k).map(|m| (k.clone(), m)))
+                .collect();
+            let qkeys: Vec<BindingKey> = hub
+                .releasing
+                .keys()
+                .filter(|k| k.0 == id)
+                .cloned()
+                .collect();
+            let queues: Vec<_> = qkeys
+                .iter()
+                .filter_map(|k| hub.releasing.remove(k))
+                .collect();
+            (machines, queues)
+        };
+        for (key, mut m) in machines {
+            // Only `Failed` comes of a close: nothing to stage.
+            let actions = m.handle(SealEvent::SessionClosed, std::time::Instant::now());
+            self.apply_seal_actions(&key, actions, false);
+        }
+        for relay in queues.into_iter().flatten() {
+            relay.fail(CallError::new(
+                ErrorKind::Unavailable,
+                format!("session {id} closed before the relay was sent"),
+            ));
+        }
     }
 
     /// Send the `zlink.session.Disconnected` notice of session `id` on `route` (one-way, on
@@ -503,6 +923,50 @@ impl<S: ObjectStore> Inner<S> {
     }
 }
 
+/// The part of a seal's actions that must happen in the same critical section as the
+/// machine's step (the caller holds the hub lock): the route switch to `target` and the
+/// queueing of released relays behind any still going out. Returns the other actions and
+/// whether a release task must start.
+fn stage(
+    hub: &mut SessionHub,
+    key: &BindingKey,
+    actions: Vec<SealAction<HeldRelay>>,
+    target: Option<ActorRef>,
+) -> (Vec<SealAction<HeldRelay>>, bool) {
+    let (id, actor_id) = (key.0, key.1.as_str());
+    let mut rest = Vec::new();
+    let mut release = Vec::new();
+    for a in actions {
+        match a {
+            SealAction::SwitchRoute => {
+                let generation = hub.table.route(id, actor_id).map(|r| r.binding_generation);
+                if let (Some(g), Some(t)) = (generation, target.clone()) {
+                    hub.table.switch_route(id, g, t);
+                }
+            }
+            SealAction::Submit(h) => release.push(h),
+            other @ (SealAction::Answer(_)
+            | SealAction::Expired(_)
+            | SealAction::Failed(_)
+            | SealAction::CloseSession
+            | SealAction::Ignored(_)) => rest.push(other),
+        }
+    }
+    if release.is_empty() {
+        return (rest, false);
+    }
+    match hub.releasing.get_mut(key) {
+        Some(q) => {
+            q.extend(release);
+            (rest, false)
+        }
+        None => {
+            hub.releasing.insert(key.clone(), release.into());
+            (rest, true)
+        }
+    }
+}
+
 /// The [`SessionRouter`] of a runtime: a weak handle, so a StreamNode does not keep a stopped
 /// runtime alive.
 pub(super) struct RouterRef<S: ObjectStore> {
@@ -526,6 +990,7 @@ impl<S: ObjectStore> SessionRouter for RouterRef<S> {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
+        inner.close_seals(id);
         let routes = {
             let mut hub = inner.hub();
             hub.ctxs.remove(&id);
@@ -583,9 +1048,17 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         })
     }
 
-    /// Counters of binding, relay and push.
+    /// Counters of binding, relay, push and session relocation.
     pub fn session_stats(&self) -> &SessionStats {
         &self.inner.session_stats
+    }
+
+    /// Set `SessionRelocationSealTimeout` (wire §10; default 3,000 ms) for seals installed
+    /// from now on.
+    pub fn set_session_seal_timeout(&self, timeout: Duration) {
+        self.inner
+            .seal_timeout_ms
+            .store(millis(timeout).max(1), Ordering::Relaxed);
     }
 
     /// The current ActorRef of Actor `id`, from the store's current authority (one read;

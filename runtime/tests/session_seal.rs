@@ -1,0 +1,550 @@
+//! Session relocation against a real gateway, driven by a scripted coordinator (issue 19 item 6,
+//! acceptance 5; wire §9 "Session seal과 source relay", §10 "Session route"; routing §3.3).
+//!
+//! The gateway is a real MeshNode with its object runtime and a StreamNode; a real Stream
+//! Connector client talks to it. The "Actor owners" are two scripted MeshNodes: real nodes of
+//! the mesh whose object sink is this file's [`Script`] instead of an object runtime. A script
+//! accepts binds (38 → tag 6), records every relay it receives (24/25 with the bound-session
+//! tail), answers requests, and sends 42 and 44 by hand — the steps a relocation coordinator
+//! and its target take (routing §3.3 steps 1 and 7), without a relocation.
+#![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use common::cluster::Cluster;
+use common::eventually;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use zlink::mesh::discovery::DiscoveryBackend;
+use zlink::mesh::{Handlers, JsonMessage, MeshNode, ObjectCommand, ObjectSink};
+use zlink::object::ActorRef;
+use zlink::object::registry::{FactoryInput, Registry};
+use zlink::object::runtime::{Disconnected, ObjectRuntime};
+use zlink::session::{SessionHandlers, StreamConfig, StreamNode};
+use zlink_connector::{Connector, ConnectorConfig, ConnectorEvent, DispatchMode};
+use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{
+    CommandBody, NodeFence, ObjectKind, ReplyResult, ReplyResultBoundSessionBind, RouteFence,
+    SealOutcome, SessionRef, SessionRelocationRoute, SessionRelocationSeal,
+    SessionRelocationSealed, SessionRouteAction,
+};
+use zlink_store::MemoryStore;
+
+const WAIT: Duration = Duration::from_secs(10);
+const SEAL_TIMEOUT: Duration = Duration::from_millis(400);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Say {
+    actor: String,
+    n: u64,
+}
+impl JsonMessage for Say {
+    const PACKET_NAME: &'static str = "t.Say";
+}
+
+/// A request relayed to `actor`; the script answers with its `n`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Ask {
+    actor: String,
+    n: u64,
+}
+impl JsonMessage for Ask {
+    const PACKET_NAME: &'static str = "t.Ask";
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Bind {
+    slot: String,
+}
+impl JsonMessage for Bind {
+    const PACKET_NAME: &'static str = "t.Bind";
+}
+
+/// One relay a script received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Arrival {
+    actor: String,
+    n: u64,
+    request: bool,
+    session: SessionRef,
+}
+
+/// A scripted Actor owner (see the module docs).
+#[derive(Default)]
+struct Script {
+    mesh: OnceLock<Weak<MeshNode>>,
+    binds: Mutex<Vec<SessionRef>>,
+    arrivals: Mutex<Vec<Arrival>>,
+    /// `zlink.session.Disconnected` notices: (Actor, reason).
+    notices: Mutex<Vec<(String, String)>>,
+    sealed: Mutex<Option<mpsc::UnboundedSender<SessionRelocationSealed>>>,
+}
+
+fn n_of(p: &TypedPayload) -> u64 {
+    let v: serde_json::Value = serde_json::from_slice(&p.payload).unwrap();
+    v["n"].as_u64().unwrap()
+}
+
+impl ObjectSink for Script {
+    fn take(&self, source: Arc<NodeFence>, command: ObjectCommand) {
+        let Some(mesh) = self.mesh.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        match command {
+            ObjectCommand::BoundSessionBind(b) => {
+                self.binds.lock().unwrap().push(b.session.clone());
+                let tag = ReplyResult::BoundSessionBind(ReplyResultBoundSessionBind {
+                    binding_generation: b.session.binding_generation,
+                });
+                mesh.reply_create(&source, &b.request, Ok(tag));
+            }
+            ObjectCommand::ActorSend(b, p)
+                if &*p.payload.packet_name == Disconnected::PACKET_NAME =>
+            {
+                let d: Disconnected = serde_json::from_slice(&p.payload.payload).unwrap();
+                self.notices
+                    .lock()
+                    .unwrap()
+                    .push((b.route.object_id, d.reason));
+            }
+            ObjectCommand::ActorSend(b, p) => {
+                self.arrivals.lock().unwrap().push(Arrival {
+                    actor: b.route.object_id,
+                    n: n_of(&p.payload),
+                    request: false,
+                    session: p.bound_session.unwrap(),
+                });
+            }
+            ObjectCommand::ActorRequest(b, p) => {
+                let n = n_of(&p.payload);
+                self.arrivals.lock().unwrap().push(Arrival {
+                    actor: b.route.object_id,
+                    n,
+                    request: true,
+                    session: p.bound_session.unwrap(),
+                });
+                mesh.reply_to(&source, &b.request, Ok(p.payload));
+            }
+            ObjectCommand::SessionRelocationSealed(s) => {
+                if let Some(tx) = &*self.sealed.lock().unwrap() {
+                    let _ = tx.send(s);
+                }
+            }
+            other => panic!("the script got {}", other.name()),
+        }
+    }
+}
+
+impl Script {
+    fn arrivals_of(&self, actor: &str) -> Vec<(u64, bool)> {
+        self.arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.actor == actor)
+            .map(|a| (a.n, a.request))
+            .collect()
+    }
+}
+
+type Refs = Arc<Mutex<HashMap<String, ActorRef>>>;
+
+fn session_handlers(refs: Refs) -> SessionHandlers {
+    let mut h = SessionHandlers::new();
+    h.on_request(Bind::PACKET_NAME, move |ctx, packet, reply| {
+        let refs = Arc::clone(&refs);
+        async move {
+            let b: Bind = serde_json::from_slice(&packet.payload).unwrap();
+            let r = refs.lock().unwrap()[&b.slot].clone();
+            match ctx.bind(&r).await {
+                Ok(route) => reply.json(&route.binding_generation),
+                Err(e) => reply.call_error(&e),
+            }
+        }
+    })
+    .unwrap();
+    h.on_send(Say::PACKET_NAME, |ctx, packet| async move {
+        let s: Say = serde_json::from_slice(&packet.payload).unwrap();
+        ctx.relay(&s.actor, &packet).await.unwrap();
+    })
+    .unwrap();
+    h.on_request(Ask::PACKET_NAME, |ctx, packet, reply| async move {
+        let a: Ask = serde_json::from_slice(&packet.payload).unwrap();
+        let answer = ctx.relay_request(&a.actor, &packet, WAIT).await;
+        reply.answer(answer);
+    })
+    .unwrap();
+    h
+}
+
+/// The gateway (a one-node cluster: runtime + StreamNode) and two scripts (plain MeshNodes on
+/// the same store whose object sink is a [`Script`]).
+struct Rig {
+    cluster: Cluster,
+    script_nodes: [Arc<MeshNode>; 2],
+    gateway: ObjectRuntime<MemoryStore>,
+    stream: StreamNode,
+    scripts: [Arc<Script>; 2],
+    refs: Refs,
+    sealed: mpsc::UnboundedReceiver<SessionRelocationSealed>,
+}
+
+impl Rig {
+    async fn start() -> Self {
+        let cluster = Cluster::builder(1)
+            .registry(|_| {
+                let mut r = Registry::new();
+                r.actor(
+                    "unused",
+                    |_: FactoryInput| async { Ok(()) },
+                    zlink::object::exec::ObjectHandlers::new,
+                )
+                .register();
+                r
+            })
+            .start()
+            .await;
+        let gateway = cluster.rts[0].clone();
+        gateway.set_session_seal_timeout(SEAL_TIMEOUT);
+        let (tx, sealed) = mpsc::unbounded_channel();
+        let scripts = [Arc::new(Script::default()), Arc::new(Script::default())];
+        let mut script_nodes = Vec::new();
+        for (i, s) in scripts.iter().enumerate() {
+            let store = Arc::clone(cluster.store()) as Arc<dyn DiscoveryBackend>;
+            let cfg = common::config("m", &format!("script-{i}"));
+            let node = Arc::new(
+                MeshNode::start(cfg, Handlers::new(), Some(store))
+                    .await
+                    .unwrap(),
+            );
+            s.mesh.set(Arc::downgrade(&node)).ok();
+            *s.sealed.lock().unwrap() = Some(tx.clone());
+            node.set_object_sink(Arc::clone(s) as Arc<dyn ObjectSink>)
+                .unwrap();
+            node.wait_ready(cluster.nodes[0].rid(), WAIT).await.unwrap();
+            cluster.nodes[0].wait_ready(node.rid(), WAIT).await.unwrap();
+            script_nodes.push(node);
+        }
+        let script_nodes: [Arc<MeshNode>; 2] = script_nodes.try_into().ok().unwrap();
+        let refs: Refs = Arc::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = StreamConfig::new(listener.local_addr().unwrap());
+        let stream = StreamNode::serve_routed(
+            listener,
+            config,
+            session_handlers(Arc::clone(&refs)),
+            gateway.session_router(),
+        )
+        .unwrap();
+        Self {
+            cluster,
+            script_nodes,
+            gateway,
+            stream,
+            scripts,
+            refs,
+            sealed,
+        }
+    }
+
+    /// The route of a scripted Actor `id` on script `s` (a script checks no fence but its
+    /// node's; the owner and lease generations only have to be well-formed).
+    fn route(&self, s: usize, id: &str) -> RouteFence {
+        RouteFence {
+            object_kind: ObjectKind::Actor,
+            object_id: id.into(),
+            object_generation: 1,
+            target_node: self.script_nodes[s].fence(),
+            authority_owner_generation: 1 + s as u64,
+            owner_lease_generation: 1,
+        }
+    }
+
+    async fn client(&self) -> Connector {
+        let mut cfg = ConnectorConfig::new(self.stream.local_addr().to_string());
+        cfg.dispatch_mode = DispatchMode::Immediate;
+        Connector::connect(cfg).await.unwrap()
+    }
+
+    /// Bind `c` to scripted Actor `id` on script 0; the SessionRef the script recorded.
+    async fn bind(&self, c: &Connector, id: &str) -> SessionRef {
+        let r = ActorRef::new(
+            self.route(0, id),
+            self.script_nodes[0].descriptor().mesh_name,
+        )
+        .unwrap();
+        self.refs.lock().unwrap().insert(id.into(), r);
+        let g: u64 = c
+            .request(&Bind { slot: id.into() })
+            .timeout(WAIT)
+            .await
+            .unwrap()
+            .json()
+            .unwrap();
+        let binds = self.scripts[0].binds.lock().unwrap();
+        let s = binds.last().unwrap().clone();
+        assert_eq!(s.binding_generation, g);
+        s
+    }
+
+    /// Script `from` sends 42 for (`session`, `actor`) and returns the 43 outcome.
+    async fn seal(
+        &mut self,
+        from: usize,
+        r: [u8; 16],
+        session: &SessionRef,
+        actor: &str,
+    ) -> SealOutcome {
+        let body = CommandBody::SessionRelocationSeal(SessionRelocationSeal {
+            relocation_id: r,
+            session: session.clone(),
+            actor_id: actor.into(),
+            object_generation: 1,
+        });
+        self.script_nodes[from]
+            .session_control(&self.cluster.nodes[0].fence(), body)
+            .unwrap();
+        let answer = tokio::time::timeout(WAIT, self.sealed.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                answer.relocation_id,
+                answer.session_id,
+                answer.binding_generation
+            ),
+            (r, session.session_id, session.binding_generation)
+        );
+        answer.outcome
+    }
+
+    /// Script `from` sends 44 (`route` to script `to`'s route when `to` is `Some`, else abort).
+    fn route_update(
+        &self,
+        from: usize,
+        r: [u8; 16],
+        session: &SessionRef,
+        actor: &str,
+        to: Option<usize>,
+    ) {
+        let body = CommandBody::SessionRelocationRoute(SessionRelocationRoute {
+            relocation_id: r,
+            session: session.clone(),
+            actor_id: actor.into(),
+            object_generation: 1,
+            action: if to.is_some() {
+                SessionRouteAction::Route
+            } else {
+                SessionRouteAction::Abort
+            },
+            target_route: to.map(|t| self.route(t, actor)),
+        });
+        self.script_nodes[from]
+            .session_control(&self.cluster.nodes[0].fence(), body)
+            .unwrap();
+    }
+
+    fn stat(
+        &self,
+        f: impl Fn(&zlink::object::runtime::SessionStats) -> &std::sync::atomic::AtomicU64,
+    ) -> u64 {
+        f(self.gateway.session_stats()).load(Ordering::Relaxed)
+    }
+
+    async fn shutdown(self) {
+        self.stream.shutdown().await;
+        for n in &self.script_nodes {
+            n.shutdown().await;
+        }
+        self.cluster.shutdown().await;
+    }
+}
+
+async fn say(c: &Connector, actor: &str, n: u64) {
+    c.send(&Say {
+        actor: actor.into(),
+        n,
+    })
+    .await
+    .unwrap();
+}
+
+async fn ask(c: &Connector, actor: &str, n: u64) -> u64 {
+    let r = c
+        .request(&Ask {
+            actor: actor.into(),
+            n,
+        })
+        .timeout(WAIT)
+        .await
+        .unwrap();
+    r.json::<Ask>().unwrap().n
+}
+
+const R1: [u8; 16] = [1; 16];
+const R2: [u8; 16] = [2; 16];
+const R3: [u8; 16] = [3; 16];
+
+/// Acceptance 5: sealed relays are held in order while another Actor of the session keeps
+/// flowing; 44 `route` sends them to the target in order and the route stays there; a second
+/// seal and 44 `abort` send them to the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_relays_reach_the_target_in_order_and_an_abort_sends_them_to_the_source() {
+    let mut rig = Rig::start().await;
+    let c = rig.client().await;
+    let x = rig.bind(&c, "player:x").await;
+    rig.bind(&c, "player:y").await;
+    assert_eq!(rig.seal(0, R1, &x, "player:x").await, SealOutcome::Sealed);
+    assert_eq!(
+        rig.seal(0, R1, &x, "player:x").await,
+        SealOutcome::Sealed,
+        "idempotent per relocation"
+    );
+    for n in 1..=10 {
+        say(&c, "player:x", n).await;
+        say(&c, "player:y", n).await;
+    }
+    // The other binding keeps flowing while X is sealed: a request to Y comes back.
+    assert_eq!(ask(&c, "player:y", 11).await, 11);
+    assert_eq!(
+        rig.scripts[0].arrivals_of("player:x"),
+        vec![],
+        "held at the gateway"
+    );
+    let y: Vec<(u64, bool)> = (1..=10).map(|n| (n, false)).chain([(11, true)]).collect();
+    assert_eq!(rig.scripts[0].arrivals_of("player:y"), y);
+    // A request to X waits in the seal too, behind the sends.
+    let asked = {
+        let c2 = &c;
+        async move { ask(c2, "player:x", 11).await }
+    };
+    let (answer, ()) = tokio::join!(asked, async {
+        eventually("the request held", || rig.stat(|s| &s.relays_held) == 11).await;
+        rig.route_update(1, R1, &x, "player:x", Some(1));
+    });
+    assert_eq!(answer, 11);
+    let held: Vec<(u64, bool)> = (1..=10).map(|n| (n, false)).chain([(11, true)]).collect();
+    assert_eq!(
+        rig.scripts[1].arrivals_of("player:x"),
+        held,
+        "in order, at the target"
+    );
+    assert_eq!(rig.scripts[0].arrivals_of("player:x"), vec![]);
+    // The route is the target's now.
+    say(&c, "player:x", 12).await;
+    assert_eq!(ask(&c, "player:x", 13).await, 13);
+    assert_eq!(
+        rig.scripts[1].arrivals_of("player:x")[11..],
+        [(12, false), (13, true)]
+    );
+    // A second relocation from the new owner, aborted: held relays go to the source (script 1).
+    assert_eq!(rig.seal(1, R2, &x, "player:x").await, SealOutcome::Sealed);
+    for n in 14..=20 {
+        say(&c, "player:x", n).await;
+    }
+    eventually("seven held", || rig.stat(|s| &s.relays_held) == 18).await;
+    rig.route_update(1, R2, &x, "player:x", None);
+    assert_eq!(ask(&c, "player:x", 21).await, 21);
+    let tail: Vec<(u64, bool)> = (14..=20).map(|n| (n, false)).chain([(21, true)]).collect();
+    assert_eq!(rig.scripts[1].arrivals_of("player:x")[13..], tail[..]);
+    // Late and duplicate 44s change nothing and are counted.
+    let ignored = rig.stat(|s| &s.routes_ignored);
+    rig.route_update(1, R1, &x, "player:x", Some(0));
+    rig.route_update(1, R2, &x, "player:x", Some(0));
+    eventually("two ignored", || {
+        rig.stat(|s| &s.routes_ignored) == ignored + 2
+    })
+    .await;
+    assert_eq!(ask(&c, "player:x", 22).await, 22);
+    assert_eq!(
+        rig.scripts[1].arrivals_of("player:x").last(),
+        Some(&(22, true))
+    );
+    assert_eq!(rig.scripts[0].arrivals_of("player:x"), vec![]);
+    c.close().await;
+    rig.shutdown().await;
+}
+
+/// Acceptance 5: a seal with no 44 closes exactly that session at the timeout (its other
+/// binding and another session are untouched); a late 44 afterwards is only counted; a 42
+/// for an unknown session or another binding generation is answered so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seal_without_a_route_update_closes_exactly_that_session_at_the_timeout() {
+    let mut rig = Rig::start().await;
+    let a = rig.client().await;
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    a.on_event(move |e: &ConnectorEvent| {
+        let _ = events_tx.send(format!("{e:?}"));
+    });
+    let ax = rig.bind(&a, "player:x").await;
+    let b = rig.client().await;
+    let bz = rig.bind(&b, "player:z").await;
+    // Wrong identity first: another binding generation, an unknown session.
+    let mut stale = ax.clone();
+    stale.binding_generation += 100;
+    assert_eq!(
+        rig.seal(0, R1, &stale, "player:x").await,
+        SealOutcome::NotCurrent
+    );
+    let mut unknown = ax.clone();
+    unknown.session_id += 100;
+    assert_eq!(
+        rig.seal(0, R1, &unknown, "player:x").await,
+        SealOutcome::SessionClosed
+    );
+    assert_eq!(rig.seal(0, R3, &ax, "player:x").await, SealOutcome::Sealed);
+    say(&a, "player:x", 1).await;
+    let timeouts = rig.stat(|s| &s.seal_timeouts);
+    eventually("the seal timed out", || {
+        rig.stat(|s| &s.seal_timeouts) == timeouts + 1
+    })
+    .await;
+    // Session A closed; its held relay was never sent.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let e = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if e.starts_with("Disconnected") {
+            break;
+        }
+    }
+    assert_eq!(rig.scripts[0].arrivals_of("player:x"), vec![]);
+    let notice = ("player:x".to_owned(), "SealTimeout".to_owned());
+    eventually("the disconnect notice", || {
+        rig.scripts[0].notices.lock().unwrap().contains(&notice)
+    })
+    .await;
+    // A late 44 only counts.
+    let ignored = rig.stat(|s| &s.routes_ignored);
+    rig.route_update(1, R3, &ax, "player:x", Some(1));
+    eventually("the late 44 counted", || {
+        rig.stat(|s| &s.routes_ignored) == ignored + 1
+    })
+    .await;
+    assert_eq!(rig.scripts[1].arrivals_of("player:x"), vec![]);
+    // Session B and its binding are untouched.
+    assert_eq!(ask(&b, "player:z", 5).await, 5);
+    assert_eq!(rig.scripts[0].arrivals_of("player:z"), vec![(5, true)]);
+    assert_eq!(
+        bz.session_id,
+        rig.scripts[0]
+            .arrivals
+            .lock()
+            .unwrap()
+            .last()
+            .unwrap()
+            .session
+            .session_id
+    );
+    b.close().await;
+    a.close().await;
+    rig.shutdown().await;
+}
