@@ -14,8 +14,9 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
 use serde::{Deserialize, Serialize};
@@ -27,7 +28,7 @@ use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::{Disconnected, ObjectRuntime, RelocatePlan};
 use zlink::session::{SessionHandlers, StreamConfig, StreamNode};
-use zlink_connector::{Connector, ConnectorConfig, DispatchMode, RequestError};
+use zlink_connector::{Connector, ConnectorConfig, ConnectorEvent, DispatchMode, RequestError};
 use zlink_store::MemoryStore;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -181,16 +182,40 @@ fn registry() -> Registry {
 }
 
 type Refs = Arc<Mutex<HashMap<String, ActorRef>>>;
+/// `on_binding_replaced` calls: (session id, Actor ID, when).
+type Replaced = Arc<Mutex<Vec<(u64, String, Instant)>>>;
+/// `on_binding_lost` calls: (session id, Actor ID, kind).
+type Lost = Arc<Mutex<Vec<(u64, String, String)>>>;
 
 /// Two object nodes on one memory store, a StreamNode on node 0 bound to node 0's runtime.
 struct Rig {
     cluster: Cluster,
     stream: StreamNode,
     refs: Refs,
+    replaced: Replaced,
+    lost: Lost,
 }
 
-fn session_handlers(rt: ObjectRuntime<MemoryStore>, refs: Refs) -> SessionHandlers {
+fn session_handlers(
+    rt: ObjectRuntime<MemoryStore>,
+    refs: Refs,
+    replaced: Replaced,
+    lost: Lost,
+) -> SessionHandlers {
     let mut h = SessionHandlers::new();
+    h.on_binding_replaced(move |ctx, actor| {
+        replaced
+            .lock()
+            .unwrap()
+            .push((ctx.id().get(), actor, Instant::now()));
+        async {}
+    });
+    h.on_binding_lost(move |ctx, actor, kind| {
+        lost.lock()
+            .unwrap()
+            .push((ctx.id().get(), actor, format!("{kind:?}")));
+        async {}
+    });
     h.on_request(Bind::PACKET_NAME, move |ctx, packet, reply| {
         let rt = rt.clone();
         let refs = Arc::clone(&refs);
@@ -237,12 +262,19 @@ impl Rig {
             .start()
             .await;
         let refs: Refs = Arc::default();
+        let replaced: Replaced = Arc::default();
+        let lost: Lost = Arc::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let config = StreamConfig::new(listener.local_addr().unwrap());
         let stream = StreamNode::serve_routed(
             listener,
             config,
-            session_handlers(cluster.rts[0].clone(), Arc::clone(&refs)),
+            session_handlers(
+                cluster.rts[0].clone(),
+                Arc::clone(&refs),
+                Arc::clone(&replaced),
+                Arc::clone(&lost),
+            ),
             cluster.rts[0].session_router(),
         )
         .unwrap();
@@ -250,6 +282,8 @@ impl Rig {
             cluster,
             stream,
             refs,
+            replaced,
+            lost,
         }
     }
 
@@ -371,11 +405,8 @@ async fn a_bound_session_relays_in_session_order_and_gets_the_actors_pushes() {
         c.close().await;
     }
     let stats = rig.cluster.rts[0].session_stats();
-    assert_eq!(stats.pushes.load(std::sync::atomic::Ordering::Relaxed), 400);
-    assert_eq!(
-        stats.push_drops.load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(stats.pushes.load(Ordering::Relaxed), 400);
+    assert_eq!(stats.push_drops.load(Ordering::Relaxed), 0);
     rig.shutdown().await;
 }
 
@@ -419,14 +450,21 @@ async fn binds_with_stale_earlier_or_gone_refs_get_their_closed_kinds_and_keep_t
     rig.shutdown().await;
 }
 
-/// Issue 19 items 4–5 (acceptance 4, rebind): a same-session rebind on the same owner keeps
-/// the new binding; a second session's bind replaces the first one's, whose next relay is
-/// refused `StaleRoute` and not resent, and whose route is dropped.
+/// Issue 19 item 4 (acceptance 4, replace and rebind): a same-session rebind keeps the new
+/// binding and replaces nothing; a second session's bind replaces the first's: the first gets
+/// `on_binding_replaced` and closes 100 ms after it, its late relay reaches no handler, and the
+/// second session's relays reach the Actor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rebind_keeps_the_new_binding_and_a_replaced_binding_is_refused_once() {
+async fn a_rebind_keeps_the_new_binding_and_a_replaced_session_closes_after_its_callback() {
     let rig = Rig::start().await;
     rig.player(1, "player:ann").await;
     let first = rig.client().await;
+    let (closed_tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
+    first.on_event(move |e: &ConnectorEvent| {
+        if matches!(e, ConnectorEvent::Disconnected(_)) {
+            let _ = closed_tx.send(Instant::now());
+        }
+    });
     let g1 = bind(&first, "player:ann", false)
         .await
         .unwrap()
@@ -442,31 +480,85 @@ async fn a_rebind_keeps_the_new_binding_and_a_replaced_binding_is_refused_once()
         Some(g2),
         "the same-owner rebind holds"
     );
+    let stats = rig.cluster.rts[0].session_stats();
+    assert_eq!(
+        stats.replaced_applied.load(Ordering::Relaxed),
+        0,
+        "a rebind replaces nothing"
+    );
     let second = rig.client().await;
     let g3 = bind(&second, "player:ann", false)
         .await
         .unwrap()
         .binding_generation;
-    let e = ask(&first, "player:ann").await.unwrap_err();
-    assert_eq!(error_kind(&e), "StaleRoute", "{e:?}");
-    // The route was dropped: the next relay is refused at the session owner, not sent.
-    let relays_before = rig.cluster.rts[0]
-        .session_stats()
-        .relays
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let e = ask(&first, "player:ann").await.unwrap_err();
-    assert_eq!(error_kind(&e), "InvalidOperation", "{e:?}");
-    assert_eq!(
-        rig.cluster.rts[0]
-            .session_stats()
-            .relays
-            .load(std::sync::atomic::Ordering::Relaxed),
-        relays_before
+    common::eventually("the replaced callback", || {
+        !rig.replaced.lock().unwrap().is_empty()
+    })
+    .await;
+    let (_, actor, called_at) = rig.replaced.lock().unwrap()[0].clone();
+    assert_eq!(actor, "player:ann");
+    // A late relay of the replaced session: refused (at its owner or at the Actor's), never
+    // handled.
+    let _ = first
+        .send(&Say {
+            actor: "player:ann".into(),
+            n: 999,
+            echo: false,
+        })
+        .await;
+    let closed_at = tokio::time::timeout(WAIT, closed.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        closed_at.duration_since(called_at) >= Duration::from_millis(100),
+        "closed {:?} after the callback",
+        closed_at.duration_since(called_at)
     );
     let a = ask(&second, "player:ann").await.unwrap();
     assert_eq!(a.session.map(|(_, g)| g), Some(g3));
+    let seen = rig.look("player:ann").await;
+    assert!(
+        !seen.says.contains(&999),
+        "the replaced session's late relay reached a handler"
+    );
+    assert_eq!(stats.replaced_applied.load(Ordering::Relaxed), 1);
+    assert_eq!(rig.replaced.lock().unwrap().len(), 1);
     first.close().await;
     second.close().await;
+    rig.shutdown().await;
+}
+
+/// Issue 19 item 5: a relay the Actor owner refuses — the Actor was re-created, so the bound
+/// incarnation is gone → `InvalidOperation` — is not resent: the route is dropped,
+/// `on_binding_lost` fires, and the next relay fails at the session owner without being sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_relay_drops_the_route_fires_on_binding_lost_and_is_never_resent() {
+    let rig = Rig::start().await;
+    rig.player(1, "player:bo").await;
+    let c = rig.client().await;
+    bind(&c, "player:bo", false).await.unwrap();
+    rig.cluster.rts[1].destroy_actor("player:bo").await.unwrap();
+    rig.player(1, "player:bo").await;
+    let e = ask(&c, "player:bo").await.unwrap_err();
+    assert_eq!(error_kind(&e), "InvalidOperation", "{e:?}");
+    common::eventually("on_binding_lost", || !rig.lost.lock().unwrap().is_empty()).await;
+    let (_, actor, kind) = rig.lost.lock().unwrap()[0].clone();
+    assert_eq!(
+        (actor.as_str(), kind.as_str()),
+        ("player:bo", "InvalidOperation")
+    );
+    let stats = rig.cluster.rts[0].session_stats();
+    let relays = stats.relays.load(Ordering::Relaxed);
+    let e = ask(&c, "player:bo").await.unwrap_err();
+    assert_eq!(error_kind(&e), "InvalidOperation", "{e:?}");
+    assert_eq!(
+        stats.relays.load(Ordering::Relaxed),
+        relays,
+        "not sent again"
+    );
+    assert_eq!(rig.look("player:bo").await.says, Vec::<u64>::new());
+    c.close().await;
     rig.shutdown().await;
 }
 

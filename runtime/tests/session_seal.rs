@@ -548,3 +548,59 @@ async fn a_seal_without_a_route_update_closes_exactly_that_session_at_the_timeou
     a.close().await;
     rig.shutdown().await;
 }
+
+/// Wire §3.2 / issue 19 item 4: a `boundSessionReplaced` (51) is applied only when it comes
+/// from the Actor owner its fence names and names the session's current binding; anything else
+/// is counted and changes nothing. Applied, the session closes `Replaced`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replace_notice_is_applied_only_from_the_fenced_owner_for_the_current_binding() {
+    use zlink_protocol::generated::BoundSessionReplaced;
+    let rig = Rig::start().await;
+    let c = rig.client().await;
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    c.on_event(move |e: &ConnectorEvent| {
+        let _ = events_tx.send(format!("{e:?}"));
+    });
+    let x = rig.bind(&c, "player:x").await;
+    let notice = |fence_from: usize, session: &SessionRef| {
+        CommandBody::BoundSessionReplaced(BoundSessionReplaced {
+            actor_fence: rig.route(fence_from, "player:x"),
+            previous_session: session.clone(),
+        })
+    };
+    let gateway = rig.cluster.nodes[0].fence();
+    let mut older = x.clone();
+    older.binding_generation += 1000;
+    let cases = [
+        // Script 1 sends a fence naming script 0 as the owner: not the fenced owner.
+        (1, notice(0, &x)),
+        // The fenced owner, but another binding generation than the current one.
+        (0, notice(0, &older)),
+    ];
+    for (from, body) in cases {
+        rig.script_nodes[from]
+            .session_control(&gateway, body)
+            .unwrap();
+    }
+    eventually("two ignored notices", || {
+        rig.stat(|s| &s.replaced_ignored) == 2
+    })
+    .await;
+    assert_eq!(ask(&c, "player:x", 1).await, 1, "the binding is untouched");
+    rig.script_nodes[0]
+        .session_control(&gateway, notice(0, &x))
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let e = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if e.starts_with("Disconnected") {
+            break;
+        }
+    }
+    assert_eq!(rig.stat(|s| &s.replaced_applied), 1);
+    c.close().await;
+    rig.shutdown().await;
+}

@@ -1005,9 +1005,10 @@ impl MeshNode {
         self.inner.send_app_record(&conn, Leg::Send, &record).await
     }
 
-    /// Send one session relocation control record (wire §10 "Session route") to node lifecycle
-    /// `target`: `sessionRelocationSeal` (42, request leg), `sessionRelocationSealed` (43, reply
-    /// leg) or `sessionRelocationRoute` (44, send leg). They carry their own identities (no
+    /// Send one session control record to node lifecycle `target`: `sessionRelocationSeal`
+    /// (42, request leg), `sessionRelocationSealed` (43, reply leg), `sessionRelocationRoute`
+    /// (44, send leg; wire §10 "Session route") or `boundSessionReplaced` (51, send leg; wire
+    /// §3.2). They carry their own identities (no
     /// request header); on one connection they keep their order with the relays before them.
     ///
     /// # Errors
@@ -1017,7 +1018,9 @@ impl MeshNode {
         let leg = match &body {
             CommandBody::SessionRelocationSeal(_) => Leg::Request,
             CommandBody::SessionRelocationSealed(_) => Leg::Reply,
-            CommandBody::SessionRelocationRoute(_) => Leg::Send,
+            CommandBody::SessionRelocationRoute(_) | CommandBody::BoundSessionReplaced(_) => {
+                Leg::Send
+            }
             other => {
                 return Err(CallError::new(
                     ErrorKind::InvalidOperation,

@@ -17,10 +17,11 @@ use std::sync::Arc;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     ActorCreate, ActorDestroy, ActorJoin, ActorRequest, ActorSend, BoundSessionBind,
-    BoundSessionSend, InstanceSpot, LogicalMulticast, MessageFollow, NodeFence, RelocationCutover,
-    RelocationData, RelocationFailed, RelocationPrepare, RelocationReady, RelocationState,
-    ReplyRelayAck, RequestHeader, RouteFence, SessionRelocationRoute, SessionRelocationSeal,
-    SessionRelocationSealed, SpotRequest, SpotSend, UserSpotClose, UserSpotCreate,
+    BoundSessionReplaced, BoundSessionSend, InstanceSpot, LogicalMulticast, MessageFollow,
+    NodeFence, RelocationCutover, RelocationData, RelocationFailed, RelocationPrepare,
+    RelocationReady, RelocationState, ReplyRelayAck, RequestHeader, RouteFence,
+    SessionRelocationRoute, SessionRelocationSeal, SessionRelocationSealed, SpotRequest, SpotSend,
+    UserSpotClose, UserSpotCreate,
 };
 use zlink_protocol::metadata::Metadata;
 
@@ -91,6 +92,9 @@ pub enum ObjectCommand {
     /// `sessionRelocationRoute` (44): route switch (from the target) or abort (from the source)
     /// of a sealed binding of a session of this node.
     SessionRelocationRoute(SessionRelocationRoute),
+    /// `boundSessionReplaced` (51): the Actor owner replaced a binding of a session of this
+    /// node with another session's (wire §3.2).
+    BoundSessionReplaced(BoundSessionReplaced),
 }
 
 impl ObjectCommand {
@@ -122,7 +126,8 @@ impl ObjectCommand {
             | Self::BoundSessionSend(..)
             | Self::SessionRelocationSeal(_)
             | Self::SessionRelocationSealed(_)
-            | Self::SessionRelocationRoute(_) => None,
+            | Self::SessionRelocationRoute(_)
+            | Self::BoundSessionReplaced(_) => None,
         }
     }
 
@@ -154,7 +159,8 @@ impl ObjectCommand {
             | Self::BoundSessionSend(..)
             | Self::SessionRelocationSeal(_)
             | Self::SessionRelocationSealed(_)
-            | Self::SessionRelocationRoute(_) => None,
+            | Self::SessionRelocationRoute(_)
+            | Self::BoundSessionReplaced(_) => None,
         }
     }
 
@@ -185,6 +191,7 @@ impl ObjectCommand {
             Self::SessionRelocationSeal(_) => "sessionRelocationSeal",
             Self::SessionRelocationSealed(_) => "sessionRelocationSealed",
             Self::SessionRelocationRoute(_) => "sessionRelocationRoute",
+            Self::BoundSessionReplaced(_) => "boundSessionReplaced",
         }
     }
 }

@@ -1231,10 +1231,12 @@ impl Reactor {
             CommandBody::SessionRelocationRoute(b) => {
                 self.take_object(conn, stamp.charge, ObjectCommand::SessionRelocationRoute(b));
             }
+            CommandBody::BoundSessionReplaced(b) => {
+                self.take_object(conn, stamp.charge, ObjectCommand::BoundSessionReplaced(b));
+            }
             CommandBody::ActorLookup(_)
             | CommandBody::ActorLeft(_)
-            | CommandBody::ActorJoined(_)
-            | CommandBody::BoundSessionReplaced(_) => {
+            | CommandBody::ActorJoined(_) => {
                 inc(&self.inner.metrics.unserved_commands);
             }
         }

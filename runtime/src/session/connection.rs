@@ -59,6 +59,7 @@ pub(super) async fn serve(
         peer,
         control: control_tx.clone(),
         router: shared.router.clone(),
+        hooks: Arc::clone(&shared.handlers.hooks),
     };
     if let Some(router) = &shared.router {
         router.opened(ctx.clone());

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,15 @@ pub(super) type SendFn = Arc<dyn Fn(SessionCtx, StreamPacket) -> HandlerFuture +
 pub(super) type RequestFn =
     Arc<dyn Fn(SessionCtx, StreamPacket, RequestReply) -> HandlerFuture + Send + Sync>;
 pub(super) type ClosedFn = Arc<dyn Fn(SessionId, CloseReason) + Send + Sync>;
+pub(super) type ReplacedFn = Arc<dyn Fn(SessionCtx, String) -> HandlerFuture + Send + Sync>;
+pub(super) type LostFn = Arc<dyn Fn(SessionCtx, String, CallKind) -> HandlerFuture + Send + Sync>;
+
+/// The binding callbacks of a StreamNode's sessions (shared, not copied per session).
+#[derive(Clone, Default)]
+pub(super) struct BindingHooks {
+    replaced: Option<ReplacedFn>,
+    lost: Option<LostFn>,
+}
 
 /// The handlers of a StreamNode, keyed by (kind, packet name) (issue 19 item 2).
 ///
@@ -42,6 +52,7 @@ pub struct SessionHandlers {
     pub(super) sends: HashMap<String, SendFn>,
     pub(super) requests: HashMap<String, RequestFn>,
     pub(super) on_closed: Option<ClosedFn>,
+    pub(super) hooks: Arc<BindingHooks>,
 }
 
 impl std::fmt::Debug for SessionHandlers {
@@ -97,6 +108,33 @@ impl SessionHandlers {
             Arc::new(move |ctx, packet, reply| Box::pin(handler(ctx, packet, reply))),
         );
         Ok(self)
+    }
+
+    /// Called when another session's bind replaced this session's binding to an Actor
+    /// (command 51; issue 19 item 4): with the Actor ID. The session's route to that Actor is
+    /// gone already; the session closes (`Replaced`) 100 ms after the callback's future ends.
+    pub fn on_binding_replaced<F, Fut>(&mut self, callback: F) -> &mut Self
+    where
+        F: Fn(SessionCtx, String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Arc::make_mut(&mut self.hooks).replaced =
+            Some(Arc::new(move |ctx, actor| Box::pin(callback(ctx, actor))));
+        self
+    }
+
+    /// Called when a relay on a binding route was refused for good and the route dropped
+    /// (issue 19 item 5: "a failed relay is never resent; `on_binding_lost` fires"): with the
+    /// Actor ID and the refusal's kind. The session stays open; bind again to go on.
+    pub fn on_binding_lost<F, Fut>(&mut self, callback: F) -> &mut Self
+    where
+        F: Fn(SessionCtx, String, CallKind) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Arc::make_mut(&mut self.hooks).lost = Some(Arc::new(move |ctx, actor, kind| {
+            Box::pin(callback(ctx, actor, kind))
+        }));
+        self
     }
 
     /// Called once per session after it closed (with why).
@@ -165,6 +203,7 @@ pub struct SessionCtx {
     pub(super) peer: SocketAddr,
     pub(super) control: mpsc::UnboundedSender<Control>,
     pub(super) router: Option<Arc<dyn SessionRouter>>,
+    pub(super) hooks: Arc<BindingHooks>,
 }
 
 impl std::fmt::Debug for SessionCtx {
@@ -276,6 +315,29 @@ impl SessionCtx {
     /// Close the session (output accepted so far is still flushed unless the reason drops it).
     pub fn close(&self, reason: CloseReason) {
         let _ = self.control.send(Control::Close(reason));
+    }
+
+    /// Run the `on_binding_replaced` callback (if any) for `actor_id`, then close this session
+    /// `Replaced` after `linger` (the runtime's half of command 51).
+    pub(crate) async fn replaced(&self, actor_id: String, linger: Duration) {
+        if let Some(f) = self.hooks.replaced.clone() {
+            let run = AssertUnwindSafe(f(self.clone(), actor_id));
+            if futures::FutureExt::catch_unwind(run).await.is_err() {
+                tracing::warn!(session = %self.id, "on_binding_replaced panicked");
+            }
+        }
+        tokio::time::sleep(linger).await;
+        self.close(CloseReason::Replaced);
+    }
+
+    /// Run the `on_binding_lost` callback (if any).
+    pub(crate) async fn binding_lost(&self, actor_id: String, kind: CallKind) {
+        if let Some(f) = self.hooks.lost.clone() {
+            let run = AssertUnwindSafe(f(self.clone(), actor_id, kind));
+            if futures::FutureExt::catch_unwind(run).await.is_err() {
+                tracing::warn!(session = %self.id, "on_binding_lost panicked");
+            }
+        }
     }
 
     fn router(&self) -> Result<&Arc<dyn SessionRouter>, CallError> {

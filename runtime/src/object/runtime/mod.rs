@@ -83,7 +83,7 @@ mod remote;
 mod removal;
 mod sessions;
 
-pub use sessions::{BIND_TIMEOUT, Disconnected, SessionStats};
+pub use sessions::{BIND_TIMEOUT, Disconnected, REPLACED_CLOSE_DELAY, SessionStats};
 
 pub use relocate::{Located, RelocatePlan, UnitRef, UnitReport, may_take};
 pub use relocations::{
@@ -724,6 +724,11 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
             ObjectCommand::SessionRelocationSealed(b) => {
                 // This node's coordinator sends no 42 yet (issue 19 item 7): nothing waits.
                 tracing::debug!(session = b.session_id, outcome = ?b.outcome, "unexpected 43 dropped");
+            }
+            ObjectCommand::BoundSessionReplaced(b) => {
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_replaced(&source, &b);
+                }
             }
             ObjectCommand::SessionRelocationRoute(b) => {
                 if let Some(inner) = self.runtime.upgrade() {

@@ -12,8 +12,8 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use zlink_protocol::generated::{
-    BoundSessionSend, CommandBody, SealOutcome, SessionRef, SessionRelocationRoute,
-    SessionRelocationSeal, SessionRelocationSealed, SessionRouteAction,
+    BoundSessionReplaced, BoundSessionSend, CommandBody, SealOutcome, SessionRef,
+    SessionRelocationRoute, SessionRelocationSeal, SessionRelocationSealed, SessionRouteAction,
 };
 use zlink_protocol::json::JsonMessage;
 use zlink_session::{CloseReason, SessionId};
@@ -29,6 +29,10 @@ use crate::session::verdict::{BindFacts, LiveFact, bind_verdict, relay_verdict};
 
 /// How long a bind (command 38) may take end to end (**ours**).
 pub const BIND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A replaced session closes this long after its `on_binding_replaced` callback ended (wire
+/// §3.2, "callback terminal 뒤 100 ms").
+pub const REPLACED_CLOSE_DELAY: Duration = Duration::from_millis(100);
 
 /// The notice each bound Actor gets, once, when its session closes (issue 19 item 5): a
 /// one-way relay on the binding route, queued work of the Actor like any message (it moves
@@ -84,6 +88,12 @@ pub struct SessionStats {
     pub routes_ignored: AtomicU64,
     /// Sessions closed `SealTimeout` (no matching 44 in time).
     pub seal_timeouts: AtomicU64,
+    /// Replace notices (51) this node sent as the Actor owner.
+    pub replaced_sent: AtomicU64,
+    /// Replace notices applied to a session of this node.
+    pub replaced_applied: AtomicU64,
+    /// Replace notices that matched no current binding or came from another node (dropped).
+    pub replaced_ignored: AtomicU64,
 }
 
 /// A relay waiting in a seal, or behind the relays a seal released.
@@ -220,11 +230,74 @@ impl<S: ObjectStore> Inner<S> {
             return Err(refused("the Actor moved meanwhile", ErrorKind::StaleRoute));
         }
         let previous = e.binding.replace(session.clone());
+        let aog = e.authority_owner_generation;
         drop(live);
         self.session_stats
             .binds_accepted
             .fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = previous
+            .as_ref()
+            .filter(|p| (&p.owner_node, p.session_id) != (&session.owner_node, session.session_id))
+        {
+            // Replace (wire §3.2): another session held the binding. Unawaited; it neither
+            // delays nor undoes this bind's terminal.
+            let body = BoundSessionReplaced {
+                actor_fence: RouteFence {
+                    owner_lease_generation: facts.lease_generation.unwrap_or(1),
+                    authority_owner_generation: aog,
+                    target_node: me.clone(),
+                    ..route.clone()
+                },
+                previous_session: p.clone(),
+            };
+            self.session_stats
+                .replaced_sent
+                .fetch_add(1, Ordering::Relaxed);
+            if p.owner_node == me {
+                self.on_replaced(&me, &body);
+            } else if let Err(e) = self
+                .mesh
+                .session_control(&p.owner_node, CommandBody::BoundSessionReplaced(body))
+            {
+                tracing::debug!(error = %e, "boundSessionReplaced not sent (its session owner is gone)");
+            }
+        }
         Ok(previous)
+    }
+
+    /// Command 51 from `source`: applied only when `source` is the Actor owner the fence names
+    /// and the session's current route for that Actor is exactly the retired binding; the
+    /// route is dropped, `on_binding_replaced` runs, and the session closes `Replaced` 100 ms
+    /// after it ended.
+    pub(super) fn on_replaced(&self, source: &NodeFence, b: &BoundSessionReplaced) {
+        let p = &b.previous_session;
+        let actor_id = &b.actor_fence.object_id;
+        let ctx = SessionId::new(p.session_id)
+            .filter(|_| *source == b.actor_fence.target_node && p.owner_node == self.mesh.fence())
+            .and_then(|id| {
+                let mut hub = self.hub();
+                let current = hub.table.route(id, actor_id).is_some_and(|r| {
+                    r.binding_generation == p.binding_generation
+                        && r.actor.object_generation() == b.actor_fence.object_generation
+                });
+                if !current {
+                    return None;
+                }
+                hub.table.drop_route(id, actor_id, p.binding_generation);
+                hub.ctxs.get(&id).cloned()
+            });
+        let Some(ctx) = ctx else {
+            self.session_stats
+                .replaced_ignored
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(session = p.session_id, actor = %actor_id, "boundSessionReplaced matched no current binding");
+            return;
+        };
+        self.session_stats
+            .replaced_applied
+            .fetch_add(1, Ordering::Relaxed);
+        let actor_id = actor_id.clone();
+        tokio::spawn(async move { ctx.replaced(actor_id, REPLACED_CLOSE_DELAY).await });
     }
 
     /// Target admission of a session relay (24/25 with a bound-session tail): the route is
@@ -583,6 +656,11 @@ impl<S: ObjectStore> Inner<S> {
                 .routes_dropped
                 .fetch_add(1, Ordering::Relaxed);
             tracing::debug!(session = %id, actor = actor_id, error = %e, "binding route lost");
+            let ctx = self.hub().ctxs.get(&id).cloned();
+            if let Some(ctx) = ctx {
+                let (actor, kind) = (actor_id.to_owned(), e.kind());
+                tokio::spawn(async move { ctx.binding_lost(actor, kind).await });
+            }
         }
         out
     }
