@@ -2,7 +2,9 @@
 //! announces its STREAM listener, serves the reference application's `refapp.Echo`, counts
 //! sessions on `/metrics`, closes a session that sends an oversized packet with EOF and zero
 //! bytes, refuses a negative `stream.max_message_size` at startup, and on SIGTERM sends
-//! `zlink.GoAway` before closing its sessions and exiting 0.
+//! `zlink.GoAway` before closing its sessions and exiting 0; and (issue 19 acceptance 3) a
+//! session on one of three hosts bound to a player on another carries 10,000 sends and 1,000
+//! requests once and in order with no object-path store operation during the traffic.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../../store/tests/support/redis_server.rs"]
@@ -15,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common_procs;
-use common_procs::{BIN, Host, SECRET, TOKEN, http_get, metric};
+use common_procs::{BIN, Host, SECRET, TOKEN, drain_all, http_get, metric};
 use zlink_protocol::stream::{
     MaxMessageSize, StreamCodec, StreamDecoder, StreamKind, StreamPacket, StreamPrefix,
 };
@@ -169,4 +171,140 @@ fn a_negative_max_message_size_stops_the_start_naming_the_field() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("stream.max_message_size = -5"), "{err}");
+}
+
+/// The object-path store operations a host counted (authority reads, creation, moves,
+/// Relocation Store): everything but lease and descriptor calls.
+fn object_store_ops(http: &str) -> f64 {
+    const DISCOVERY: [&str; 8] = [
+        "claim_lease",
+        "renew_lease",
+        "read_lease",
+        "release_lease",
+        "claim_routing_id",
+        "publish_descriptor",
+        "remove_descriptor",
+        "list_descriptors",
+    ];
+    let (_, text) = http_get(http, "/metrics");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("zlink_store_ops_total{op=\""))
+        .filter(|l| !DISCOVERY.iter().any(|d| l.starts_with(&format!("{d}\""))))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// Issue 19 acceptance 3: three `zlink-node run` processes on a real `redis-server`; a STREAM
+/// session on host A bound (`refapp.Bind`, command 38) to a player Actor on host B ≠ A relays
+/// 10,000 sends and 1,000 requests interleaved (24/25 with the bound-session tail): each
+/// arrives once and in order (the player's per-source report), every request is acknowledged
+/// in turn, and no host counts an object-path store operation during the traffic.
+#[test]
+fn a_session_bound_across_hosts_relays_every_message_once_in_order_without_store_reads() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-bound", std::process::id());
+    let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = write_config(&dir, &redis.url(), &tag);
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| Host::spawn(&config, &format!("b{i}")))
+        .collect();
+    for h in &hosts {
+        h.wait_status("two ready peers", |s| s["peers_ready"] == 2);
+    }
+    let a = &hosts[0];
+    let addr = a.stream.clone().unwrap();
+    // A player placed on another host than A (placement spreads them over the three).
+    let mut seq = 0u64;
+    let mut bound = None;
+    for i in 0..30 {
+        let mut c = Client::connect(&addr);
+        seq += 1;
+        let bind = format!(r#"{{"player":"player:bound-{i}"}}"#);
+        c.write(&StreamPacket::request(
+            StreamCodec::FrameworkJson,
+            seq,
+            "refapp.Bind",
+            bind.into_bytes(),
+        ));
+        let reply = c.next();
+        assert_eq!(reply.kind, StreamKind::Response, "{reply:?}");
+        let v: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        if v["ownerRid"] != a.rid.as_str() {
+            bound = Some((c, format!("player:bound-{i}")));
+            break;
+        }
+    }
+    let (mut c, player) = bound.expect("a player placed off host A within 30 tries");
+    let before: f64 = hosts.iter().map(|h| object_store_ops(&h.http)).sum();
+    let mut acks = 0u64;
+    for round in 0..1_000u64 {
+        let mut batch = Vec::new();
+        for k in 0..10u64 {
+            let n = round * 10 + k;
+            batch.push(StreamPacket::send(
+                StreamCodec::FrameworkJson,
+                "refapp.Deliver",
+                format!(r#"{{"source":"stream","seq":{n},"item":null}}"#).into_bytes(),
+            ));
+        }
+        seq += 1;
+        batch.push(StreamPacket::request(
+            StreamCodec::FrameworkJson,
+            seq,
+            "refapp.DeliverRequest",
+            format!(r#"{{"source":"stream-req","seq":{round},"item":null}}"#).into_bytes(),
+        ));
+        let bytes: Vec<u8> = batch.iter().flat_map(|p| p.encode().unwrap()).collect();
+        c.stream.write_all(&bytes).unwrap();
+        let ack = c.next();
+        assert_eq!(
+            (ack.kind, ack.request_seq),
+            (StreamKind::Response, Some(seq)),
+            "{ack:?}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&ack.payload).unwrap();
+        assert_eq!(
+            (v["seq"].as_u64(), v["duplicate"].as_bool()),
+            (Some(round), Some(false))
+        );
+        acks += 1;
+    }
+    let after: f64 = hosts.iter().map(|h| object_store_ops(&h.http)).sum();
+    assert_eq!(acks, 1_000);
+    assert_eq!(
+        after - before,
+        0.0,
+        "object-path store operations during the traffic"
+    );
+    // The player's own account: 10,000 + 1,000, no gap, no duplicate, none out of order.
+    seq += 1;
+    c.write(&StreamPacket::request(
+        StreamCodec::FrameworkJson,
+        seq,
+        "refapp.ReportRequest",
+        br#"{"expected":{"stream":10000,"stream-req":1000}}"#.to_vec(),
+    ));
+    let report = c.next();
+    let v: serde_json::Value = serde_json::from_slice(&report.payload).unwrap();
+    assert_eq!(v["player"], player.as_str(), "{v}");
+    assert_eq!(
+        (v["sends"].as_u64(), v["requests"].as_u64()),
+        (Some(10_000), Some(1_000)),
+        "{v}"
+    );
+    for source in v["sources"].as_array().unwrap() {
+        assert_eq!(source["missing"], 0, "{source}");
+        assert_eq!(source["duplicates"], 0, "{source}");
+        assert_eq!(source["out_of_order"], 0, "{source}");
+        assert_eq!(source["distinct"], source["expected"], "{source}");
+    }
+    assert_eq!(v["sources"].as_array().unwrap().len(), 2, "{v}");
+    drop(c);
+    drain_all(&mut hosts);
+    drop(redis);
 }

@@ -34,6 +34,7 @@ pub mod metrics;
 mod process;
 pub mod recovery;
 pub mod relocate;
+mod sessions;
 
 pub use process::{
     EXIT_DRAIN_CUT, EXIT_LEASE_LOST, EXIT_START_FAILED, init_logs, main, run_from_config,
@@ -630,10 +631,12 @@ pub async fn run(
     }
     let stream_bound = match (stream_config, stream_listener) {
         (Some(sc), Some(listener)) => {
-            let node = zlink::session::StreamNode::serve(
+            // Sessions bind and relay through whichever object runtime is current.
+            let node = zlink::session::StreamNode::serve_routed(
                 listener,
                 sc,
                 host.registry.stream_handlers().clone(),
+                sessions::HostRouter::new(&host),
             )?;
             let _ = host.stream_metrics.set(Arc::clone(node.metrics()));
             let bound = node.local_addr().to_string();

@@ -47,10 +47,16 @@ impl HostRouter {
     fn current(&self) -> Option<Arc<dyn SessionRouter>> {
         let rt = self.host.upgrade()?.objects()?;
         let router = rt.session_router();
-        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !last.upgrade().is_some_and(|l| Arc::ptr_eq(&l, &rt)) {
             *last = Arc::downgrade(&rt);
-            let open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let open = self
+                .open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             for ctx in open.values() {
                 router.opened(ctx.clone());
             }
@@ -105,9 +111,17 @@ impl SessionRouter for HostRouter {
         self.current()?.binding(id, actor_id)
     }
 
-    fn actor_ref(&self, id: String) -> BoxFuture<Result<ActorRef, CallError>> {
+    fn bindings(&self, id: SessionId) -> Vec<BindingRoute> {
+        self.current().map(|r| r.bindings(id)).unwrap_or_default()
+    }
+
+    fn actor_ref(
+        &self,
+        id: String,
+        create_as: Option<String>,
+    ) -> BoxFuture<Result<ActorRef, CallError>> {
         match self.current() {
-            Some(r) => r.actor_ref(id),
+            Some(r) => r.actor_ref(id, create_as),
             None => Box::pin(async { Err(no_runtime()) }),
         }
     }

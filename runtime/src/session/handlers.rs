@@ -369,6 +369,38 @@ impl SessionCtx {
         self.router.as_ref()?.binding(self.id, actor_id)
     }
 
+    /// Every binding route of this session (sorted by Actor ID).
+    pub fn bindings(&self) -> Vec<BindingRoute> {
+        self.router
+            .as_ref()
+            .map(|r| r.bindings(self.id))
+            .unwrap_or_default()
+    }
+
+    /// The current ActorRef of Actor `id`: one read of its authority from the store (the
+    /// explicit lookup a bind starts from; relays never read the store).
+    ///
+    /// # Errors
+    /// `NotFound`, `Unavailable`, `StoreFailure`, `InvalidOperation`.
+    pub async fn actor_ref(&self, id: &str) -> Result<ActorRef, CallError> {
+        self.router()?.actor_ref(id.to_owned(), None).await
+    }
+
+    /// The ActorRef of Actor `id` of `stable_type`, created (placed by the runtime) if it is
+    /// Missing.
+    ///
+    /// # Errors
+    /// As `ObjectRuntime::get_or_create_actor`.
+    pub async fn get_or_create_actor(
+        &self,
+        stable_type: &str,
+        id: &str,
+    ) -> Result<ActorRef, CallError> {
+        self.router()?
+            .actor_ref(id.to_owned(), Some(stable_type.to_owned()))
+            .await
+    }
+
     /// Relay a client packet one-way to bound Actor `actor_id` (command 24 with the
     /// bound-session tail; its name and codec become the typed payload, its metadata is kept).
     /// Completes at submission; handlers run one packet at a time, so relays keep session

@@ -42,6 +42,17 @@ pub trait SessionRouter: Send + Sync + 'static {
 
     /// Session `id`'s route for Actor `actor_id`.
     fn binding(&self, id: SessionId, actor_id: &str) -> Option<BindingRoute>;
+
+    /// Every route of session `id` (sorted by Actor ID).
+    fn bindings(&self, id: SessionId) -> Vec<BindingRoute>;
+
+    /// The current ActorRef of Actor `id` (one store read), or — with `create_as` — the
+    /// Actor of that stable type, created if it is Missing (`get_or_create_actor`).
+    fn actor_ref(
+        &self,
+        id: String,
+        create_as: Option<String>,
+    ) -> BoxFuture<Result<ActorRef, CallError>>;
 }
 
 /// A client packet as the typed payload a relay carries (issue 19 item 5: "name and codec →

@@ -1115,6 +1115,34 @@ impl<S: ObjectStore> SessionRouter for RouterRef<S> {
         let hub = inner.hub();
         hub.table.route(id, actor_id).cloned()
     }
+
+    fn bindings(&self, id: SessionId) -> Vec<BindingRoute> {
+        match self.inner.upgrade() {
+            Some(inner) => inner.hub().table.routes_of(id),
+            None => Vec::new(),
+        }
+    }
+
+    fn actor_ref(
+        &self,
+        id: String,
+        create_as: Option<String>,
+    ) -> BoxFuture<Result<ActorRef, CallError>> {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            let rt = ObjectRuntime {
+                inner: inner.ok_or_else(stopped)?,
+            };
+            match create_as {
+                None => rt.actor_ref(&id).await,
+                Some(ty) => {
+                    let (made, _) = rt.get_or_create_actor(&ty, &id, None, BIND_TIMEOUT).await?;
+                    made.actor_ref()
+                        .ok_or_else(|| CallError::new(ErrorKind::InvalidOperation, "not an Actor"))
+                }
+            }
+        })
+    }
 }
 
 impl<S: ObjectStore> ObjectRuntime<S> {
