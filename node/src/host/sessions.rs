@@ -111,6 +111,13 @@ impl SessionRouter for HostRouter {
         self.current()?.binding(id, actor_id)
     }
 
+    fn ensure_spot(&self, stable_type: String, id: String) -> BoxFuture<Result<(), CallError>> {
+        match self.current() {
+            Some(r) => r.ensure_spot(stable_type, id),
+            None => Box::pin(async { Err(no_runtime()) }),
+        }
+    }
+
     fn bindings(&self, id: SessionId) -> Vec<BindingRoute> {
         self.current().map(|r| r.bindings(id)).unwrap_or_default()
     }

@@ -19,6 +19,7 @@
 //! source, which numbers are missing and which arrived twice — so a run can prove that no
 //! message to any single ID was lost or duplicated, not only that the totals match.
 
+pub mod chat;
 pub mod counter;
 pub mod messages;
 pub mod player;
@@ -125,6 +126,7 @@ pub fn registry(cfg: &RefAppConfig) -> Registry {
     // Fixed, valid and unique names: a failure here is a bug, caught by every test that builds
     // the reference application.
     stream::register(r.stream_handlers_mut()).expect("the reference STREAM handlers register");
+    chat::register(r.stream_handlers_mut()).expect("the chat STREAM handlers register");
     let tick = cfg.room_tick;
     let limit = cfg.chat_log_limit;
     r.user_spot(

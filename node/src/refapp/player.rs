@@ -24,6 +24,9 @@ pub struct PlayerState {
     pub inventory: BTreeMap<String, u64>,
     /// Sequence numbers received, per source.
     pub seqs: SeqTracker,
+    /// The chat room the player is in (`chat.Join`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
 }
 
 impl PlayerState {
@@ -82,5 +85,6 @@ pub fn player_handlers() -> ObjectHandlers<PlayerState> {
     h.on_request(|ctx, r: ReportRequest| async move {
         Ok::<_, CallError>(ctx.state().report(r.expected.as_ref()))
     });
+    super::chat::add_player_handlers(&mut h);
     h
 }

@@ -157,5 +157,6 @@ pub fn room_handlers(tick: Duration) -> ObjectHandlers<RoomState> {
         ctx.state().ticks += 1;
         Ok(())
     });
+    super::chat::add_room_handlers(&mut h);
     h
 }

@@ -386,6 +386,17 @@ impl SessionCtx {
         self.router()?.actor_ref(id.to_owned(), None).await
     }
 
+    /// Make sure User Spot `id` of `stable_type` exists, creating it (placed by the runtime)
+    /// if it is Missing.
+    ///
+    /// # Errors
+    /// As `ObjectRuntime::get_or_create_user_spot`.
+    pub async fn get_or_create_spot(&self, stable_type: &str, id: &str) -> Result<(), CallError> {
+        self.router()?
+            .ensure_spot(stable_type.to_owned(), id.to_owned())
+            .await
+    }
+
     /// The ActorRef of Actor `id` of `stable_type`, created (placed by the runtime) if it is
     /// Missing.
     ///

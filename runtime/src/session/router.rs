@@ -53,6 +53,9 @@ pub trait SessionRouter: Send + Sync + 'static {
         id: String,
         create_as: Option<String>,
     ) -> BoxFuture<Result<ActorRef, CallError>>;
+
+    /// Make sure User Spot `id` of `stable_type` exists (get-or-create; placed by the runtime).
+    fn ensure_spot(&self, stable_type: String, id: String) -> BoxFuture<Result<(), CallError>>;
 }
 
 /// A client packet as the typed payload a relay carries (issue 19 item 5: "name and codec →

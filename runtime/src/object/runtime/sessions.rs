@@ -1123,6 +1123,10 @@ impl<S: ObjectStore> SessionRouter for RouterRef<S> {
         }
     }
 
+    fn ensure_spot(&self, stable_type: String, id: String) -> BoxFuture<Result<(), CallError>> {
+        self.ensure(stable_type, id)
+    }
+
     fn actor_ref(
         &self,
         id: String,
@@ -1141,6 +1145,20 @@ impl<S: ObjectStore> SessionRouter for RouterRef<S> {
                         .ok_or_else(|| CallError::new(ErrorKind::InvalidOperation, "not an Actor"))
                 }
             }
+        })
+    }
+}
+
+impl<S: ObjectStore> RouterRef<S> {
+    fn ensure(&self, stable_type: String, id: String) -> BoxFuture<Result<(), CallError>> {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            let rt = ObjectRuntime {
+                inner: inner.ok_or_else(stopped)?,
+            };
+            rt.get_or_create_user_spot(&stable_type, &id, None, BIND_TIMEOUT)
+                .await
+                .map(|_| ())
         })
     }
 }

@@ -1,0 +1,187 @@
+//! `zlink-chat` against real `zlink-node run` hosts (issue 19 item 9, acceptance 8): two chat
+//! processes with scripted stdin, each logged in on another host of a two-host mesh on a real
+//! `redis-server`, join one room and see each other's lines; a bad user name is refused with a
+//! clear message and exit code 1.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../store/tests/support/redis_server.rs"]
+mod redis_server;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod common_procs;
+use common_procs::{BIN, Host, drain_all};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn write_config(dir: &Path, redis_url: &str, namespace: &str) -> PathBuf {
+    let path = dir.join("node.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "mesh:\n  name: chat\n  rid_prefix: yaml\n\
+             redis:\n  url: {redis_url}\n  namespace: {namespace}\n\
+             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n\
+             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
+             stream:\n  listen: 127.0.0.1:0\n\
+             relocation:\n  on_shutdown: none\n\
+             drain_deadline_ms: 4000\nlog_level: warn\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// The `zlink-chat` binary next to `zlink-node` (built by a workspace test run; built here
+/// when this package's tests run alone).
+fn chat_bin() -> PathBuf {
+    let bin = Path::new(BIN).with_file_name("zlink-chat");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "-p", "zlink-connector", "--bin", "zlink-chat"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cargo build -p zlink-connector --bin zlink-chat failed");
+    }
+    bin
+}
+
+/// One `zlink-chat` process: its stdin, and its stdout / stderr lines as they come.
+struct Chat {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: mpsc::Receiver<String>,
+    err: mpsc::Receiver<String>,
+    seen_out: Vec<String>,
+    seen_err: Vec<String>,
+}
+
+fn lines_of(r: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines().map_while(Result::ok) {
+            eprintln!("[chat] {l}");
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+impl Chat {
+    fn spawn(addr: &str, user: &str) -> Self {
+        let mut child = Command::new(chat_bin())
+            .args(["--addr", addr, "--user", user])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = lines_of(child.stdout.take().unwrap());
+        let err = lines_of(child.stderr.take().unwrap());
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            out,
+            err,
+            seen_out: Vec::new(),
+            seen_err: Vec::new(),
+        }
+    }
+
+    fn type_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Wait until a line of stdout (`err` false) or stderr contains `needle`.
+    fn expect(&mut self, err: bool, needle: &str) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let seen = if err { &self.seen_err } else { &self.seen_out };
+            if seen.iter().any(|l| l.contains(needle)) {
+                return;
+            }
+            let rx = if err { &self.err } else { &self.out };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if err => self.seen_err.push(l),
+                Ok(l) => self.seen_out.push(l),
+                Err(_) => panic!(
+                    "no {} line with {needle:?} within {WAIT:?}; stdout {:?}, stderr {:?}",
+                    if err { "stderr" } else { "stdout" },
+                    self.seen_out,
+                    self.seen_err
+                ),
+            }
+        }
+    }
+
+    fn quit(mut self) -> std::process::ExitStatus {
+        self.type_line("/quit");
+        drop(self.stdin.take());
+        self.child.wait().unwrap()
+    }
+}
+
+#[test]
+fn two_chat_processes_on_two_hosts_see_each_others_lines() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-chat", std::process::id());
+    let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = write_config(&dir, &redis.url(), &tag);
+    let mut hosts: Vec<Host> = (0..2)
+        .map(|i| Host::spawn(&config, &format!("c{i}")))
+        .collect();
+    for h in &hosts {
+        h.wait_status("one ready peer", |s| s["peers_ready"] == 1);
+    }
+    let mut ann = Chat::spawn(hosts[0].stream.as_deref().unwrap(), "ann");
+    let mut bob = Chat::spawn(hosts[1].stream.as_deref().unwrap(), "bob");
+    ann.expect(true, "* logged in as player:ann");
+    bob.expect(true, "* logged in as player:bob");
+    ann.type_line("/join lobby");
+    ann.expect(true, "* joined lobby (1 members)");
+    bob.type_line("/join lobby");
+    bob.expect(true, "* joined lobby (2 members)");
+    ann.type_line("hello from ann");
+    bob.expect(false, "lobby ann: hello from ann");
+    ann.expect(false, "lobby ann: hello from ann");
+    bob.type_line("hi ann, bob here");
+    ann.expect(false, "lobby bob: hi ann, bob here");
+    bob.expect(false, "lobby bob: hi ann, bob here");
+    assert!(ann.quit().success());
+    assert!(bob.quit().success());
+    // A name the host refuses ends the client with a clear message and code 1.
+    let out = Command::new(chat_bin())
+        .args([
+            "--addr",
+            hosts[0].stream.as_deref().unwrap(),
+            "--user",
+            "no spaces",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("login refused") && err.contains("user name"),
+        "{err}"
+    );
+    drain_all(&mut hosts);
+    drop(redis);
+}
