@@ -34,6 +34,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         |config| {
             zlink_node::refapp::registry(&zlink_node::refapp::RefAppConfig {
                 room_tick: Duration::from_millis(config.objects.room_tick_ms),
+                // Checked by the config's validation before the registry is built.
+                session_key: config.session_key().ok().flatten(),
                 ..zlink_node::refapp::RefAppConfig::default()
             })
         },
@@ -431,6 +433,31 @@ pub async fn ctl(args: CtlArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Flags of `zlink-node session-token`.
+#[derive(clap::Args)]
+pub struct TokenArgs {
+    /// The user name.
+    #[arg(long)]
+    user: String,
+}
+
+/// `zlink-node session-token`: print the user's token.
+///
+/// # Errors
+/// When `ZLINK_STREAM_AUTH_KEY` is unset or shorter than 16 bytes.
+pub fn session_token(args: &TokenArgs) -> Result<()> {
+    let key = env("ZLINK_STREAM_AUTH_KEY").ok_or_else(|| {
+        anyhow::anyhow!("ZLINK_STREAM_AUTH_KEY is not set (the hosts' stream.auth_key)")
+    })?;
+    let key = zlink::mesh::auth::MeshSecret::from_bytes(key.as_bytes())
+        .map_err(|e| anyhow::anyhow!("ZLINK_STREAM_AUTH_KEY: {e}"))?;
+    println!(
+        "{}",
+        zlink_node::refapp::chat::session_token(&key, &args.user)
+    );
+    Ok(())
 }
 
 /// Flags of `zlink-node load` (the mesh, Redis and timings come from the same configuration as

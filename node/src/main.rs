@@ -66,6 +66,9 @@ enum Command {
     /// Join a running mesh as an Object Client and send numbered messages to many counter IDs;
     /// report per-ID gaps and duplicates (exit 0 only if there are none).
     Load(host_cmd::LoadArgs),
+    /// Print the STREAM session token of a user (`zlink-chat --token`), signed with the key in
+    /// `ZLINK_STREAM_AUTH_KEY` (the hosts' `stream.auth_key`).
+    SessionToken(host_cmd::TokenArgs),
 }
 
 #[derive(clap::Args)]
@@ -155,6 +158,7 @@ fn main() -> Result<()> {
         Command::Run(args) => rt.block_on(host_cmd::run(args)),
         Command::Ctl(args) => rt.block_on(host_cmd::ctl(args)),
         Command::Load(args) => rt.block_on(host_cmd::load(args)),
+        Command::SessionToken(args) => host_cmd::session_token(&args).map(|()| 0),
     }?;
     drop(rt);
     if code != 0 {

@@ -185,3 +185,76 @@ fn two_chat_processes_on_two_hosts_see_each_others_lines() {
     drain_all(&mut hosts);
     drop(redis);
 }
+
+/// Issue 19 item 10: with `stream.auth_key` set, a session's first packet must be a
+/// `chat.Login` whose token `zlink-node session-token` made for that user; the right token logs
+/// in, another user's token and no token are refused (the client exits 1 naming it) and each
+/// refused session is counted closed `Unauthenticated`.
+#[test]
+fn sessions_log_in_only_with_their_users_token() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-chat-auth", std::process::id());
+    let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = write_config(&dir, &redis.url(), &tag);
+    const KEY: &str = "a-session-key-of-32-bytes-000000";
+    let key = [("ZLINK_STREAM_AUTH_KEY", KEY.to_owned())];
+    let mut hosts = vec![Host::spawn_with(&config, "auth", &key)];
+    let addr = hosts[0].stream.clone().unwrap();
+    let token = |user: &str| {
+        let out = Command::new(BIN)
+            .args(["session-token", "--user", user])
+            .env("ZLINK_STREAM_AUTH_KEY", KEY)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let ann_token = token("ann");
+    assert_eq!(ann_token.len(), 64);
+    let login = |user: &str, tok: Option<&str>| {
+        let mut args = vec!["--addr", addr.as_str(), "--user", user];
+        if let Some(t) = tok {
+            args.extend(["--token", t]);
+        }
+        Command::new(chat_bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let ok = login("ann", Some(&ann_token));
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(String::from_utf8_lossy(&ok.stderr).contains("* logged in as player:ann"));
+    for (user, tok, why) in [
+        ("bob", Some(ann_token.as_str()), "not valid for user"),
+        ("ann", None, "no token"),
+    ] {
+        let out = login(user, tok);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unauthenticated") && err.contains(why),
+            "{err}"
+        );
+    }
+    let t0 = Instant::now();
+    loop {
+        let (_, text) = common_procs::http_get(&hosts[0].http, "/metrics");
+        let refused = common_procs::metric(
+            &text,
+            "zlink_stream_sessions_closed_total{reason=\"Unauthenticated\"}",
+        );
+        if refused == 2.0 {
+            break;
+        }
+        assert!(t0.elapsed() < WAIT, "refused sessions counted: {refused}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drain_all(&mut hosts);
+    drop(redis);
+}

@@ -308,3 +308,20 @@ fn a_session_bound_across_hosts_relays_every_message_once_in_order_without_store
     drain_all(&mut hosts);
     drop(redis);
 }
+
+#[test]
+fn a_short_session_auth_key_stops_the_start_naming_the_field_not_the_key() {
+    let out = Command::new(BIN)
+        .args(["run"])
+        .env("ZLINK_REDIS_URL", "redis://127.0.0.1:1/")
+        .env("ZLINK_STREAM_LISTEN", "127.0.0.1:0")
+        .env("ZLINK_STREAM_AUTH_KEY", "tooshort-secret")
+        .env("ZLINK_MESH_SECRET", SECRET)
+        .env("ZLINK_ADMIN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stream.auth_key") && err.contains("16 bytes"), "{err}");
+    assert!(!err.contains("tooshort-secret"), "the key is not printed: {err}");
+}

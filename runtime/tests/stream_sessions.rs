@@ -486,3 +486,81 @@ async fn a_client_that_stops_reading_is_closed_as_slow_consumer_and_pushes_then_
     assert_eq!(other.echo(1, b"fine").await.payload, b"fine");
     node.shutdown().await;
 }
+
+/// Issue 19 item 10: with an authenticator, the first packet decides who the session is. A
+/// refused first request is answered `Application` "unauthenticated: …" and the session
+/// closes `Unauthenticated` (counted) without any handler running — not even for packets
+/// queued behind it; an accepted one reaches its handler, which sees the identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticator_decides_who_a_session_is_from_its_first_packet() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut h = SessionHandlers::new();
+    h.on_request("test.Who", move |ctx, _packet, reply| {
+        let tx = tx.clone();
+        async move {
+            tx.send(ctx.identity().map(str::to_owned)).unwrap();
+            reply.ok(
+                StreamCodec::Raw,
+                ctx.identity().unwrap_or("").as_bytes().to_vec(),
+            );
+        }
+    })
+    .unwrap();
+    h.authenticate(|packet| {
+        let verdict = match packet.payload.as_slice() {
+            b"good:ann" => Ok("ann".to_owned()),
+            other => Err(format!("bad credential {other:?}")),
+        };
+        std::future::ready(verdict)
+    });
+    let node = StreamNode::bind(config(), h).await.unwrap();
+
+    let mut ok = Client::connect(node.local_addr()).await;
+    ok.write(&[StreamPacket::request(
+        StreamCodec::Raw,
+        1,
+        "test.Who",
+        b"good:ann".to_vec(),
+    )])
+    .await;
+    assert_eq!(ok.next().await.payload, b"ann");
+    assert_eq!(rx.recv().await.unwrap().as_deref(), Some("ann"));
+    // Later packets are not authenticated again.
+    ok.write(&[StreamPacket::request(
+        StreamCodec::Raw,
+        2,
+        "test.Who",
+        b"anything".to_vec(),
+    )])
+    .await;
+    assert_eq!(ok.next().await.payload, b"ann");
+    assert_eq!(rx.recv().await.unwrap().as_deref(), Some("ann"));
+
+    let mut bad = Client::connect(node.local_addr()).await;
+    bad.write(&[
+        StreamPacket::request(StreamCodec::Raw, 1, "test.Who", b"forged".to_vec()),
+        StreamPacket::request(StreamCodec::Raw, 2, "test.Who", b"good:ann".to_vec()),
+    ])
+    .await;
+    let refusal = bad.next().await;
+    assert_eq!(error_kind(&refusal), ErrorKind::Application);
+    let detail = ErrorPayload::from_json(&refusal.payload).unwrap().detail;
+    assert!(
+        detail.starts_with("unauthenticated: bad credential"),
+        "{detail}"
+    );
+    assert!(
+        bad.read_to_eof().await.is_empty(),
+        "nothing after the refusal"
+    );
+    eventually("the refused session counted", || {
+        node.metrics().closed(CloseReason::Unauthenticated) == 1
+    })
+    .await;
+    assert!(
+        rx.try_recv().is_err(),
+        "no handler ran for the refused session"
+    );
+    drop(ok);
+    node.shutdown().await;
+}

@@ -24,11 +24,14 @@ pub enum CloseReason {
     Draining,
     /// The server closed the session (application request or shutdown).
     ServerClosed,
+    /// **(ours)** The application's authenticator refused the session's first packet
+    /// (issue 19 item 10); the refusal is answered before the close.
+    Unauthenticated,
 }
 
 impl CloseReason {
     /// Every reason, in declaration order (metrics label every one).
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::ClientClosed,
         Self::Idle,
         Self::ProtocolError,
@@ -38,6 +41,7 @@ impl CloseReason {
         Self::SealTimeout,
         Self::Draining,
         Self::ServerClosed,
+        Self::Unauthenticated,
     ];
 
     /// The metric label and log name.
@@ -52,6 +56,7 @@ impl CloseReason {
             Self::SealTimeout => "SealTimeout",
             Self::Draining => "Draining",
             Self::ServerClosed => "ServerClosed",
+            Self::Unauthenticated => "Unauthenticated",
         }
     }
 
@@ -69,7 +74,8 @@ impl CloseReason {
             | Self::Replaced
             | Self::SealTimeout
             | Self::Draining
-            | Self::ServerClosed => true,
+            | Self::ServerClosed
+            | Self::Unauthenticated => true,
         }
     }
 }

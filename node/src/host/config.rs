@@ -269,6 +269,10 @@ pub struct StreamSection {
     pub outbound_buffer_bytes: u64,
     /// A request without a terminal this long is answered `DeadlineExceeded`.
     pub request_timeout_ms: u64,
+    /// **(ours)** The reference application's session token key (≥ 16 bytes): set, every
+    /// session must log in (`chat.Login` / `refapp.Bind`) with a token for its user
+    /// (`zlink-node session-token`); absent, sessions are not authenticated.
+    pub auth_key: Option<String>,
 }
 
 impl Default for StreamSection {
@@ -281,6 +285,7 @@ impl Default for StreamSection {
             outbound_buffer_bytes: zlink::session::SessionConfig::DEFAULT_OUTBOUND_BUFFER_BYTES
                 as u64,
             request_timeout_ms: ms(zlink::session::SessionConfig::DEFAULT_REQUEST_TIMEOUT),
+            auth_key: None,
         }
     }
 }
@@ -456,6 +461,7 @@ pub const FIELDS: &[&str] = &[
     "stream.idle_timeout_ms",
     "stream.outbound_buffer_bytes",
     "stream.request_timeout_ms",
+    "stream.auth_key",
     "drain_deadline_ms",
     "application_version",
     "log_level",
@@ -656,6 +662,7 @@ impl HostConfig {
             "stream.request_timeout_ms" => {
                 self.stream.request_timeout_ms = parse_num(var, field, raw)?;
             }
+            "stream.auth_key" => self.stream.auth_key = opt_string(raw),
             "admin.grpc_listen" => raw.clone_into(&mut self.admin.grpc_listen),
             "admin.http_listen" => raw.clone_into(&mut self.admin.http_listen),
             "admin.token_file" => self.admin.token_file = opt_string(raw).map(PathBuf::from),
@@ -745,6 +752,24 @@ impl HostConfig {
         parse_addr("admin.grpc_listen", &self.admin.grpc_listen)
     }
 
+    /// The session token key (`stream.auth_key`), if one is configured.
+    ///
+    /// # Errors
+    /// [`HostConfigError::Invalid`] naming `stream.auth_key` when it is shorter than 16 bytes
+    /// (its value is not shown).
+    pub fn session_key(&self) -> Result<Option<zlink::mesh::auth::MeshSecret>, HostConfigError> {
+        match self.stream.auth_key.as_deref().filter(|k| !k.is_empty()) {
+            None => Ok(None),
+            Some(k) => zlink::mesh::auth::MeshSecret::from_bytes(k.as_bytes())
+                .map(Some)
+                .map_err(|e| HostConfigError::Invalid {
+                    field: "stream.auth_key",
+                    value: format!("({} bytes, not shown)", k.len()),
+                    allowed: format!("at least 16 bytes ({e})"),
+                }),
+        }
+    }
+
     /// The StreamNode settings, `None` when `stream.listen` is not set.
     ///
     /// # Errors
@@ -755,6 +780,7 @@ impl HostConfig {
             return Ok(None);
         };
         let listen = parse_addr("stream.listen", listen)?;
+        self.session_key()?;
         let max_message_size = zlink_protocol::stream::MaxMessageSize::new(st.max_message_size)
             .map_err(|e| HostConfigError::Invalid {
                 field: "stream.max_message_size",

@@ -246,6 +246,55 @@ pub fn add_room_handlers(h: &mut ObjectHandlers<RoomState>) {
     });
 }
 
+/// The session token of `user` under `key` (issue 19 item 10; **ours**): lowercase hex of
+/// HMAC-SHA256(key, `"zlink-session-token-v1"` ‖ 0x00 ‖ user).
+pub fn session_token(key: &zlink::mesh::auth::MeshSecret, user: &str) -> String {
+    let tag = key.proof_over(&[b"zlink-session-token-v1", &[0], user.as_bytes()]);
+    tag.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn token_ok(key: &zlink::mesh::auth::MeshSecret, user: &str, token: &str) -> bool {
+    let Some(bytes) = (0..token.len())
+        .step_by(2)
+        .map(|i| {
+            token
+                .get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect::<Option<Vec<u8>>>()
+    else {
+        return false;
+    };
+    let Ok(proof) = <[u8; 32]>::try_from(bytes) else {
+        return false;
+    };
+    key.verify_over(&[b"zlink-session-token-v1", &[0], user.as_bytes()], &proof)
+}
+
+/// The reference application's authenticator (issue 19 item 10): a session's first packet
+/// must be `chat.Login` whose `token` is [`session_token`] of its `user` (constant-time check);
+/// the identity is the user. Anything else is refused and the session closed.
+pub fn require_login(handlers: &mut SessionHandlers, key: zlink::mesh::auth::MeshSecret) {
+    handlers.authenticate(move |packet| {
+        let verdict = if packet.packet_name == Login::PACKET_NAME {
+            match serde_json::from_slice::<Login>(&packet.payload) {
+                Ok(l) => match l.token.as_deref() {
+                    Some(t) if token_ok(&key, &l.user, t) => Ok(l.user),
+                    Some(_) => Err(format!("the token is not valid for user {:?}", l.user)),
+                    None => Err("chat.Login carries no token".to_owned()),
+                },
+                Err(e) => Err(format!("chat.Login does not parse: {e}")),
+            }
+        } else {
+            Err(format!(
+                "the first packet must be chat.Login, not {:?}",
+                packet.packet_name
+            ))
+        };
+        std::future::ready(verdict)
+    });
+}
+
 fn bound_player(ctx: &SessionCtx) -> Option<String> {
     ctx.bindings()
         .into_iter()
@@ -275,6 +324,12 @@ pub fn register(handlers: &mut SessionHandlers) -> Result<(), StreamError> {
             Ok(l) => l,
             Err(e) => return reply.error(ErrorKind::InvalidOperation, e.to_string()),
         };
+        if ctx.identity().is_some_and(|who| who != login.user) {
+            return reply.error(
+                ErrorKind::Application,
+                "this session is authenticated as another user",
+            );
+        }
         if !valid_user(&login.user) {
             return reply.error(
                 ErrorKind::InvalidOperation,
@@ -338,5 +393,21 @@ mod tests {
         }
         assert_eq!(room_id("lobby"), "room:lobby");
         assert_eq!(user_of("player:ann"), "ann");
+    }
+
+    #[test]
+    fn a_session_token_verifies_only_for_its_user_and_key() {
+        let key = zlink::mesh::auth::MeshSecret::from_bytes(b"sixteen-byte-key!").unwrap();
+        let other = zlink::mesh::auth::MeshSecret::from_bytes(b"another-16-byte-k").unwrap();
+        let t = session_token(&key, "ann");
+        assert_eq!(t.len(), 64);
+        assert!(token_ok(&key, "ann", &t));
+        assert!(!token_ok(&key, "bob", &t));
+        assert!(!token_ok(&other, "ann", &t));
+        assert!(!token_ok(&key, "ann", &t[..62]));
+        assert!(!token_ok(&key, "ann", "zz"));
+        let mut flipped = t[..63].to_owned();
+        flipped.push(if t.ends_with('0') { '1' } else { '0' });
+        assert!(!token_ok(&key, "ann", &flipped));
     }
 }

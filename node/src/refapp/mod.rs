@@ -51,12 +51,15 @@ pub const LOBBY: &str = "lobby";
 pub const STATE_VERSION: u32 = 1;
 
 /// Settings of the reference application.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RefAppConfig {
     /// Period of a room's housekeeping timer (armed by its first join).
     pub room_tick: Duration,
     /// Lines a room's chat log keeps (the oldest are dropped).
     pub chat_log_limit: usize,
+    /// The session token key: set, every STREAM session logs in with a token for its user
+    /// ([`chat::session_token`]).
+    pub session_key: Option<zlink::mesh::auth::MeshSecret>,
 }
 
 impl Default for RefAppConfig {
@@ -64,6 +67,7 @@ impl Default for RefAppConfig {
         Self {
             room_tick: Duration::from_millis(100),
             chat_log_limit: 64,
+            session_key: None,
         }
     }
 }
@@ -127,6 +131,9 @@ pub fn registry(cfg: &RefAppConfig) -> Registry {
     // the reference application.
     stream::register(r.stream_handlers_mut()).expect("the reference STREAM handlers register");
     chat::register(r.stream_handlers_mut()).expect("the chat STREAM handlers register");
+    if let Some(key) = cfg.session_key.clone() {
+        chat::require_login(r.stream_handlers_mut(), key);
+    }
     let tick = cfg.room_tick;
     let limit = cfg.chat_log_limit;
     r.user_spot(

@@ -79,6 +79,14 @@ pub fn register(handlers: &mut SessionHandlers) -> Result<(), StreamError> {
             Ok(b) => b,
             Err(e) => return reply.error(ErrorKind::InvalidOperation, e.to_string()),
         };
+        if let Some(who) = ctx.identity()
+            && bind.player != format!("player:{who}")
+        {
+            return reply.error(
+                ErrorKind::Application,
+                "an authenticated session binds only its own player",
+            );
+        }
         let bound = match ctx.get_or_create_actor(PLAYER, &bind.player).await {
             Ok(actor) => ctx.bind(&actor).await,
             Err(e) => Err(e),

@@ -60,6 +60,7 @@ pub(super) async fn serve(
         control: control_tx.clone(),
         router: shared.router.clone(),
         hooks: Arc::clone(&shared.handlers.hooks),
+        identity: Arc::default(),
     };
     if let Some(router) = &shared.router {
         router.opened(ctx.clone());
@@ -286,7 +287,8 @@ fn record_close(shared: &Shared, core: &Session, reason: CloseReason) {
         | CloseReason::Replaced
         | CloseReason::SealTimeout
         | CloseReason::Draining
-        | CloseReason::ServerClosed => {
+        | CloseReason::ServerClosed
+        | CloseReason::Unauthenticated => {
             tracing::debug!(session = %core.id(), %reason, "STREAM session closed")
         }
     }
@@ -301,6 +303,27 @@ async fn dispatch(
     shared: Arc<Shared>,
 ) {
     while let Some(inbound) = work.recv().await {
+        if let Some(auth) = &handlers.authenticator
+            && ctx.identity().is_none()
+        {
+            let packet = match &inbound {
+                Inbound::Send { packet, .. } | Inbound::Request { packet, .. } => packet,
+            };
+            match auth(packet).await {
+                Ok(who) => {
+                    let _ = ctx.identity.set(who);
+                }
+                Err(why) => {
+                    if let Inbound::Request { request_seq, .. } = &inbound {
+                        RequestReply::new(*request_seq, control.clone())
+                            .error(ErrorKind::Application, format!("unauthenticated: {why}"));
+                    }
+                    tracing::info!(session = %ctx.id, reason = %why, "session refused by the authenticator");
+                    ctx.close(CloseReason::Unauthenticated);
+                    return;
+                }
+            }
+        }
         let future = match inbound {
             Inbound::Send { packet, .. } => match handlers.sends.get(&packet.packet_name) {
                 Some(handler) => {

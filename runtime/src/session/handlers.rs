@@ -30,6 +30,9 @@ pub(super) type SendFn = Arc<dyn Fn(SessionCtx, StreamPacket) -> HandlerFuture +
 pub(super) type RequestFn =
     Arc<dyn Fn(SessionCtx, StreamPacket, RequestReply) -> HandlerFuture + Send + Sync>;
 pub(super) type ClosedFn = Arc<dyn Fn(SessionId, CloseReason) + Send + Sync>;
+/// An authenticator: the session's first packet → the user identity, or why not.
+pub type AuthFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'static>>;
+pub(super) type AuthFn = Arc<dyn Fn(&StreamPacket) -> AuthFuture + Send + Sync>;
 pub(super) type ReplacedFn = Arc<dyn Fn(SessionCtx, String) -> HandlerFuture + Send + Sync>;
 pub(super) type LostFn = Arc<dyn Fn(SessionCtx, String, CallKind) -> HandlerFuture + Send + Sync>;
 
@@ -53,6 +56,7 @@ pub struct SessionHandlers {
     pub(super) requests: HashMap<String, RequestFn>,
     pub(super) on_closed: Option<ClosedFn>,
     pub(super) hooks: Arc<BindingHooks>,
+    pub(super) authenticator: Option<AuthFn>,
 }
 
 impl std::fmt::Debug for SessionHandlers {
@@ -137,6 +141,21 @@ impl SessionHandlers {
         self
     }
 
+    /// Decide who each session is (issue 19 item 10): `authenticator` gets the session's
+    /// **first packet** (its handler has not run) and returns the user identity — then
+    /// [`SessionCtx::identity`] is it and the packet goes to its handler — or a refusal: a
+    /// request is answered `Application` "unauthenticated: …", and the session closes
+    /// `Unauthenticated` (counted by reason) without dispatching anything more. The credential
+    /// travels in that packet (the reference application's `chat.Login` carries a token).
+    pub fn authenticate<F, Fut>(&mut self, authenticator: F) -> &mut Self
+    where
+        F: Fn(&StreamPacket) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, String>> + Send + 'static,
+    {
+        self.authenticator = Some(Arc::new(move |p| Box::pin(authenticator(p))));
+        self
+    }
+
     /// Called once per session after it closed (with why).
     pub fn on_closed<F>(&mut self, callback: F) -> &mut Self
     where
@@ -204,6 +223,7 @@ pub struct SessionCtx {
     pub(super) control: mpsc::UnboundedSender<Control>,
     pub(super) router: Option<Arc<dyn SessionRouter>>,
     pub(super) hooks: Arc<BindingHooks>,
+    pub(super) identity: Arc<std::sync::OnceLock<String>>,
 }
 
 impl std::fmt::Debug for SessionCtx {
@@ -252,6 +272,11 @@ impl SessionCtx {
     /// The client's address.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// Who the session is, as the StreamNode's authenticator decided (`None` without one).
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.get().map(String::as_str)
     }
 
     /// Whether the session has ended (its connection task is gone).
