@@ -322,6 +322,12 @@ fn a_short_session_auth_key_stops_the_start_naming_the_field_not_the_key() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("stream.auth_key") && err.contains("16 bytes"), "{err}");
-    assert!(!err.contains("tooshort-secret"), "the key is not printed: {err}");
+    assert!(
+        err.contains("stream.auth_key") && err.contains("16 bytes"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("tooshort-secret"),
+        "the key is not printed: {err}"
+    );
 }

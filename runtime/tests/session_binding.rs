@@ -626,3 +626,45 @@ async fn a_push_to_a_gone_session_owner_is_unavailable_and_unbinds() {
     c.close().await;
     rig.shutdown().await;
 }
+
+/// Issue 19 "Bad input and faults": a Location Store outage does not touch relays and pushes on
+/// a stored binding route (none reads the store), while a call that must read the store — an
+/// ActorRef lookup for a new bind — fails (`StoreFailure`, which a client sees as `Unavailable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_and_pushes_keep_flowing_through_a_store_outage() {
+    let rig = Rig::start().await;
+    rig.player(1, "player:far").await;
+    rig.player(1, "player:other").await;
+    let c = rig.client().await;
+    let (echo_tx, mut echoes) = tokio::sync::mpsc::unbounded_channel();
+    c.on_send(move |e: Echo| {
+        let _ = echo_tx.send(e.n);
+    });
+    bind(&c, "player:far", false).await.unwrap();
+    rig.cluster.store().begin_outage();
+    for n in 0..200u64 {
+        c.send(&Say {
+            actor: "player:far".into(),
+            n,
+            echo: n % 20 == 0,
+        })
+        .await
+        .unwrap();
+    }
+    let a = ask(&c, "player:far").await.unwrap();
+    assert_eq!(a.seen, 200, "every relay arrived during the outage");
+    for want in (0..200).step_by(20) {
+        let n = tokio::time::timeout(WAIT, echoes.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, want);
+    }
+    // A fresh ActorRef needs the store: refused while it is out, with a typed error.
+    let e = bind(&c, "player:other", true).await.unwrap_err();
+    assert_eq!(error_kind(&e), "Unavailable", "{e:?}");
+    rig.cluster.store().end_outage();
+    bind(&c, "player:other", true).await.unwrap();
+    c.close().await;
+    rig.shutdown().await;
+}
