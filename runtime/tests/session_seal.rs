@@ -57,6 +57,16 @@ impl JsonMessage for Ask {
     const PACKET_NAME: &'static str = "t.Ask";
 }
 
+/// As [`Ask`], but the session's handler does not wait for the answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AskNoWait {
+    actor: String,
+    n: u64,
+}
+impl JsonMessage for AskNoWait {
+    const PACKET_NAME: &'static str = "t.AskNoWait";
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Bind {
     slot: String,
@@ -83,7 +93,18 @@ struct Script {
     /// `zlink.session.Disconnected` notices: (Actor, reason).
     notices: Mutex<Vec<(String, String)>>,
     sealed: Mutex<Option<mpsc::UnboundedSender<SessionRelocationSealed>>>,
+    /// A request numbered [`PARKED`] is answered only by [`Script::answer_parked`].
+    parked: Mutex<
+        Option<(
+            Arc<NodeFence>,
+            zlink_protocol::generated::RequestHeader,
+            TypedPayload,
+        )>,
+    >,
 }
+
+/// The request number a script parks.
+const PARKED: u64 = 777;
 
 fn n_of(p: &TypedPayload) -> u64 {
     let v: serde_json::Value = serde_json::from_slice(&p.payload).unwrap();
@@ -128,7 +149,11 @@ impl ObjectSink for Script {
                     request: true,
                     session: p.bound_session.unwrap(),
                 });
-                mesh.reply_to(&source, &b.request, Ok(p.payload));
+                if n == PARKED {
+                    *self.parked.lock().unwrap() = Some((source, b.request, p.payload));
+                } else {
+                    mesh.reply_to(&source, &b.request, Ok(p.payload));
+                }
             }
             ObjectCommand::SessionRelocationSealed(s) => {
                 if let Some(tx) = &*self.sealed.lock().unwrap() {
@@ -141,6 +166,12 @@ impl ObjectSink for Script {
 }
 
 impl Script {
+    fn answer_parked(&self) {
+        let (source, request, payload) = self.parked.lock().unwrap().take().unwrap();
+        let mesh = self.mesh.get().and_then(Weak::upgrade).unwrap();
+        mesh.reply_to(&source, &request, Ok(payload));
+    }
+
     fn arrivals_of(&self, actor: &str) -> Vec<(u64, bool)> {
         self.arrivals
             .lock()
@@ -171,6 +202,17 @@ fn session_handlers(refs: Refs) -> SessionHandlers {
     h.on_send(Say::PACKET_NAME, |ctx, packet| async move {
         let s: Say = serde_json::from_slice(&packet.payload).unwrap();
         ctx.relay(&s.actor, &packet).await.unwrap();
+    })
+    .unwrap();
+    // Relays a request without holding the session's handler: the relay is submitted (held,
+    // if sealed) by one poll here, in order, and awaited on a task of its own.
+    h.on_request(AskNoWait::PACKET_NAME, |ctx, packet, reply| async move {
+        let a: AskNoWait = serde_json::from_slice(&packet.payload).unwrap();
+        let mut answer = Box::pin(async move { ctx.relay_request(&a.actor, &packet, WAIT).await });
+        if let Some(r) = futures::FutureExt::now_or_never(answer.as_mut()) {
+            return reply.answer(r);
+        }
+        tokio::spawn(async move { reply.answer(answer.await) });
     })
     .unwrap();
     h.on_request(Ask::PACKET_NAME, |ctx, packet, reply| async move {
@@ -601,6 +643,57 @@ async fn a_replace_notice_is_applied_only_from_the_fenced_owner_for_the_current_
         }
     }
     assert_eq!(rig.stat(|s| &s.replaced_applied), 1);
+    c.close().await;
+    rig.shutdown().await;
+}
+
+/// Wire §10 with the release in flight: a new seal installed while an earlier seal's held
+/// relays are still going out (the release waits on a request's reply) takes the unsent ones
+/// back ahead of what it holds, so nothing is sent after its 43 and the order is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seal_installed_during_a_release_takes_back_what_was_not_sent_yet() {
+    let mut rig = Rig::start().await;
+    let c = rig.client().await;
+    let x = rig.bind(&c, "player:x").await;
+    assert_eq!(rig.seal(0, R1, &x, "player:x").await, SealOutcome::Sealed);
+    say(&c, "player:x", 1).await;
+    // The parked request is held, then released, and its reply waits: the release stalls.
+    let parked = c
+        .request(&AskNoWait {
+            actor: "player:x".into(),
+            n: PARKED,
+        })
+        .timeout(WAIT);
+    let parked = async { parked.await.unwrap().json::<AskNoWait>().unwrap().n };
+    tokio::pin!(parked);
+    assert!(futures::FutureExt::now_or_never(parked.as_mut()).is_none());
+    eventually("the request held", || rig.stat(|s| &s.relays_held) == 2).await;
+    say(&c, "player:x", 2).await;
+    say(&c, "player:x", 3).await;
+    eventually("four held", || rig.stat(|s| &s.relays_held) == 4).await;
+    rig.route_update(0, R1, &x, "player:x", None);
+    eventually("the parked request arrived", || {
+        rig.scripts[0].arrivals_of("player:x") == [(1, false), (PARKED, true)]
+    })
+    .await;
+    // A second relocation seals now: 2 and 3 have not gone out.
+    assert_eq!(rig.seal(0, R2, &x, "player:x").await, SealOutcome::Sealed);
+    say(&c, "player:x", 4).await;
+    eventually("held again", || rig.stat(|s| &s.relays_held) == 5).await;
+    rig.scripts[0].answer_parked();
+    assert_eq!(parked.await, PARKED);
+    // The second relocation moves X to script 1: what the new seal took back goes there.
+    rig.route_update(1, R2, &x, "player:x", Some(1));
+    assert_eq!(ask(&c, "player:x", 5).await, 5);
+    assert_eq!(
+        rig.scripts[1].arrivals_of("player:x"),
+        [(2, false), (3, false), (4, false), (5, true)]
+    );
+    assert_eq!(
+        rig.scripts[0].arrivals_of("player:x"),
+        [(1, false), (PARKED, true)],
+        "nothing reached the old owner after its second 43"
+    );
     c.close().await;
     rig.shutdown().await;
 }

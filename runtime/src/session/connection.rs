@@ -309,7 +309,12 @@ async fn dispatch(
             let packet = match &inbound {
                 Inbound::Send { packet, .. } | Inbound::Request { packet, .. } => packet,
             };
-            match auth(packet).await {
+            // A panicking authenticator refuses (the session does not stay open unserved).
+            let verdict = AssertUnwindSafe(auth(packet))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err("the authenticator failed".to_owned()));
+            match verdict {
                 Ok(who) => {
                     let _ = ctx.identity.set(who);
                 }

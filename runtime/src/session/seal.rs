@@ -166,6 +166,21 @@ impl<T> SealMachine<T> {
         matches!(self.state, SealState::Sealed { .. })
     }
 
+    /// Put `items`, in order, ahead of the relays held so far: relays an earlier seal released
+    /// that had not gone out yet when this seal was installed (they were submitted before
+    /// the relays held now). Returned unchanged unless sealed.
+    pub fn hold_front(&mut self, items: Vec<Held<T>>) -> Vec<Held<T>> {
+        match &mut self.state {
+            SealState::Sealed { held, .. } => {
+                for h in items.into_iter().rev() {
+                    held.push_front(h);
+                }
+                Vec::new()
+            }
+            SealState::Open | SealState::Closed => items,
+        }
+    }
+
     /// The next instant a [`SealEvent::Tick`] has work: the seal's deadline or a held
     /// request's, whichever is first.
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -695,5 +710,27 @@ mod tests {
         );
         assert_eq!(m.handle(relay(7, None), t0), vec![SealAction::Submit(7)]);
         assert_eq!(m.poll_timeout(), None);
+    }
+
+    #[test]
+    fn relays_still_going_out_from_an_earlier_release_go_ahead_of_the_new_seals_held_ones() {
+        let t0 = Instant::now();
+        let mut m: SealMachine<u32> = SealMachine::new(ME, T);
+        let held = |n| Held {
+            item: n,
+            deadline: None,
+        };
+        assert_eq!(m.hold_front(vec![held(1)]), vec![held(1)], "open: returned");
+        m.handle(seal(R1, ME), t0);
+        m.handle(relay(3, None), t0);
+        assert!(m.hold_front(vec![held(1), held(2)]).is_empty());
+        assert_eq!(
+            m.handle(abort(R1, ME), t0),
+            vec![
+                SealAction::Submit(1),
+                SealAction::Submit(2),
+                SealAction::Submit(3)
+            ]
+        );
     }
 }

@@ -24,7 +24,9 @@ use crate::object::actor_ref::ActorRef;
 use crate::session::SessionCtx;
 use crate::session::bindings::{BeginError, BindingRoute, BindingTable, Completed};
 use crate::session::router::{SessionRouter, packet_from_typed};
-use crate::session::seal::{BindingIdentity, Held, Ignored, SealAction, SealEvent, SealMachine};
+use crate::session::seal::{
+    BindingIdentity, Held, Ignored, SealAction, SealEvent, SealMachine, SealState,
+};
 use crate::session::verdict::{BindFacts, LiveFact, bind_verdict, relay_verdict};
 
 /// How long a bind (command 38) may take end to end (**ours**).
@@ -101,6 +103,9 @@ pub(super) struct HeldRelay {
     payload: TypedPayload,
     metadata: Option<Metadata>,
     timeout: Option<Duration>,
+    /// A request's deadline, fixed when the session submitted it (a release sends only what is
+    /// left of it).
+    deadline: Option<std::time::Instant>,
     /// A request's terminal (a one-way relay was accepted when it was held).
     reply: Option<oneshot::Sender<Result<Option<TypedPayload>, CallError>>>,
 }
@@ -122,9 +127,42 @@ pub(super) struct SessionHub {
     ctxs: HashMap<SessionId, SessionCtx>,
     /// The relocation seal of each binding a 42 named (issue 19 item 6).
     seals: HashMap<BindingKey, SealMachine<HeldRelay>>,
-    /// Bindings whose released relays are still being submitted, in order: later relays of
-    /// the binding queue behind them.
-    releasing: HashMap<BindingKey, VecDeque<HeldRelay>>,
+    /// Bindings whose released relays are still being submitted, in order, by the release task
+    /// with that id: later relays of the binding queue behind them.
+    releasing: HashMap<BindingKey, (u64, VecDeque<HeldRelay>)>,
+    /// Ids of release tasks.
+    last_release: u64,
+}
+
+impl SessionHub {
+    /// Forget the seal and any release queue of binding `key` (its route was dropped or
+    /// replaced, or its session closed): the relays they held, to fail outside the lock.
+    fn forget_seal(&mut self, key: &BindingKey) -> Vec<HeldRelay> {
+        let mut out = Vec::new();
+        if let Some(mut m) = self.seals.remove(key) {
+            for a in m.handle(SealEvent::SessionClosed, std::time::Instant::now()) {
+                match a {
+                    SealAction::Failed(h) | SealAction::Submit(h) | SealAction::Expired(h) => {
+                        out.push(h);
+                    }
+                    SealAction::Answer(_)
+                    | SealAction::SwitchRoute
+                    | SealAction::CloseSession
+                    | SealAction::Ignored(_) => {}
+                }
+            }
+        }
+        if let Some((_, q)) = self.releasing.remove(key) {
+            out.extend(q);
+        }
+        out
+    }
+}
+
+fn fail_all(relays: Vec<HeldRelay>, why: &str) {
+    for r in relays {
+        r.fail(CallError::new(ErrorKind::Unavailable, why.to_owned()));
+    }
 }
 
 /// Errors that mean the route a relay or push used is gone for good (the binding is lost).
@@ -155,8 +193,9 @@ impl<S: ObjectStore> Inner<S> {
 
     // ---- Actor owner -------------------------------------------------------------------
 
-    /// What the live table holds for `key` (relocation marks read first, then the live
-    /// table, so no lock is taken inside another).
+    /// What the live table holds for `key`: the handed-over marks and temporary queues are
+    /// read before the live lock; the moving mark is read under it (nothing takes the live
+    /// lock while holding that mark, so the order cannot invert).
     fn live_fact(&self, key: &AuthorityKey) -> LiveFact {
         let handed = self.relocations.handed();
         let arriving = self.relocations.temporary().contains_key(key);
@@ -284,15 +323,17 @@ impl<S: ObjectStore> Inner<S> {
                     return None;
                 }
                 hub.table.drop_route(id, actor_id, p.binding_generation);
-                hub.ctxs.get(&id).cloned()
+                let held = hub.forget_seal(&(id, actor_id.clone()));
+                hub.ctxs.get(&id).cloned().map(|c| (c, held))
             });
-        let Some(ctx) = ctx else {
+        let Some((ctx, held)) = ctx else {
             self.session_stats
                 .replaced_ignored
                 .fetch_add(1, Ordering::Relaxed);
             tracing::debug!(session = p.session_id, actor = %actor_id, "boundSessionReplaced matched no current binding");
             return;
         };
+        fail_all(held, "the binding was replaced by another session's");
         self.session_stats
             .replaced_applied
             .fetch_add(1, Ordering::Relaxed);
@@ -478,7 +519,21 @@ impl<S: ObjectStore> Inner<S> {
             self.hub().table.abandon(id, actor.actor_id(), generation);
             return Err(e);
         }
-        let done = self.hub().table.complete(id, actor.clone(), generation);
+        let (done, held) = {
+            let mut hub = self.hub();
+            let done = hub.table.complete(id, actor.clone(), generation);
+            // A seal of the replaced binding no longer applies.
+            let held = match &done {
+                Completed::Switched { previous: Some(_) } => {
+                    hub.forget_seal(&(id, actor.actor_id().to_owned()))
+                }
+                Completed::Switched { previous: None }
+                | Completed::Superseded
+                | Completed::SessionClosed => Vec::new(),
+            };
+            (done, held)
+        };
+        fail_all(held, "the binding was made again while sealed");
         match done {
             Completed::Switched { .. } => {
                 self.session_stats
@@ -581,13 +636,22 @@ impl<S: ObjectStore> Inner<S> {
             }
             None => (None, None),
         };
+        let now = std::time::Instant::now();
+        let deadline = timeout.map(|t| now + t);
         let relay = HeldRelay {
             payload,
             metadata,
             timeout,
+            deadline,
             reply,
         };
-        let direct = {
+        let key = (id, actor_id.to_owned());
+        enum Path {
+            Direct(Box<(BindingRoute, HeldRelay)>),
+            Waiting { rearm: bool },
+            Refused(Vec<SealAction<HeldRelay>>),
+        }
+        let path = {
             let mut hub = self.hub();
             let Some(route) = hub.table.route(id, actor_id).cloned() else {
                 return Err(CallError::new(
@@ -595,13 +659,14 @@ impl<S: ObjectStore> Inner<S> {
                     format!("session {id} is not bound to {actor_id}"),
                 ));
             };
-            let key = (id, actor_id.to_owned());
-            if let Some(q) = hub.releasing.get_mut(&key) {
-                q.push_back(relay);
-                None
-            } else if let Some(m) = hub.seals.get_mut(&key).filter(|m| m.is_sealed()) {
-                let deadline = timeout.map(|t| std::time::Instant::now() + t);
-                let now = std::time::Instant::now();
+            // A seal (or a seal that timed out: the session is closing) comes first; then the
+            // relays a release is still sending; then the route.
+            if let Some(m) = hub
+                .seals
+                .get_mut(&key)
+                .filter(|m| !matches!(m.state(), SealState::Open))
+            {
+                let earlier = deadline.is_some_and(|d| m.poll_timeout().is_some_and(|p| d < p));
                 let actions = m.handle(
                     SealEvent::Relay(Held {
                         item: relay,
@@ -609,27 +674,51 @@ impl<S: ObjectStore> Inner<S> {
                     }),
                     now,
                 );
-                debug_assert!(actions.is_empty(), "a sealed machine holds relays");
-                self.session_stats
-                    .relays_held
-                    .fetch_add(1, Ordering::Relaxed);
-                None
+                if actions.is_empty() {
+                    self.session_stats
+                        .relays_held
+                        .fetch_add(1, Ordering::Relaxed);
+                    Path::Waiting { rearm: earlier }
+                } else {
+                    Path::Refused(actions)
+                }
+            } else if let Some((_, q)) = hub.releasing.get_mut(&key) {
+                q.push_back(relay);
+                Path::Waiting { rearm: false }
             } else {
-                Some((route, relay))
+                Path::Direct(Box::new((route, relay)))
             }
         };
-        match (direct, waiter) {
-            (Some((route, relay)), _) => {
+        match (path, waiter) {
+            (Path::Direct(direct), _) => {
+                let (route, relay) = *direct;
                 self.relay_route(id, &route, relay.payload, relay.metadata, relay.timeout)
                     .await
             }
-            (None, None) => Ok(None),
-            (None, Some(rx)) => rx.await.unwrap_or_else(|_| {
-                Err(CallError::new(
-                    ErrorKind::Unavailable,
-                    "the session closed while the relay was held",
-                ))
-            }),
+            (Path::Refused(actions), _) => {
+                let why = format!("session {id} is closing (its seal of {actor_id} timed out)");
+                for a in actions {
+                    if let SealAction::Failed(h) = a {
+                        h.fail(CallError::new(ErrorKind::Unavailable, why.clone()));
+                    }
+                }
+                Err(CallError::new(ErrorKind::Unavailable, why))
+            }
+            (Path::Waiting { rearm }, waiter) => {
+                if rearm {
+                    // A held request due before the seal's next tick: tick for it too.
+                    self.arm_seal_timer(key);
+                }
+                match waiter {
+                    None => Ok(None),
+                    Some(rx) => rx.await.unwrap_or_else(|_| {
+                        Err(CallError::new(
+                            ErrorKind::Unavailable,
+                            "the session closed while the relay was held",
+                        ))
+                    }),
+                }
+            }
         }
     }
 
@@ -646,10 +735,7 @@ impl<S: ObjectStore> Inner<S> {
         let out = self.relay_on(id, route, payload, metadata, timeout).await;
         if let Err(e) = &out
             && route_lost(e.kind())
-            && self
-                .hub()
-                .table
-                .drop_route(id, actor_id, route.binding_generation)
+            && self.drop_binding(id, actor_id, route.binding_generation)
         {
             // Never resent: the route is dropped and the application binds again.
             self.session_stats
@@ -663,6 +749,24 @@ impl<S: ObjectStore> Inner<S> {
             }
         }
         out
+    }
+
+    /// Drop session `id`'s route for `actor_id` if it is exactly `binding_generation`, with
+    /// its seal and release queue (their relays fail); whether it was dropped.
+    fn drop_binding(&self, id: SessionId, actor_id: &str, binding_generation: u64) -> bool {
+        let (dropped, held) = {
+            let mut hub = self.hub();
+            if hub.table.drop_route(id, actor_id, binding_generation) {
+                (true, hub.forget_seal(&(id, actor_id.to_owned())))
+            } else {
+                (false, Vec::new())
+            }
+        };
+        fail_all(
+            held,
+            &format!("the binding of session {id} to {actor_id} ended"),
+        );
+        dropped
     }
 
     // ---- Session relocation (42/43/44) ---------------------------------------------------
@@ -733,6 +837,20 @@ impl<S: ObjectStore> Inner<S> {
             now,
         );
         let newly = !was_sealed && m.is_sealed();
+        if newly && let Some((_, q)) = hub.releasing.remove(&key) {
+            // Relays an earlier release has not sent yet go ahead of the ones held now.
+            let early: Vec<Held<HeldRelay>> = q
+                .into_iter()
+                .map(|r| Held {
+                    deadline: r.deadline,
+                    item: r,
+                })
+                .collect();
+            if let Some(m) = hub.seals.get_mut(&key) {
+                let back = m.hold_front(early);
+                debug_assert!(back.is_empty(), "the machine is sealed");
+            }
+        }
         drop(hub);
         if newly {
             self.arm_seal_timer(key);
@@ -801,7 +919,7 @@ impl<S: ObjectStore> Inner<S> {
                 if t.object_id == b.actor_id && t.object_generation == b.object_generation =>
             {
                 match ActorRef::new(t.clone(), self.mesh.descriptor().mesh_name) {
-                    Some(r) => Some(r),
+                    Some(r) => Some((identity.binding_generation, r)),
                     None => return ignored(Ignored::Mismatch),
                 }
             }
@@ -853,7 +971,7 @@ impl<S: ObjectStore> Inner<S> {
         &self,
         key: &BindingKey,
         actions: Vec<SealAction<HeldRelay>>,
-        start: bool,
+        start: Option<u64>,
     ) {
         let (id, actor_id) = (key.0, key.1.as_str());
         for a in actions {
@@ -895,26 +1013,30 @@ impl<S: ObjectStore> Inner<S> {
                 SealAction::Answer(_) | SealAction::SwitchRoute | SealAction::Submit(_) => {}
             }
         }
-        if start && let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) {
+        if let Some(task) = start
+            && let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade)
+        {
             let key = key.clone();
-            tokio::spawn(async move { this.release(key).await });
+            tokio::spawn(async move { this.release(key, task).await });
         }
     }
 
     /// Submit the released relays of `key` one after the other on its current route (a
     /// request's reply is awaited before the next, so order holds), then let relays go out
     /// directly again.
-    async fn release(&self, key: BindingKey) {
+    async fn release(&self, key: BindingKey, task: u64) {
         loop {
             let next = {
                 let mut hub = self.hub();
-                let relay = hub.releasing.get_mut(&key).and_then(VecDeque::pop_front);
-                match relay {
-                    Some(r) => Some((r, hub.table.route(key.0, &key.1).cloned())),
-                    None => {
+                let mine = hub.releasing.get_mut(&key).filter(|(t, _)| *t == task);
+                match mine.map(|(_, q)| q.pop_front()) {
+                    Some(Some(r)) => Some((r, hub.table.route(key.0, &key.1).cloned())),
+                    Some(None) => {
                         hub.releasing.remove(&key);
                         None
                     }
+                    // A new seal took the rest back, or another task owns the queue now.
+                    None => None,
                 }
             };
             let Some((relay, route)) = next else { break };
@@ -925,8 +1047,28 @@ impl<S: ObjectStore> Inner<S> {
                 ));
                 continue;
             };
+            // A request gets only what is left of its deadline; one past it is not sent.
+            let timeout = match (relay.timeout, relay.deadline) {
+                (Some(_), Some(d)) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    Some(_) | None => {
+                        self.session_stats
+                            .held_expired
+                            .fetch_add(1, Ordering::Relaxed);
+                        relay.fail(CallError::new(
+                            ErrorKind::DeadlineExceeded,
+                            format!(
+                                "the relay to {} passed its deadline while held; not sent",
+                                key.1
+                            ),
+                        ));
+                        continue;
+                    }
+                },
+                (t, _) => t,
+            };
             let out = self
-                .relay_route(key.0, &route, relay.payload, relay.metadata, relay.timeout)
+                .relay_route(key.0, &route, relay.payload, relay.metadata, timeout)
                 .await;
             match relay.reply {
                 Some(r) => {
@@ -939,40 +1081,6 @@ impl<S: ObjectStore> Inner<S> {
                     }
                 }
             }
-        }
-    }
-
-    /// Session `id` closed: its seals end (held relays fail) and nothing waits to be released.
-    fn close_seals(&self, id: SessionId) {
-        let (machines, queues) = {
-            let mut hub = self.hub();
-            let keys: Vec<BindingKey> = hub.seals.keys().filter(|k| k.0 == id).cloned().collect();
-            let machines: Vec<_> = keys
-                .iter()
-                .filter_map(|k| hub.seals.remove(k).map(|m| (k.clone(), m)))
-                .collect();
-            let qkeys: Vec<BindingKey> = hub
-                .releasing
-                .keys()
-                .filter(|k| k.0 == id)
-                .cloned()
-                .collect();
-            let queues: Vec<_> = qkeys
-                .iter()
-                .filter_map(|k| hub.releasing.remove(k))
-                .collect();
-            (machines, queues)
-        };
-        for (key, mut m) in machines {
-            // Only `Failed` comes of a close: nothing to stage.
-            let actions = m.handle(SealEvent::SessionClosed, std::time::Instant::now());
-            self.apply_seal_actions(&key, actions, false);
-        }
-        for relay in queues.into_iter().flatten() {
-            relay.fail(CallError::new(
-                ErrorKind::Unavailable,
-                format!("session {id} closed before the relay was sent"),
-            ));
         }
     }
 
@@ -1009,17 +1117,20 @@ fn stage(
     hub: &mut SessionHub,
     key: &BindingKey,
     actions: Vec<SealAction<HeldRelay>>,
-    target: Option<ActorRef>,
-) -> (Vec<SealAction<HeldRelay>>, bool) {
+    target: Option<(u64, ActorRef)>,
+) -> (Vec<SealAction<HeldRelay>>, Option<u64>) {
     let (id, actor_id) = (key.0, key.1.as_str());
     let mut rest = Vec::new();
     let mut release = Vec::new();
     for a in actions {
         match a {
             SealAction::SwitchRoute => {
-                let generation = hub.table.route(id, actor_id).map(|r| r.binding_generation);
-                if let (Some(g), Some(t)) = (generation, target.clone()) {
-                    hub.table.switch_route(id, g, t);
+                // The binding generation the 44 named and the seal matched.
+                if let Some((g, t)) = target.clone()
+                    && !hub.table.switch_route(id, g, t)
+                {
+                    tracing::warn!(session = %id, actor = actor_id,
+                        "the sealed binding is gone: route switch not applied");
                 }
             }
             SealAction::Submit(h) => release.push(h),
@@ -1031,16 +1142,18 @@ fn stage(
         }
     }
     if release.is_empty() {
-        return (rest, false);
+        return (rest, None);
     }
     match hub.releasing.get_mut(key) {
-        Some(q) => {
+        Some((_, q)) => {
             q.extend(release);
-            (rest, false)
+            (rest, None)
         }
         None => {
-            hub.releasing.insert(key.clone(), release.into());
-            (rest, true)
+            hub.last_release += 1;
+            let task = hub.last_release;
+            hub.releasing.insert(key.clone(), (task, release.into()));
+            (rest, Some(task))
         }
     }
 }
@@ -1068,12 +1181,24 @@ impl<S: ObjectStore> SessionRouter for RouterRef<S> {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
-        inner.close_seals(id);
-        let routes = {
+        // One critical section: no 42 or relay finds the session half closed.
+        let (routes, held) = {
             let mut hub = inner.hub();
             hub.ctxs.remove(&id);
-            hub.table.close(id)
+            let keys: Vec<BindingKey> = hub
+                .seals
+                .keys()
+                .chain(hub.releasing.keys())
+                .filter(|k| k.0 == id)
+                .cloned()
+                .collect();
+            let held: Vec<HeldRelay> = keys.iter().flat_map(|k| hub.forget_seal(k)).collect();
+            (hub.table.close(id), held)
         };
+        fail_all(
+            held,
+            &format!("session {id} closed before the relay was sent"),
+        );
         for route in routes {
             inner.notify_disconnected(id, reason.as_str(), route);
         }
