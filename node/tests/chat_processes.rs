@@ -14,27 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod common_procs;
-use common_procs::{BIN, Host, drain_all};
-
-const WAIT: Duration = Duration::from_secs(20);
-
-fn write_config(dir: &Path, redis_url: &str, namespace: &str) -> PathBuf {
-    let path = dir.join("node.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "mesh:\n  name: chat\n  rid_prefix: yaml\n\
-             redis:\n  url: {redis_url}\n  namespace: {namespace}\n\
-             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n\
-             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
-             stream:\n  listen: 127.0.0.1:0\n\
-             relocation:\n  on_shutdown: none\n\
-             drain_deadline_ms: 4000\nlog_level: warn\n"
-        ),
-    )
-    .unwrap();
-    path
-}
+use common_procs::{BIN, Host, WAIT, drain_all, write_stream_config};
 
 /// The `zlink-chat` binary next to `zlink-node` (built by a workspace test run; built here
 /// when this package's tests run alone).
@@ -142,7 +122,7 @@ fn two_chat_processes_on_two_hosts_see_each_others_lines() {
     let tag = format!("{}-chat", std::process::id());
     let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = write_config(&dir, &redis.url(), &tag);
+    let config = write_stream_config(&dir, &redis.url(), &tag, "chat");
     let mut hosts: Vec<Host> = (0..2)
         .map(|i| Host::spawn(&config, &format!("c{i}")))
         .collect();
@@ -200,7 +180,7 @@ fn sessions_log_in_only_with_their_users_token() {
     let tag = format!("{}-chat-auth", std::process::id());
     let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = write_config(&dir, &redis.url(), &tag);
+    let config = write_stream_config(&dir, &redis.url(), &tag, "chat");
     const KEY: &str = "a-session-key-of-32-bytes-000000";
     let key = [("ZLINK_STREAM_AUTH_KEY", KEY.to_owned())];
     let mut hosts = vec![Host::spawn_with(&config, "auth", &key)];

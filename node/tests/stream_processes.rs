@@ -12,33 +12,14 @@ mod redis_server;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 mod common_procs;
-use common_procs::{BIN, Host, SECRET, TOKEN, drain_all, http_get, metric};
+use common_procs::{BIN, Host, SECRET, TOKEN, drain_all, http_get, metric, write_stream_config};
 use zlink_protocol::stream::{
     MaxMessageSize, StreamCodec, StreamDecoder, StreamKind, StreamPacket, StreamPrefix,
 };
-
-fn write_config(dir: &Path, redis_url: &str, namespace: &str) -> PathBuf {
-    let path = dir.join("node.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "mesh:\n  name: streams\n  rid_prefix: yaml\n\
-             redis:\n  url: {redis_url}\n  namespace: {namespace}\n\
-             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n\
-             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
-             stream:\n  listen: 127.0.0.1:0\n\
-             relocation:\n  on_shutdown: none\n\
-             drain_deadline_ms: 4000\nlog_level: warn\n"
-        ),
-    )
-    .unwrap();
-    path
-}
 
 /// A blocking STREAM client.
 struct Client {
@@ -91,7 +72,7 @@ fn a_host_serves_stream_sessions_counts_them_and_sends_go_away_on_sigterm() {
     let tag = format!("{}-streams", std::process::id());
     let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = write_config(&dir, &redis.url(), &tag);
+    let config = write_stream_config(&dir, &redis.url(), &tag, "streams");
     let mut host = Host::spawn(&config, "stream");
     let addr = host
         .stream
@@ -176,16 +157,8 @@ fn a_negative_max_message_size_stops_the_start_naming_the_field() {
 /// The object-path store operations a host counted (authority reads, creation, moves,
 /// Relocation Store): everything but lease and descriptor calls.
 fn object_store_ops(http: &str) -> f64 {
-    const DISCOVERY: [&str; 8] = [
-        "claim_lease",
-        "renew_lease",
-        "read_lease",
-        "release_lease",
-        "claim_routing_id",
-        "publish_descriptor",
-        "remove_descriptor",
-        "list_descriptors",
-    ];
+    // The host counts the MeshNode's lease and discovery calls first, then the object runtime's.
+    const DISCOVERY: &[&str] = zlink_node::host::metrics::store::STORE_OPS.split_at(8).0;
     let (_, text) = http_get(http, "/metrics");
     text.lines()
         .filter_map(|l| l.strip_prefix("zlink_store_ops_total{op=\""))
@@ -209,7 +182,7 @@ fn a_session_bound_across_hosts_relays_every_message_once_in_order_without_store
     let tag = format!("{}-bound", std::process::id());
     let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = write_config(&dir, &redis.url(), &tag);
+    let config = write_stream_config(&dir, &redis.url(), &tag, "streams");
     let mut hosts: Vec<Host> = (0..3)
         .map(|i| Host::spawn(&config, &format!("b{i}")))
         .collect();

@@ -12,6 +12,8 @@
 #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
 
 mod common;
+#[path = "common/sessions.rs"]
+mod session_rig;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -27,8 +29,8 @@ use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::{Disconnected, ObjectRuntime, RelocatePlan};
-use zlink::session::{SessionHandlers, StreamConfig, StreamNode};
-use zlink_connector::{Connector, ConnectorConfig, ConnectorEvent, DispatchMode, RequestError};
+use zlink::session::{SessionHandlers, StreamNode};
+use zlink_connector::{Connector, ConnectorEvent, RequestError};
 use zlink_store::MemoryStore;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -264,11 +266,7 @@ impl Rig {
         let refs: Refs = Arc::default();
         let replaced: Replaced = Arc::default();
         let lost: Lost = Arc::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = StreamConfig::new(listener.local_addr().unwrap());
-        let stream = StreamNode::serve_routed(
-            listener,
-            config,
+        let stream = session_rig::routed_stream_node(
             session_handlers(
                 cluster.rts[0].clone(),
                 Arc::clone(&refs),
@@ -277,7 +275,7 @@ impl Rig {
             ),
             cluster.rts[0].session_router(),
         )
-        .unwrap();
+        .await;
         Self {
             cluster,
             stream,
@@ -288,9 +286,7 @@ impl Rig {
     }
 
     async fn client(&self) -> Connector {
-        let mut cfg = ConnectorConfig::new(self.stream.local_addr().to_string());
-        cfg.dispatch_mode = DispatchMode::Immediate;
-        Connector::connect(cfg).await.unwrap()
+        session_rig::client(&self.stream).await
     }
 
     /// Create player `id` on node `node` and keep its ActorRef under `id`.

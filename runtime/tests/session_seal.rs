@@ -10,6 +10,8 @@
 #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
 
 mod common;
+#[path = "common/sessions.rs"]
+mod session_rig;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -25,8 +27,8 @@ use zlink::mesh::{Handlers, JsonMessage, MeshNode, ObjectCommand, ObjectSink};
 use zlink::object::ActorRef;
 use zlink::object::registry::{FactoryInput, Registry};
 use zlink::object::runtime::{Disconnected, ObjectRuntime};
-use zlink::session::{SessionHandlers, StreamConfig, StreamNode};
-use zlink_connector::{Connector, ConnectorConfig, ConnectorEvent, DispatchMode};
+use zlink::session::{SessionHandlers, StreamNode};
+use zlink_connector::{Connector, ConnectorEvent};
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     CommandBody, NodeFence, ObjectKind, ReplyResult, ReplyResultBoundSessionBind, RouteFence,
@@ -274,15 +276,11 @@ impl Rig {
         }
         let script_nodes: [Arc<MeshNode>; 2] = script_nodes.try_into().ok().unwrap();
         let refs: Refs = Arc::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = StreamConfig::new(listener.local_addr().unwrap());
-        let stream = StreamNode::serve_routed(
-            listener,
-            config,
+        let stream = session_rig::routed_stream_node(
             session_handlers(Arc::clone(&refs)),
             gateway.session_router(),
         )
-        .unwrap();
+        .await;
         Self {
             cluster,
             script_nodes,
@@ -308,9 +306,7 @@ impl Rig {
     }
 
     async fn client(&self) -> Connector {
-        let mut cfg = ConnectorConfig::new(self.stream.local_addr().to_string());
-        cfg.dispatch_mode = DispatchMode::Immediate;
-        Connector::connect(cfg).await.unwrap()
+        session_rig::client(&self.stream).await
     }
 
     /// Bind `c` to scripted Actor `id` on script 0; the SessionRef the script recorded.

@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)] // each test binary uses a subset
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -206,4 +206,25 @@ pub fn load_report(out: &std::process::Output) -> Value {
             String::from_utf8_lossy(&out.stderr)
         )
     })
+}
+
+/// A host configuration in `dir` for the STREAM process tests: mesh `mesh` on `redis_url`
+/// under `namespace`, short timings, admin and STREAM listeners on ephemeral loopback ports, no
+/// relocation on shutdown, a 4 s drain deadline.
+pub fn write_stream_config(dir: &Path, redis_url: &str, namespace: &str, mesh: &str) -> PathBuf {
+    let path = dir.join("node.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "mesh:\n  name: {mesh}\n  rid_prefix: yaml\n\
+             redis:\n  url: {redis_url}\n  namespace: {namespace}\n\
+             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 6000\n  discovery_poll_ms: 100\n\
+             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
+             stream:\n  listen: 127.0.0.1:0\n\
+             relocation:\n  on_shutdown: none\n\
+             drain_deadline_ms: 4000\nlog_level: warn\n"
+        ),
+    )
+    .unwrap();
+    path
 }

@@ -1,5 +1,7 @@
 //! Helpers shared by the mesh integration tests: short timings and node construction, the
-//! [`cluster::Cluster`] builder and the seeded [`rng::TestRng`].
+//! [`cluster::Cluster`] builder and the seeded [`rng::TestRng`]. (`sessions.rs`, a routed
+//! StreamNode and its Stream Connector client, is included by the session tests alone: other
+//! packages include this module and do not depend on the connector.)
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cluster;

@@ -358,23 +358,13 @@ impl<S: ObjectStore> Inner<S> {
         let key = AuthorityKey::new(StoreKind::Actor, &route.object_id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         let mut live = self.live();
-        let Some(e) = live.get_incarnation_mut(&key, route.object_generation) else {
-            let newer = live.get(&key).map(|e| e.generation);
-            return Err(match newer {
-                Some(g) => {
-                    let r = relay_verdict(route.object_generation, tail, g, None)
-                        .err()
-                        .map_or(ErrorKind::InvalidOperation, |r| r.kind);
-                    CallError::new(
-                        r,
-                        format!("relay to {}: another incarnation", route.object_id),
-                    )
-                }
-                None => CallError::new(
-                    ErrorKind::StaleRoute,
-                    format!("relay to {}: the Actor is not live here", route.object_id),
-                ),
-            });
+        // The live incarnation, whichever it is: the verdict compares it with the route's.
+        let live_generation = live.get(&key).map(|e| e.generation);
+        let Some(e) = live_generation.and_then(|g| live.get_incarnation_mut(&key, g)) else {
+            return Err(CallError::new(
+                ErrorKind::StaleRoute,
+                format!("relay to {}: the Actor is not live here", route.object_id),
+            ));
         };
         relay_verdict(
             route.object_generation,
