@@ -465,3 +465,207 @@ async fn a_failed_activation_ends_the_call_once_and_leaves_the_id_missing() {
     assert!(matches!(c.read("f-2").await, AuthorityRead::Missing { .. }));
     c.shutdown().await;
 }
+
+/// A node's discovery view of the memory store that hides some nodes' descriptors: a node
+/// that has not seen a new host yet (its discovery has not polled since that host started).
+/// Everything else goes to the store unchanged.
+struct Hiding {
+    store: Arc<zlink_store::MemoryStore>,
+    hidden: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+type Fut<'a, T> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<T, zlink_store::StoreError>> + Send + 'a>,
+>;
+
+impl zlink::mesh::discovery::DiscoveryBackend for Hiding {
+    fn claim_lease<'a>(
+        &'a self,
+        owner_id: &'a str,
+        ttl: Duration,
+    ) -> Fut<'a, zlink_store::types::LeaseGrant> {
+        self.store.claim_lease(owner_id, ttl)
+    }
+    fn renew_lease<'a>(
+        &'a self,
+        token: &'a zlink_store::types::OwnerToken,
+        ttl: Duration,
+    ) -> Fut<'a, zlink_store::types::LeaseGrant> {
+        self.store.renew_lease(token, ttl)
+    }
+    fn read_lease<'a>(&'a self, owner_id: &'a str) -> Fut<'a, zlink_store::types::LeaseRead> {
+        self.store.read_lease(owner_id)
+    }
+    fn release_lease<'a>(&'a self, token: &'a zlink_store::types::OwnerToken) -> Fut<'a, bool> {
+        self.store.release_lease(token)
+    }
+    fn claim_routing_id<'a>(
+        &'a self,
+        owner: &'a zlink_store::types::OwnerToken,
+        mesh: &'a str,
+        rid: &'a str,
+    ) -> Fut<'a, ()> {
+        self.store.claim_routing_id(owner, mesh, rid)
+    }
+    fn publish_descriptor<'a>(
+        &'a self,
+        owner: &'a zlink_store::types::OwnerToken,
+        key: &'a zlink_store::types::DescriptorKey,
+        lifecycle_generation: u64,
+        revision: u64,
+        content: bytes::Bytes,
+    ) -> Fut<'a, zlink_store::types::PublishOutcome> {
+        self.store
+            .publish_descriptor(owner, key, lifecycle_generation, revision, content)
+    }
+    fn remove_descriptor<'a>(
+        &'a self,
+        owner: &'a zlink_store::types::OwnerToken,
+        key: &'a zlink_store::types::DescriptorKey,
+    ) -> Fut<'a, bool> {
+        self.store.remove_descriptor(owner, key)
+    }
+    fn list_descriptors<'a>(
+        &'a self,
+        kind: zlink_store::types::DescriptorKind,
+        scope: &'a str,
+    ) -> Fut<'a, Vec<zlink_store::types::DescriptorRecord>> {
+        Box::pin(async move {
+            let all = self.store.list_descriptors(kind, scope).await?;
+            let hidden = self.hidden.lock().unwrap().clone();
+            Ok(all
+                .into_iter()
+                .filter(|d| !hidden.contains(&d.key.rid))
+                .collect())
+        })
+    }
+}
+
+/// A first call that lost its activation race is delivered to the winner even when this node
+/// has no connection to the winner's node yet (a host that had just started and that this
+/// node's discovery has not seen): it waits for that connection, bounded by its deadline. Before
+/// this, a one-way first call failed `Unavailable` ("no route to node") and was dropped — the
+/// one message the 3-process soak lost (docs/reliability.md).
+///
+/// Node A discovers through [`Hiding`], which hides node C; A's RID sorts below C's, so A is
+/// the side that dials C and has no connection to it. Counter `x1` is activated on C. Node B
+/// then sends A a one-way kind-2 first call for `x1` (its view: `x1` is missing): A finds `x1`
+/// Ready on C and waits; once C is shown to A's discovery, A connects and delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_call_waits_for_the_winners_node_it_has_not_discovered_yet() {
+    use zlink::mesh::{Handlers, MeshNode};
+    use zlink::object::runtime::ObjectRuntime;
+    use zlink_protocol::generated::{InstanceRoute, InstanceRouteMissing};
+    let store = Arc::new(zlink_store::MemoryStore::new(
+        zlink_store::clock::SystemClock,
+    ));
+    let hiding = Arc::new(Hiding {
+        store: Arc::clone(&store),
+        hidden: std::sync::Mutex::new(["node-c".to_owned()].into_iter().collect()),
+    });
+    let counters = || {
+        registry(
+            &Arc::new(AtomicU64::new(0)),
+            &Arc::new(AtomicU64::new(0)),
+            &Arc::new(AtomicU64::new(0)),
+        )
+    };
+    // Only C takes activations.
+    let cfg = |rid: &str, weight: u16| {
+        let mut cfg = common::config("m", rid);
+        cfg.object_capabilities = counters().capabilities();
+        cfg.placement_weight = weight;
+        cfg
+    };
+    let a = Arc::new(
+        MeshNode::start(
+            cfg("node-a", 0),
+            Handlers::new(),
+            Some(Arc::clone(&hiding) as Arc<dyn zlink::mesh::discovery::DiscoveryBackend>),
+        )
+        .await
+        .unwrap(),
+    );
+    let a_rt = ObjectRuntime::start(
+        Arc::clone(&a),
+        Arc::clone(&store),
+        counters(),
+        common::cluster::test_cache(),
+    )
+    .await
+    .unwrap();
+    let (b, b_rt) = common::cluster::start_object_node(
+        cfg("node-b", 0),
+        Handlers::new(),
+        Arc::clone(&store),
+        counters(),
+    )
+    .await;
+    let (c, c_rt) = common::cluster::start_object_node(
+        cfg("node-c", 100),
+        Handlers::new(),
+        Arc::clone(&store),
+        counters(),
+    )
+    .await;
+    a.wait_ready("node-b", T).await.unwrap();
+    c.wait_ready("node-b", T).await.unwrap();
+    let n: Count = c_rt
+        .request_to_instance_spot("counter", "x1", &Inc { by: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(n, Count { n: 1 });
+    assert!(a.connection("node-c").is_none(), "A has not discovered C");
+    // B's one-way first call to A, as if `x1` were still missing.
+    let host = a.descriptor();
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 10_000;
+    b.instance_spot(
+        &host.node,
+        InstanceRoute::Missing(InstanceRouteMissing {
+            target_mesh: host.mesh_name.clone(),
+            target_node: host.node.clone(),
+            spot_id: "x1".into(),
+            stable_type: "counter".into(),
+            descriptor_version: host.descriptor_revision,
+            deadline_unix_ms: deadline,
+        }),
+        zlink::mesh::handler::encode_json(&Inc { by: 10 }).unwrap(),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    common::eventually("A waits for a connection to C", || {
+        a_rt.stats().activation_owner_waits.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    assert!(a.connection("node-c").is_none());
+    assert_eq!(a_rt.stats().activation_drops.load(Ordering::Relaxed), 0);
+    // A's discovery sees C now: A dials it and delivers the first call.
+    hiding.hidden.lock().unwrap().clear();
+    let t0 = std::time::Instant::now();
+    loop {
+        let n: Count = c_rt
+            .request_to_instance_spot("counter", "x1", &Inc { by: 0 }, T)
+            .await
+            .unwrap();
+        if n.n == 11 {
+            break;
+        }
+        assert_eq!(n.n, 1, "the first call arrives once");
+        assert!(t0.elapsed() < T, "the first call never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(a_rt.stats().activation_drops.load(Ordering::Relaxed), 0);
+    assert_eq!(a_rt.stats().activation_forwards.load(Ordering::Relaxed), 1);
+    for rt in [a_rt, b_rt, c_rt] {
+        rt.shutdown().await;
+    }
+    for n in [a, b, c] {
+        n.shutdown().await;
+    }
+}

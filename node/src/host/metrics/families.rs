@@ -442,6 +442,10 @@ impl Collector for ObjectFamilies {
             &[
                 (&[("outcome", "activated")], load(&s.activations)),
                 (&[("outcome", "forwarded")], load(&s.activation_forwards)),
+                (
+                    &[("outcome", "owner_wait")],
+                    load(&s.activation_owner_waits),
+                ),
                 (&[("outcome", "recovered")], load(&s.activation_recoveries)),
                 (&[("outcome", "dropped")], load(&s.activation_drops)),
             ],

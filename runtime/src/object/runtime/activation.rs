@@ -926,6 +926,7 @@ impl<S: ObjectStore> Inner<S> {
         let deadline = call.deadline_unix_ms;
         let mut missing_since: Option<tokio::time::Instant> = None;
         let mut ready = self.activations.ready_wait();
+        let mut peers = self.mesh.subscribe_peer_changes();
         let result = async {
             let key = AuthorityKey::new(StoreKind::Spot, &call.route.spot_id)
                 .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
@@ -941,7 +942,21 @@ impl<S: ObjectStore> Inner<S> {
                     ));
                 }
                 match self.resolver.resolve_fresh(&key).await {
-                    Resolution::ReadyRoute(_) => break,
+                    // The winner may be a node this one has no connection to yet (a host that
+                    // just started and is not discovered here): the first call was accepted
+                    // here, so it waits for that connection (bounded by its deadline) instead
+                    // of failing — a one-way one would be lost.
+                    Resolution::ReadyRoute(r) if self.owner_reachable(&r.owner_node) => break,
+                    Resolution::ReadyRoute(_) => {
+                        self.stats
+                            .activation_owner_waits
+                            .fetch_add(1, Ordering::Relaxed);
+                        let until = tokio::time::Instant::now()
+                            + Duration::from_millis(deadline.saturating_sub(now_unix_ms()))
+                                .min(Duration::from_millis(100));
+                        let _ = tokio::time::timeout_at(until, peers.changed()).await;
+                        continue;
+                    }
                     Resolution::Unavailable {
                         reason: UnavailableReason::Creating,
                         ..
@@ -996,6 +1011,17 @@ impl<S: ObjectStore> Inner<S> {
                 None
             }
         }
+    }
+
+    /// Whether a call to node lifecycle `owner` can be submitted now: it is this node, or a
+    /// peer with a ready connection of that lifecycle.
+    fn owner_reachable(&self, owner: &zlink_store::types::NodeRef) -> bool {
+        let me = self.mesh.fence();
+        (owner.rid == me.rid && owner.lifecycle_generation == me.lifecycle_generation)
+            || self
+                .mesh
+                .connection(&owner.rid)
+                .is_some_and(|c| c.peer().lifecycle_generation == owner.lifecycle_generation)
     }
 
     /// One pass of the recovery scan over this lifecycle's unfinished activations (at most

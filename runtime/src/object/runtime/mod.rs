@@ -204,6 +204,9 @@ pub struct RuntimeStats {
     pub activation_recoveries: AtomicU64,
     /// One-way first messages that could not be delivered (drop events).
     pub activation_drops: AtomicU64,
+    /// Times a first call delivered to the winner of its activation race waited for a
+    /// connection to the winner's node (not yet discovered here).
+    pub activation_owner_waits: AtomicU64,
     /// Kind-2 routes refused as protocol errors (they disagreed with this node or the call).
     pub activation_route_mismatches: AtomicU64,
     /// Logical Multicast publishes started here.
