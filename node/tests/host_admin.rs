@@ -406,6 +406,7 @@ const FAMILIES: &[(&str, &str, &[&str])] = &[
     ),
     ("zlink_route_cache_misses_total", "counter", &[]),
     ("zlink_route_resolutions_total", "counter", &["result"]),
+    ("zlink_session_events_total", "counter", &["event"]),
     ("zlink_store_op_duration_seconds", "histogram", &["op"]),
     ("zlink_store_ops_total", "counter", &["op", "result"]),
     ("zlink_stream_bytes_total", "counter", &["direction"]),

@@ -770,6 +770,7 @@ async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
                     message_follow: Duration::from_millis(r.message_follow_ms),
                     in_flight_budget: r.in_flight_budget_bytes,
                     node_in_flight_budget: r.node_in_flight_budget_bytes,
+                    session_seal_wait: zlink::config::defaults::SESSION_SEAL_ANSWER_WAIT,
                     fault: None,
                 });
                 *host

@@ -53,6 +53,12 @@ pub const FANOUT_SUBSCRIBER_NOT_READY_AFTER: Duration = Duration::from_secs(15);
 /// physical session and cleans up binding, held messages and seal state (wire §10).
 pub const SESSION_RELOCATION_SEAL_TIMEOUT: Duration = Duration::from_millis(3_000);
 
+/// How long a relocation source waits for the `sessionRelocationSealed` (43) answers to the
+/// `sessionRelocationSeal`s (42) of a unit's bound Actors before the unit fails (**ours**; the
+/// spec names no value: "no 43 by its deadline → explicit failure before relay-ready"). A third
+/// of the session owner's seal timeout, so a unit that proceeds late still has most of it.
+pub const SESSION_SEAL_ANSWER_WAIT: Duration = Duration::from_millis(1_000);
+
 /// How long the relocation target waits for `relocationCutover` (34) after its restore-ready
 /// reply before it starts the owner CAS anyway (wire §9, §10).
 ///

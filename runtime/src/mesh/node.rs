@@ -926,7 +926,8 @@ impl MeshNode {
     }
 
     /// A session relay request on a stored binding route (wire 25 with the bound-session
-    /// tail), with one end-to-end deadline.
+    /// tail), with one end-to-end deadline. `submitted` runs once the request was handed to the
+    /// connection (or failed to be): what is sent on that connection afterwards goes behind it.
     ///
     /// # Errors
     /// As [`MeshNode::object_request`].
@@ -937,6 +938,7 @@ impl MeshNode {
         metadata: Option<Metadata>,
         session: zlink_protocol::generated::SessionRef,
         timeout: Duration,
+        submitted: Option<Box<dyn FnOnce() + Send>>,
     ) -> Result<TypedPayload, CallError> {
         self.check_open()?;
         let conn = self.owner_conn(route)?;
@@ -954,6 +956,7 @@ impl MeshNode {
             metadata,
             Some(session),
             timeout,
+            submitted,
         )
         .await
     }
@@ -1492,11 +1495,12 @@ impl MeshNode {
         metadata: Option<Metadata>,
         timeout: Duration,
     ) -> Result<TypedPayload, CallError> {
-        self.request_on_tailed(conn, body, payload, metadata, None, timeout)
+        self.request_on_tailed(conn, body, payload, metadata, None, timeout, None)
             .await
     }
 
     /// [`MeshNode::request_on`] with a bound-session tail (flag 0x02) on the record.
+    #[allow(clippy::too_many_arguments)]
     async fn request_on_tailed(
         &self,
         conn: ConnRef,
@@ -1505,6 +1509,7 @@ impl MeshNode {
         metadata: Option<Metadata>,
         bound_session: Option<zlink_protocol::generated::SessionRef>,
         timeout: Duration,
+        submitted: Option<Box<dyn FnOnce() + Send>>,
     ) -> Result<TypedPayload, CallError> {
         let started = Instant::now();
         let deadline_wall = SystemTime::now() + timeout;
@@ -1550,6 +1555,9 @@ impl MeshNode {
             self.inner.send_app_record(&conn, Leg::Request, &record),
         )
         .await;
+        if let Some(f) = submitted {
+            f();
+        }
         let send_err = match sent {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e),

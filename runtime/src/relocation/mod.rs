@@ -12,6 +12,10 @@
 //! - [`notify`] — `messageFollow` (50) suppression: one notice per stale route and recipient,
 //!   not one per followed record.
 //!
+//! - [`session_legs`] — the coordinator's session legs of a moving unit (issue 19 item 7): a
+//!   `sessionRelocationSeal` (42) per bound Actor before the admission seal, the answers
+//!   (43) awaited, a 44 `abort` to every sealed leg when the unit ends before relay-ready.
+//!
 //! - [`target`] — the target's assembly of one object's payload from its chunks against the
 //!   Prepare's manifest (ordinal, length and CRC-32C checks; no partial restore).
 //!
@@ -22,5 +26,6 @@ pub mod follow;
 pub mod host;
 pub mod notify;
 pub mod relay;
+pub mod session_legs;
 pub mod source;
 pub mod target;

@@ -484,6 +484,16 @@ impl Collector for ObjectFamilies {
                 ),
             ],
         )?;
+        {
+            let mut sessions = counters(
+                &mut enc,
+                "zlink_session_events_total",
+                "Session binding and session relocation events of this host's object runtime (as session owner, Actor owner, relocation source and target; see docs/operations.md).",
+            )?;
+            for (event, v) in o.session_stats().events() {
+                sessions.sample(&[("event", event)], v)?;
+            }
+        }
         let totals = self.0.relocation_outcome_totals();
         {
             let mut units = counters(

@@ -32,7 +32,7 @@ use zlink_protocol::generated::{
     CommandBody, LeaseFence, NodeFence, RelocationCutover, RelocationData, RelocationEnvelopeV1,
     RelocationFailed, RelocationFailureReason, RelocationPolicy, RelocationPrepare,
     RelocationReady, RelocationStage, RelocationState, ReplyRelay, ReplyRelayAck, RequestHeader,
-    RouteFence, RuntimeState, TerminalStatus,
+    RouteFence, RuntimeState, SessionRef, TerminalStatus,
 };
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
 use zlink_store::StoreError;
@@ -171,6 +171,10 @@ struct Restored {
     ty: Arc<dyn crate::object::registry::ObjectType>,
     row: AuthoritySnapshot,
     temp: Arc<Intake>,
+    /// The STREAM session binding that moves with it (issue 19 item 7; the envelope's
+    /// `boundSession`): the Actor's binding here, and the session owner gets the 44 `route`
+    /// once dispatch opens.
+    session: Option<SessionRef>,
 }
 
 impl<S: ObjectStore> Inner<S> {
@@ -576,7 +580,8 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    /// Restore part `m` from its envelope `bytes` (no handler runs; its queue stays closed).
+    /// Restore part `m` from its envelope `bytes` (no handler runs; its queue stays closed),
+    /// with the session binding the envelope carries.
     async fn restore_part(
         &self,
         unit: &Arriving,
@@ -584,7 +589,7 @@ impl<S: ObjectStore> Inner<S> {
         row: &AuthoritySnapshot,
         ty: &Arc<dyn crate::object::registry::ObjectType>,
         bytes: &[u8],
-    ) -> Result<Arc<dyn LiveObject>, (RelocationFailureReason, String)> {
+    ) -> Result<(Arc<dyn LiveObject>, Option<SessionRef>), (RelocationFailureReason, String)> {
         let env = RelocationEnvelopeV1::decode(bytes).map_err(|e| {
             (
                 RelocationFailureReason::RestoreFailed,
@@ -654,8 +659,12 @@ impl<S: ObjectStore> Inner<S> {
                     "the restore panicked",
                 ))
             });
+        // Only an Actor is bound to a session; a `boundSession` on anything else is ignored.
+        let session = env.bound_session.filter(|_| {
+            env.bound_session_present && m.kind == zlink_store::types::ObjectKind::Actor
+        });
         match restored {
-            Ok(o) => Ok(Arc::from(o)),
+            Ok(o) => Ok((Arc::from(o), session)),
             Err(e) => {
                 let _ = self.objects.remove(&m.key, generation);
                 let reason = if env.relocation_policy == RelocationPolicy::RecreateOnRelocation {
@@ -888,7 +897,7 @@ impl<S: ObjectStore> Inner<S> {
                 .restore_part(&unit, m, &rows[i], &types[i], &bytes)
                 .await
             {
-                Ok(obj) => {
+                Ok((obj, session)) => {
                     if group_spot.is_some() && i > 0 {
                         obj.set_gate(restored[0].obj.gate());
                     }
@@ -907,6 +916,7 @@ impl<S: ObjectStore> Inner<S> {
                         ty: Arc::clone(&types[i]),
                         row: rows[i].clone(),
                         temp,
+                        session,
                     });
                 }
                 Err((reason, detail)) => {
@@ -1150,8 +1160,7 @@ impl<S: ObjectStore> Inner<S> {
                                 obj: Arc::clone(&r.obj),
                                 ty: Arc::clone(&r.ty),
                                 moves: super::recent_moves(written),
-                                // Issue 19 item 7 (session relocation) carries it.
-                                binding: None,
+                                binding: r.session.clone(),
                             },
                         );
                     }
@@ -1183,6 +1192,22 @@ impl<S: ObjectStore> Inner<S> {
                 }
                 for m in &members {
                     let _ = self.objects.mark_ready(&m.key, m.route.object_generation);
+                }
+                // Dispatch is open: each bound session learns the Actor's new route (44
+                // `route`; routing §3.3 step 7, wire §10 "Commit 뒤 queue와 Ready").
+                for ((m, r), aog) in members.iter().zip(&restored).zip(&aogs) {
+                    if let Some(session) = &r.session {
+                        self.route_moved_session(
+                            unit.id,
+                            session,
+                            RouteFence {
+                                target_node: me.clone(),
+                                authority_owner_generation: *aog,
+                                owner_lease_generation: my_lease.lease_generation,
+                                ..m.route.clone()
+                            },
+                        );
+                    }
                 }
                 self.relocations
                     .mark(unit.id, super::TimelineStep::Switched, Instant::now());

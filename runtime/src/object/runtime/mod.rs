@@ -725,8 +725,9 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
                 }
             }
             ObjectCommand::SessionRelocationSealed(b) => {
-                // This node's coordinator sends no 42 yet (issue 19 item 7): nothing waits.
-                tracing::debug!(session = b.session_id, outcome = ?b.outcome, "unexpected 43 dropped");
+                if let Some(inner) = self.runtime.upgrade() {
+                    inner.on_sealed(&source, &b);
+                }
             }
             ObjectCommand::BoundSessionReplaced(b) => {
                 if let Some(inner) = self.runtime.upgrade() {

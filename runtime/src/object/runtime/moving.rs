@@ -29,13 +29,14 @@ use zlink_protocol::generated::{
     ActorRequest, ActorSend, CommandBody, NodeFence, ObjectKind as WireKind, RelocationCutover,
     RelocationData, RelocationDataChunkV1, RelocationEnvelopeV1, RelocationFailureReason,
     RelocationPolicy, RelocationPrepare, RelocationStage, RelocationState, RequestHeader,
-    RouteFence, SavedWork, SenderRole, SpotRequest, SpotSend,
+    RouteFence, SavedWork, SenderRole, SessionRef, SpotRequest, SpotSend,
 };
 use zlink_protocol::metadata::Metadata;
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
 use zlink_store::types::{AuthorityKey, AuthorityRead, AuthoritySnapshot, DescriptorKind};
 
 use super::intake::{Carried, Intake};
+use super::sessions::LegRef;
 use super::{Inner, ObjectStore, wire_kind};
 use crate::call::error::{CallError, ErrorKind};
 use crate::call::pending::PendingKey;
@@ -45,6 +46,7 @@ use crate::object::registry::{LiveObject, ObjectType};
 use crate::object::work::Reply;
 use crate::relocation::host::{StayReason, UnitOutcome};
 use crate::relocation::relay::boundary_crc;
+use crate::relocation::session_legs::{LegAction, LegEvent, Phase as LegPhase, SessionLegs};
 use crate::relocation::source::{
     AuthorityView, SourceAction, SourceEvent, SourceOutcome, SourceTimings, SourceUnit,
 };
@@ -94,6 +96,57 @@ struct Built {
     carried_requests: Vec<(u64, CarriedRequest)>,
     prepare: RelocationPrepare,
     chunks: Vec<Bytes>,
+}
+
+/// The session legs of a unit on the move (issue 19 item 7; see
+/// [`crate::relocation::session_legs`]): each sealed leg's SessionRef goes in its part's
+/// envelope; dropped before the target's relay-ready was accepted, the sealed legs get a 44
+/// `abort`.
+struct Legs<S: ObjectStore> {
+    inner: Arc<Inner<S>>,
+    relocation_id: [u8; 16],
+    refs: Vec<LegRef>,
+    machine: SessionLegs,
+}
+
+impl<S: ObjectStore> Legs<S> {
+    /// The binding that moves with part `part` (43 `sealed`).
+    fn bound(&self, part: usize) -> Option<SessionRef> {
+        self.machine
+            .sealed()
+            .filter_map(|i| self.refs.get(i))
+            .find(|l| l.part == part)
+            .map(|l| l.session.clone())
+    }
+
+    /// The target's relay-ready was accepted: the route update is the target's now.
+    fn ready(&mut self) {
+        let _ = self.machine.step(LegEvent::Ready, 0);
+    }
+}
+
+impl<S: ObjectStore> Drop for Legs<S> {
+    fn drop(&mut self) {
+        for a in self.machine.step(LegEvent::GaveUp, 0) {
+            match a {
+                LegAction::Abort(which) => {
+                    self.inner
+                        .abort_legs(self.relocation_id, &self.refs, &which);
+                }
+                LegAction::Proceed | LegAction::Fail { .. } | LegAction::Late(_) => {}
+            }
+        }
+    }
+}
+
+/// A fresh non-zero relocation ID (wire §10 "RelocationId").
+fn new_relocation_id() -> Option<[u8; 16]> {
+    crate::mesh::auth::random_bytes::<16>().ok().map(|mut id| {
+        if id.iter().all(|b| *b == 0) {
+            id[15] = 1;
+        }
+        id
+    })
 }
 
 /// A unit's result as the relocation sees it: the outcome, and for a handover the moment its
@@ -205,6 +258,7 @@ impl<S: ObjectStore> Inner<S> {
         me: &NodeFence,
         settings: &super::RelocationSettings,
         chunk_limit: usize,
+        bound_session: Option<SessionRef>,
     ) -> Result<Built, CallError> {
         let mut carried_requests: Vec<(u64, CarriedRequest)> = Vec::new();
         let undo = |reqs: &mut Vec<(u64, CarriedRequest)>| {
@@ -288,9 +342,9 @@ impl<S: ObjectStore> Inner<S> {
             application_state: state.unwrap_or_default(),
             saved_queue,
             timers: captured.timers.clone(),
-            // STREAM session bindings move with the sessions issue (the field exists already).
-            bound_session_present: false,
-            bound_session: None,
+            // Issue 19 item 7 (ours: the SessionRef travels in the envelope).
+            bound_session_present: bound_session.is_some(),
+            bound_session,
         };
         let bytes = match envelope.encode() {
             Ok(b) => b,
@@ -462,6 +516,66 @@ impl<S: ObjectStore> Inner<S> {
             let _ = report.send(stayed(StayReason::NotSignaled));
             return;
         }
+        // The move's identity: its session seals (42) name it already.
+        let Some(relocation_id) = new_relocation_id() else {
+            if signaled {
+                parts[0].obj.cancel_capture();
+            }
+            let _ = report.send(failed(
+                "CaptureFailed: no randomness for a relocation ID".into(),
+            ));
+            return;
+        };
+        // 0. The bound sessions of the unit's Actors are sealed first (issue 19 item 7; routing
+        // §3.3 step 1, wire §9 "Session seal과 source relay"): a session owner answers 43
+        // behind every relay it submitted to the Actor on that connection, so what the
+        // session sent before is in the Actor's queue (or this node's intake) by then, and
+        // what it sends later waits at the session owner for the new route. Binds are refused
+        // while the unit is marked moving, so the binding read here is the one that moves.
+        let leg_refs: Vec<LegRef> = {
+            let live = self.live();
+            parts
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.kind == zlink_store::types::ObjectKind::Actor)
+                .filter_map(|(i, p)| {
+                    let session = live
+                        .get_incarnation(&p.key, p.generation)?
+                        .binding
+                        .clone()?;
+                    Some(LegRef {
+                        part: i,
+                        session,
+                        actor_id: p.id.clone(),
+                        object_generation: p.generation,
+                    })
+                })
+                .collect()
+        };
+        let mut legs: Option<Legs<S>> = None;
+        if !leg_refs.is_empty() {
+            let wait = settings
+                .session_seal_wait
+                .min(deadline.saturating_duration_since(Instant::now()));
+            let machine = self.seal_legs(relocation_id, &leg_refs, wait).await;
+            if machine.phase() != LegPhase::Proceeding {
+                // No 43 in time: an explicit failure before relay-ready (its legs were
+                // aborted); the unit stays where it is.
+                if signaled {
+                    parts[0].obj.cancel_capture();
+                }
+                let _ = report.send(failed(
+                    "SessionSealTimeout: a bound session's owner did not answer the seal".into(),
+                ));
+                return;
+            }
+            legs = Some(Legs {
+                inner: Arc::clone(&self),
+                relocation_id,
+                refs: leg_refs,
+                machine,
+            });
+        }
         // 1. Arrivals are held from here on.
         let sealed_at = Instant::now();
         {
@@ -571,22 +685,6 @@ impl<S: ObjectStore> Inner<S> {
             }
         };
         // 3. The envelopes, one per object, under one relocation ID.
-        let relocation_id = match crate::mesh::auth::random_bytes::<16>() {
-            Ok(mut id) => {
-                if id.iter().all(|b| *b == 0) {
-                    id[15] = 1;
-                }
-                id
-            }
-            Err(_) => {
-                resume(&mut caps);
-                self.unseal(&parts, Vec::new());
-                let _ = report.send(failed(
-                    "CaptureFailed: no randomness for a relocation ID".into(),
-                ));
-                return;
-            }
-        };
         let chunk_limit = effective_chunk_limit(
             &settings,
             self.mesh
@@ -594,7 +692,7 @@ impl<S: ObjectStore> Inner<S> {
                 .and_then(|p| p.receive_chunk_limit),
         );
         let mut built: Vec<Built> = Vec::with_capacity(parts.len());
-        for (p, (captured, state)) in parts.iter().zip(caps.iter_mut()) {
+        for (i, (p, (captured, state))) in parts.iter().zip(caps.iter_mut()).enumerate() {
             match self.build_part(
                 p,
                 captured,
@@ -605,6 +703,7 @@ impl<S: ObjectStore> Inner<S> {
                 &me,
                 &settings,
                 chunk_limit,
+                legs.as_ref().and_then(|l| l.bound(i)),
             ) {
                 Ok(b) => built.push(b),
                 Err(e) => {
@@ -646,7 +745,8 @@ impl<S: ObjectStore> Inner<S> {
                     Some(
                         super::TransferFault::WrongChecksum
                         | super::TransferFault::WrongLength
-                        | super::TransferFault::DropFollowNotices,
+                        | super::TransferFault::DropFollowNotices
+                        | super::TransferFault::DropSessionRoutes,
                     )
                     | None => (0..b.chunks.len()).collect(),
                 };
@@ -826,7 +926,13 @@ impl<S: ObjectStore> Inner<S> {
                 a = answers.recv() => match a.inspect(|_| budget.release()) {
                     // The target answers every Prepare of the unit alike, once all of them
                     // are restored (or with a 53 to all): the first answer decides.
-                    Some(PrepareAnswer::Ready) => SourceEvent::Ready,
+                    Some(PrepareAnswer::Ready) => {
+                        // Relay-ready accepted: no session leg is aborted from here on.
+                        if let Some(l) = legs.as_mut() {
+                            l.ready();
+                        }
+                        SourceEvent::Ready
+                    }
                     // A 53 before Ready refuses the move; after it, the target declares it
                     // gave the move up for good.
                     Some(PrepareAnswer::Failed(r)) => match unit {

@@ -33,6 +33,9 @@ pub struct RelocationSettings {
     pub in_flight_budget: u64,
     /// `RelocationNodeInFlightPayloadBudget`: the same over every target of this node (0: off).
     pub node_in_flight_budget: u64,
+    /// How long a source waits for the 43 answers to its 42s (issue 19 item 7) before the unit
+    /// fails ([`defaults::SESSION_SEAL_ANSWER_WAIT`]; never past the relocation deadline).
+    pub session_seal_wait: Duration,
     /// Fault injection for tests (`None` in production): what the source corrupts in the
     /// transfers it sends.
     #[doc(hidden)]
@@ -55,6 +58,9 @@ pub enum TransferFault {
     /// Lose every `messageFollow` (50) notice this node would send (as the old owner): the
     /// suppression records it as sent, nothing reaches the sender.
     DropFollowNotices,
+    /// Lose every `sessionRelocationRoute` (44 `route`) this node would send as a relocation
+    /// target: the bound session's seal times out at its owner.
+    DropSessionRoutes,
 }
 
 impl Default for RelocationSettings {
@@ -67,6 +73,7 @@ impl Default for RelocationSettings {
             message_follow: defaults::MESSAGE_FOLLOW_DURATION,
             in_flight_budget: defaults::RELOCATION_IN_FLIGHT_PAYLOAD_BUDGET,
             node_in_flight_budget: 0,
+            session_seal_wait: defaults::SESSION_SEAL_ANSWER_WAIT,
             fault: None,
         }
     }

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use zlink_protocol::generated::{
     BoundSessionReplaced, BoundSessionSend, CommandBody, SealOutcome, SessionRef,
     SessionRelocationRoute, SessionRelocationSeal, SessionRelocationSealed, SessionRouteAction,
@@ -21,6 +21,7 @@ use zlink_session::{CloseReason, SessionId};
 use super::*;
 use crate::mesh::handler::BoxFuture;
 use crate::object::actor_ref::ActorRef;
+use crate::relocation::session_legs::{LegAction, LegEvent, SessionLegs};
 use crate::session::SessionCtx;
 use crate::session::bindings::{BeginError, BindingRoute, BindingTable, Completed};
 use crate::session::router::{SessionRouter, packet_from_typed};
@@ -96,7 +97,78 @@ pub struct SessionStats {
     pub replaced_applied: AtomicU64,
     /// Replace notices that matched no current binding or came from another node (dropped).
     pub replaced_ignored: AtomicU64,
+    /// Bound Actors that moved away from here with their session sealed (43 `sealed`; this
+    /// node as the relocation source).
+    pub legs_sealed: AtomicU64,
+    /// Bound Actors that moved without a session leg (43 `notCurrent` / `sessionClosed`, or
+    /// the session owner unreachable): they arrive unbound.
+    pub legs_off: AtomicU64,
+    /// Units that failed because a session owner did not answer their 42 in time.
+    pub leg_timeouts: AtomicU64,
+    /// 44 `abort`s sent (a unit ended before relay-ready with a session sealed).
+    pub aborts_sent: AtomicU64,
+    /// 44 `route`s sent (this node as the relocation target, dispatch open).
+    pub routes_sent: AtomicU64,
+    /// 43s that matched no waiting leg (late or repeated).
+    pub sealed_unmatched: AtomicU64,
 }
+
+impl SessionStats {
+    /// Every counter with its name (the host's `zlink_session_events_total{event}`).
+    #[must_use]
+    pub fn events(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("binds_accepted", &self.binds_accepted),
+            ("binds_refused", &self.binds_refused),
+            ("binds_completed", &self.binds_completed),
+            ("relays", &self.relays),
+            ("relays_refused", &self.relays_refused),
+            ("relay_drops", &self.relay_drops),
+            ("routes_dropped", &self.routes_dropped),
+            ("pushes", &self.pushes),
+            ("push_drops", &self.push_drops),
+            ("disconnect_notices", &self.disconnect_notices),
+            ("seals", &self.seals),
+            ("seals_refused", &self.seals_refused),
+            ("relays_held", &self.relays_held),
+            ("held_expired", &self.held_expired),
+            ("routes_applied", &self.routes_applied),
+            ("aborts_applied", &self.aborts_applied),
+            ("routes_ignored", &self.routes_ignored),
+            ("seal_timeouts", &self.seal_timeouts),
+            ("replaced_sent", &self.replaced_sent),
+            ("replaced_applied", &self.replaced_applied),
+            ("replaced_ignored", &self.replaced_ignored),
+            ("legs_sealed", &self.legs_sealed),
+            ("legs_off", &self.legs_off),
+            ("leg_timeouts", &self.leg_timeouts),
+            ("aborts_sent", &self.aborts_sent),
+            ("routes_sent", &self.routes_sent),
+            ("sealed_unmatched", &self.sealed_unmatched),
+        ]
+        .into_iter()
+        .map(|(name, c)| (name, c.load(Ordering::Relaxed)))
+        .collect()
+    }
+}
+
+/// One bound Actor of a unit on the move: a session leg (see
+/// [`crate::relocation::session_legs`]).
+#[derive(Debug, Clone)]
+pub(super) struct LegRef {
+    /// The unit's part it is.
+    pub(super) part: usize,
+    /// The Actor's binding when the move started.
+    pub(super) session: SessionRef,
+    pub(super) actor_id: String,
+    pub(super) object_generation: u64,
+}
+
+/// A 42 waiting for its 43: (relocation, session id, binding generation).
+type SealAnswerKey = ([u8; 16], u64, u64);
+
+/// Where a unit's coordinator hears its legs' 43s: (leg, outcome).
+type LegAnswers = mpsc::UnboundedSender<(usize, SealOutcome)>;
 
 /// A relay waiting in a seal, or behind the relays a seal released.
 pub(super) struct HeldRelay {
@@ -132,6 +204,51 @@ pub(super) struct SessionHub {
     releasing: HashMap<BindingKey, (u64, VecDeque<HeldRelay>)>,
     /// Ids of release tasks.
     last_release: u64,
+    /// This node's 42s (as a relocation source) waiting for their 43: the session owner it
+    /// must come from, the leg, and where the coordinator waits.
+    seal_answers: HashMap<SealAnswerKey, (NodeFence, usize, LegAnswers)>,
+    /// Relays of each binding taken off its route (or a release queue) and not yet handed to
+    /// the connection or the local object: a 43 `sealed` goes out only behind them (wire §9:
+    /// "43 is queued behind every relay already submitted to that Actor").
+    submitting: HashMap<BindingKey, usize>,
+    /// 43s waiting for those submissions, with where each goes.
+    deferred_seals: HashMap<BindingKey, Vec<(SealAnswerTo, SessionRelocationSealed)>>,
+}
+
+/// Where a 43 goes: the relocation source on another node, or this node's own coordinator
+/// (leg `.1` of the waiting unit).
+pub(super) enum SealAnswerTo {
+    Remote(NodeFence),
+    Local(LegAnswers, usize),
+}
+
+/// One relay of binding `key` being submitted (see [`SessionHub::submitting`]); dropping it
+/// ends the submission and sends the 43s that waited for it.
+pub(super) struct Submitting<S: ObjectStore> {
+    inner: Arc<Inner<S>>,
+    key: BindingKey,
+}
+
+impl<S: ObjectStore> Drop for Submitting<S> {
+    fn drop(&mut self) {
+        let deferred = {
+            let mut hub = self.inner.hub();
+            match hub.submitting.get_mut(&self.key) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    Vec::new()
+                }
+                Some(_) => {
+                    hub.submitting.remove(&self.key);
+                    hub.deferred_seals.remove(&self.key).unwrap_or_default()
+                }
+                None => Vec::new(),
+            }
+        };
+        for (to, answer) in deferred {
+            self.inner.send_seal_answer(to, answer);
+        }
+    }
 }
 
 impl SessionHub {
@@ -267,6 +384,17 @@ impl<S: ObjectStore> Inner<S> {
         };
         if e.authority_owner_generation != route.authority_owner_generation {
             return Err(refused("the Actor moved meanwhile", ErrorKind::StaleRoute));
+        }
+        // A move that started since the verdict reads the binding under this same lock after
+        // marking the Actor moving: either it sees this bind, or this bind sees the mark.
+        if self
+            .relocations
+            .is_moving(&key, e.generation, e.authority_owner_generation)
+        {
+            return Err(refused(
+                "the Actor is being moved; bind again with a fresh ActorRef",
+                ErrorKind::Unavailable,
+            ));
         }
         let previous = e.binding.replace(session.clone());
         let aog = e.authority_owner_generation;
@@ -565,6 +693,7 @@ impl<S: ObjectStore> Inner<S> {
         payload: TypedPayload,
         metadata: Option<Metadata>,
         timeout: Option<Duration>,
+        submitted: Option<Submitting<S>>,
     ) -> Result<Option<TypedPayload>, CallError> {
         let tail = self.session_ref(id, route.binding_generation);
         let fence = route.actor.route();
@@ -579,10 +708,17 @@ impl<S: ObjectStore> Inner<S> {
                     return Err(e);
                 }
             };
+            // Handed to the object: what is submitted after this goes behind it.
             return match timeout {
-                None => obj.send(payload, metadata).map(|()| None),
+                None => {
+                    let sent = obj.send(payload, metadata).map(|()| None);
+                    drop(submitted);
+                    sent
+                }
                 Some(t) => {
-                    let rx = obj.request_start(payload, metadata)?;
+                    let rx = obj.request_start(payload, metadata);
+                    drop(submitted);
+                    let rx = rx?;
                     match tokio::time::timeout(t, rx).await {
                         Ok(Ok(r)) => r.map(Some),
                         Ok(Err(_)) => Err(CallError::new(ErrorKind::Unavailable, "object closed")),
@@ -595,14 +731,25 @@ impl<S: ObjectStore> Inner<S> {
             };
         }
         match timeout {
-            None => self
-                .mesh
-                .object_send_bound(fence, payload, metadata, tail)
-                .await
-                .map(|()| None),
+            None => {
+                let sent = self
+                    .mesh
+                    .object_send_bound(fence, payload, metadata, tail)
+                    .await
+                    .map(|()| None);
+                drop(submitted);
+                sent
+            }
             Some(t) => self
                 .mesh
-                .object_request_bound(fence, payload, metadata, tail, t)
+                .object_request_bound(
+                    fence,
+                    payload,
+                    metadata,
+                    tail,
+                    t,
+                    submitted.map(|s| Box::new(move || drop(s)) as Box<dyn FnOnce() + Send>),
+                )
                 .await
                 .map(Some),
         }
@@ -636,8 +783,8 @@ impl<S: ObjectStore> Inner<S> {
             reply,
         };
         let key = (id, actor_id.to_owned());
-        enum Path {
-            Direct(Box<(BindingRoute, HeldRelay)>),
+        enum Path<G> {
+            Direct(Box<(BindingRoute, HeldRelay, Option<G>)>),
             Waiting { rearm: bool },
             Refused(Vec<SealAction<HeldRelay>>),
         }
@@ -676,14 +823,22 @@ impl<S: ObjectStore> Inner<S> {
                 q.push_back(relay);
                 Path::Waiting { rearm: false }
             } else {
-                Path::Direct(Box::new((route, relay)))
+                let submitted = self.submitting(&mut hub, &key);
+                Path::Direct(Box::new((route, relay, submitted)))
             }
         };
         match (path, waiter) {
             (Path::Direct(direct), _) => {
-                let (route, relay) = *direct;
-                self.relay_route(id, &route, relay.payload, relay.metadata, relay.timeout)
-                    .await
+                let (route, relay, submitted) = *direct;
+                self.relay_route(
+                    id,
+                    &route,
+                    relay.payload,
+                    relay.metadata,
+                    relay.timeout,
+                    submitted,
+                )
+                .await
             }
             (Path::Refused(actions), _) => {
                 let why = format!("session {id} is closing (its seal of {actor_id} timed out)");
@@ -720,9 +875,12 @@ impl<S: ObjectStore> Inner<S> {
         payload: TypedPayload,
         metadata: Option<Metadata>,
         timeout: Option<Duration>,
+        submitted: Option<Submitting<S>>,
     ) -> Result<Option<TypedPayload>, CallError> {
         let actor_id = route.actor.actor_id();
-        let out = self.relay_on(id, route, payload, metadata, timeout).await;
+        let out = self
+            .relay_on(id, route, payload, metadata, timeout, submitted)
+            .await;
         if let Err(e) = &out
             && route_lost(e.kind())
             && self.drop_binding(id, actor_id, route.binding_generation)
@@ -768,37 +926,71 @@ impl<S: ObjectStore> Inner<S> {
     /// Command 42 from `source`: seal the binding it names and answer 43 (wire §10: only the
     /// session, binding generation, Actor incarnation and relocation are checked).
     pub(super) fn on_seal(&self, source: &NodeFence, b: &SessionRelocationSeal) {
-        let outcome = self.seal(b);
+        self.seal_counted(b, SealAnswerTo::Remote(source.clone()));
+    }
+
+    /// Send one 43.
+    fn send_seal_answer(&self, to: SealAnswerTo, answer: SessionRelocationSealed) {
+        match to {
+            SealAnswerTo::Remote(source) => {
+                if let Err(e) = self
+                    .mesh
+                    .session_control(&source, CommandBody::SessionRelocationSealed(answer))
+                {
+                    tracing::warn!(error = %e, "sessionRelocationSealed not sent");
+                }
+            }
+            SealAnswerTo::Local(tx, leg) => {
+                let _ = tx.send((leg, answer.outcome));
+            }
+        }
+    }
+
+    /// [`Inner::seal`], counted, and its 43 sent to `to` — now, or once the relays of that
+    /// binding being submitted were handed on.
+    fn seal_counted(&self, b: &SessionRelocationSeal, to: SealAnswerTo) {
+        let answer = |outcome| SessionRelocationSealed {
+            relocation_id: b.relocation_id,
+            session_id: b.session.session_id,
+            binding_generation: b.session.binding_generation,
+            outcome,
+        };
+        let (outcome, now) = match self.seal(b, to, &answer) {
+            Ok((o, to)) => (o, Some(to)),
+            Err(o) => (o, None),
+        };
         let counter = if outcome == SealOutcome::Sealed {
             &self.session_stats.seals
         } else {
             &self.session_stats.seals_refused
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        let answer = CommandBody::SessionRelocationSealed(SessionRelocationSealed {
-            relocation_id: b.relocation_id,
-            session_id: b.session.session_id,
-            binding_generation: b.session.binding_generation,
-            outcome,
-        });
-        if let Err(e) = self.mesh.session_control(source, answer) {
-            tracing::warn!(error = %e, "sessionRelocationSealed not sent");
+        if let Some(to) = now {
+            self.send_seal_answer(to, answer(outcome));
         }
     }
 
-    fn seal(&self, b: &SessionRelocationSeal) -> SealOutcome {
+    /// Apply a 42: the outcome and where to answer it now (`Ok`), or the outcome whose answer
+    /// waits for the binding's submissions in flight (`Err`, kept in
+    /// [`SessionHub::deferred_seals`]).
+    fn seal(
+        &self,
+        b: &SessionRelocationSeal,
+        to: SealAnswerTo,
+        answer: &dyn Fn(SealOutcome) -> SessionRelocationSealed,
+    ) -> Result<(SealOutcome, SealAnswerTo), SealOutcome> {
         let Some(id) = SessionId::new(b.session.session_id)
             .filter(|_| b.session.owner_node == self.mesh.fence())
         else {
-            return SealOutcome::SessionClosed;
+            return Ok((SealOutcome::SessionClosed, to));
         };
         let now = std::time::Instant::now();
         let mut hub = self.hub();
         if !hub.table.is_open(id) {
-            return SealOutcome::SessionClosed;
+            return Ok((SealOutcome::SessionClosed, to));
         }
         let Some(route) = hub.table.route(id, &b.actor_id).cloned() else {
-            return SealOutcome::NotCurrent;
+            return Ok((SealOutcome::NotCurrent, to));
         };
         let current = BindingIdentity {
             binding_generation: route.binding_generation,
@@ -841,11 +1033,7 @@ impl<S: ObjectStore> Inner<S> {
                 debug_assert!(back.is_empty(), "the machine is sealed");
             }
         }
-        drop(hub);
-        if newly {
-            self.arm_seal_timer(key);
-        }
-        actions
+        let outcome = actions
             .into_iter()
             .find_map(|a| match a {
                 SealAction::Answer(o) => Some(o),
@@ -856,7 +1044,229 @@ impl<S: ObjectStore> Inner<S> {
                 | SealAction::CloseSession
                 | SealAction::Ignored(_) => None,
             })
-            .unwrap_or(SealOutcome::NotCurrent)
+            .unwrap_or(SealOutcome::NotCurrent);
+        // Relays taken off the route before this seal and still being handed on: the 43 goes
+        // behind them (in the same critical section as the seal, so none is missed).
+        let now_to = if outcome == SealOutcome::Sealed && hub.submitting.contains_key(&key) {
+            hub.deferred_seals
+                .entry(key.clone())
+                .or_default()
+                .push((to, answer(outcome)));
+            None
+        } else {
+            Some(to)
+        };
+        drop(hub);
+        if newly {
+            self.arm_seal_timer(key);
+        }
+        match now_to {
+            Some(to) => Ok((outcome, to)),
+            None => Err(outcome),
+        }
+    }
+
+    /// Count a relay of binding `key` as being submitted (the caller holds the hub lock and
+    /// took it off the route or a release queue in that same critical section).
+    fn submitting(&self, hub: &mut SessionHub, key: &BindingKey) -> Option<Submitting<S>> {
+        let inner = self.this.get().and_then(std::sync::Weak::upgrade)?;
+        *hub.submitting.entry(key.clone()).or_default() += 1;
+        Some(Submitting {
+            inner,
+            key: key.clone(),
+        })
+    }
+
+    // ---- Relocation hooks (issue 19 item 7) ------------------------------------------------
+
+    /// As the relocation source: seal the session of each of `legs` for relocation
+    /// `relocation_id` (42; a session of this node directly) and wait for the answers (43) for
+    /// at most `wait`. Returns the machine as it ended: `Proceeding` (its sealed legs move with
+    /// their Actors) or `TimedOut` (the unit must fail; every leg that is or may be sealed was
+    /// sent a 44 `abort`).
+    pub(super) async fn seal_legs(
+        &self,
+        relocation_id: [u8; 16],
+        legs: &[LegRef],
+        wait: Duration,
+    ) -> SessionLegs {
+        let started = std::time::Instant::now();
+        let ms = |at: std::time::Instant| millis(at.saturating_duration_since(started));
+        let mut machine = SessionLegs::new(legs.len(), 0, millis(wait));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let me = self.mesh.fence();
+        let key_of = |l: &LegRef| {
+            (
+                relocation_id,
+                l.session.session_id,
+                l.session.binding_generation,
+            )
+        };
+        let mut actions = Vec::new();
+        for (i, l) in legs.iter().enumerate() {
+            let body = SessionRelocationSeal {
+                relocation_id,
+                session: l.session.clone(),
+                actor_id: l.actor_id.clone(),
+                object_generation: l.object_generation,
+            };
+            let event = if l.session.owner_node == me {
+                // This node's own session: answered on the same channel (at once, or behind
+                // the relays being submitted to the Actor).
+                self.seal_counted(&body, SealAnswerTo::Local(tx.clone(), i));
+                continue;
+            } else {
+                self.hub()
+                    .seal_answers
+                    .insert(key_of(l), (l.session.owner_node.clone(), i, tx.clone()));
+                match self.mesh.session_control(
+                    &l.session.owner_node,
+                    CommandBody::SessionRelocationSeal(body),
+                ) {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        self.hub().seal_answers.remove(&key_of(l));
+                        tracing::warn!(error = %e, session = l.session.session_id, actor = %l.actor_id,
+                            "sessionRelocationSeal not sent: the Actor moves unbound");
+                        LegEvent::Unreachable { leg: i }
+                    }
+                }
+            };
+            actions.extend(machine.step(event, ms(std::time::Instant::now())));
+        }
+        while let Some(until) = machine.next_tick_ms() {
+            let at = started + Duration::from_millis(until);
+            let event = tokio::select! {
+                a = rx.recv() => match a {
+                    Some((leg, outcome)) => LegEvent::Answered { leg, outcome },
+                    None => LegEvent::Tick,
+                },
+                () = tokio::time::sleep_until(at.into()) => LegEvent::Tick,
+            };
+            actions.extend(machine.step(event, ms(std::time::Instant::now())));
+        }
+        {
+            let mut hub = self.hub();
+            for l in legs {
+                hub.seal_answers.remove(&key_of(l));
+            }
+        }
+        for a in actions {
+            match a {
+                LegAction::Abort(which) => self.abort_legs(relocation_id, legs, &which),
+                LegAction::Fail { unanswered } => {
+                    self.session_stats
+                        .leg_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    for i in unanswered {
+                        if let Some(l) = legs.get(i) {
+                            tracing::warn!(session = l.session.session_id, actor = %l.actor_id,
+                                owner = %l.session.owner_node.rid,
+                                "no sessionRelocationSealed in time: the unit stays");
+                        }
+                    }
+                }
+                LegAction::Late(_) => {
+                    self.session_stats
+                        .sealed_unmatched
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                LegAction::Proceed => {}
+            }
+        }
+        let sealed = machine.sealed().count() as u64;
+        self.session_stats
+            .legs_sealed
+            .fetch_add(sealed, Ordering::Relaxed);
+        if machine.phase() == crate::relocation::session_legs::Phase::Proceeding {
+            self.session_stats
+                .legs_off
+                .fetch_add(legs.len() as u64 - sealed, Ordering::Relaxed);
+        }
+        machine
+    }
+
+    /// A 43 from `source`: to the leg waiting for it, if `source` is that leg's session owner.
+    pub(super) fn on_sealed(&self, source: &NodeFence, b: &SessionRelocationSealed) {
+        let key = (b.relocation_id, b.session_id, b.binding_generation);
+        let waiter = {
+            let mut hub = self.hub();
+            match hub.seal_answers.get(&key) {
+                Some((owner, _, _)) if owner == source => hub.seal_answers.remove(&key),
+                Some(_) | None => None,
+            }
+        };
+        match waiter {
+            Some((_, leg, tx)) => {
+                let _ = tx.send((leg, b.outcome));
+            }
+            None => {
+                self.session_stats
+                    .sealed_unmatched
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(session = b.session_id, outcome = ?b.outcome, from = %source.rid,
+                    "a sessionRelocationSealed matched no waiting relocation");
+            }
+        }
+    }
+
+    /// As the relocation source: 44 `abort` to legs `which` of `legs` (held relays go to the
+    /// source route and only the matching seal is released).
+    pub(super) fn abort_legs(&self, relocation_id: [u8; 16], legs: &[LegRef], which: &[usize]) {
+        for l in which.iter().filter_map(|&i| legs.get(i)) {
+            self.session_stats
+                .aborts_sent
+                .fetch_add(1, Ordering::Relaxed);
+            self.send_session_route(SessionRelocationRoute {
+                relocation_id,
+                session: l.session.clone(),
+                actor_id: l.actor_id.clone(),
+                object_generation: l.object_generation,
+                action: SessionRouteAction::Abort,
+                target_route: None,
+            });
+        }
+    }
+
+    /// As the relocation target, dispatch open: tell `session`'s owner the Actor's new route
+    /// `route` (44 `route`). The fault `DropSessionRoutes` loses it instead.
+    pub(super) fn route_moved_session(
+        &self,
+        relocation_id: [u8; 16],
+        session: &SessionRef,
+        route: RouteFence,
+    ) {
+        if self.relocations.settings().fault == Some(TransferFault::DropSessionRoutes) {
+            tracing::warn!(session = session.session_id, actor = %route.object_id,
+                "fault injection: sessionRelocationRoute dropped");
+            return;
+        }
+        self.session_stats
+            .routes_sent
+            .fetch_add(1, Ordering::Relaxed);
+        self.send_session_route(SessionRelocationRoute {
+            relocation_id,
+            session: session.clone(),
+            actor_id: route.object_id.clone(),
+            object_generation: route.object_generation,
+            action: SessionRouteAction::Route,
+            target_route: Some(route),
+        });
+    }
+
+    /// A 44 to its session owner (this node's own sessions directly).
+    fn send_session_route(&self, b: SessionRelocationRoute) {
+        if b.session.owner_node == self.mesh.fence() {
+            self.on_session_route(&b);
+            return;
+        }
+        let owner = b.session.owner_node.clone();
+        if let Err(e) = self
+            .mesh
+            .session_control(&owner, CommandBody::SessionRelocationRoute(b))
+        {
+            tracing::warn!(error = %e, owner = %owner.rid, "sessionRelocationRoute not sent");
+        }
     }
 
     /// Tick the seal of `key` at each of its deadlines while it is installed.
@@ -1020,7 +1430,11 @@ impl<S: ObjectStore> Inner<S> {
                 let mut hub = self.hub();
                 let mine = hub.releasing.get_mut(&key).filter(|(t, _)| *t == task);
                 match mine.map(|(_, q)| q.pop_front()) {
-                    Some(Some(r)) => Some((r, hub.table.route(key.0, &key.1).cloned())),
+                    Some(Some(r)) => {
+                        let route = hub.table.route(key.0, &key.1).cloned();
+                        let submitted = self.submitting(&mut hub, &key);
+                        Some((r, route, submitted))
+                    }
                     Some(None) => {
                         hub.releasing.remove(&key);
                         None
@@ -1029,7 +1443,9 @@ impl<S: ObjectStore> Inner<S> {
                     None => None,
                 }
             };
-            let Some((relay, route)) = next else { break };
+            let Some((relay, route, submitted)) = next else {
+                break;
+            };
             let Some(route) = route else {
                 relay.fail(CallError::new(
                     ErrorKind::InvalidOperation,
@@ -1058,7 +1474,14 @@ impl<S: ObjectStore> Inner<S> {
                 (t, _) => t,
             };
             let out = self
-                .relay_route(key.0, &route, relay.payload, relay.metadata, timeout)
+                .relay_route(
+                    key.0,
+                    &route,
+                    relay.payload,
+                    relay.metadata,
+                    timeout,
+                    submitted,
+                )
                 .await;
             match relay.reply {
                 Some(r) => {
@@ -1091,7 +1514,7 @@ impl<S: ObjectStore> Inner<S> {
             .disconnect_notices
             .fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            if let Err(e) = this.relay_on(id, &route, payload, None, None).await {
+            if let Err(e) = this.relay_on(id, &route, payload, None, None, None).await {
                 tracing::debug!(session = %id, actor = route.actor.actor_id(), error = %e,
                     "disconnect notice not delivered");
             }
