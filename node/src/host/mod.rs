@@ -29,6 +29,7 @@
 pub mod admin;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod load;
 pub mod metrics;
 mod process;
@@ -574,6 +575,26 @@ pub async fn run(
             source,
         })?;
     let stream_config = host.config.stream_config()?;
+    if let Some(sc) = &stream_config {
+        // One file descriptor per client session (many systems start processes at 1,024).
+        let sessions = sc.max_connections as u64;
+        let want = sessions + limits::HOST_RESERVED_FILES;
+        match limits::raise_open_files(want) {
+            // The reserve is slack: warn only when the sessions themselves do not fit.
+            Ok(f) if f.allows(sessions) => {
+                tracing::debug!(before = ?f.before, now = ?f.now, "open-file limit");
+            }
+            Ok(f) => tracing::warn!(
+                soft = ?f.now,
+                hard = ?f.hard,
+                want,
+                "stream.max_connections needs more open files than the hard limit allows: \
+                 sessions beyond it will fail to open (raise the hard limit: ulimit -Hn, \
+                 systemd LimitNOFILE, or the container runtime's nofile ulimit)"
+            ),
+            Err(e) => tracing::warn!(error = %e, want, "the open-file limit could not be raised"),
+        }
+    }
     let stream_listener = match &stream_config {
         Some(sc) => Some(
             tokio::net::TcpListener::bind(sc.listen)
