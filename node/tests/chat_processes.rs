@@ -238,3 +238,115 @@ fn sessions_log_in_only_with_their_users_token() {
     drain_all(&mut hosts);
     drop(redis);
 }
+
+/// `ctl --json locate actor <id>`: the RID of the host that owns it now.
+fn owner_of(host: &Host, id: &str) -> String {
+    let out = host.ctl(&["locate", "actor", id]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["found"], true, "{v}");
+    v["owner_rid"].as_str().unwrap().to_owned()
+}
+
+/// Issue 19 acceptance 8 "also during relocation" (and item 7 across processes): two chat
+/// processes on two of three hosts chat in one room; then the host that owns ann's player
+/// relocates (`ctl relocate`, PlannedMaintenance) while both sessions stay open.
+/// The player moves to another host with its session binding — ann's session is not touched —
+/// and lines typed after the move (and one typed while it runs) reach both users once.
+#[test]
+fn chat_keeps_flowing_while_a_players_host_relocates() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-chatmove", std::process::id());
+    let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = write_stream_config(&dir, &redis.url(), &tag, "chatmove");
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| Host::spawn(&config, &format!("m{i}")))
+        .collect();
+    for h in &hosts {
+        h.wait_status("two ready peers", |s| s["peers_ready"] == 2);
+    }
+    let mut ann = Chat::spawn(hosts[0].stream.as_deref().unwrap(), "ann");
+    let mut bob = Chat::spawn(hosts[1].stream.as_deref().unwrap(), "bob");
+    ann.expect(true, "* logged in as player:ann");
+    bob.expect(true, "* logged in as player:bob");
+    ann.type_line("/join lobby");
+    ann.expect(true, "* joined lobby (1 members)");
+    bob.type_line("/join lobby");
+    bob.expect(true, "* joined lobby (2 members)");
+    ann.type_line("before the move");
+    bob.expect(false, "lobby ann: before the move");
+    ann.expect(false, "lobby ann: before the move");
+    let from = owner_of(&hosts[0], "player:ann");
+    let h = hosts.iter().position(|x| x.rid == from).unwrap();
+    // The relocation runs in its own thread; a line typed meanwhile still arrives.
+    let relocating = {
+        let grpc = hosts[h].grpc.clone();
+        std::thread::spawn(move || {
+            Command::new(BIN)
+                .args(["ctl", "--json", "--addr", &format!("http://{grpc}")])
+                .args(["relocate"])
+                .env("ZLINK_ADMIN_TOKEN", common_procs::TOKEN)
+                .output()
+                .unwrap()
+        })
+    };
+    ann.type_line("during the move");
+    let out = relocating.join().unwrap();
+    assert!(
+        out.status.success(),
+        "relocate: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bob.expect(false, "lobby ann: during the move");
+    ann.expect(false, "lobby ann: during the move");
+    let to = owner_of(&hosts[0], "player:ann");
+    assert_ne!(to, from, "ann's player moved off the relocated host");
+    // It moved with its session binding (42/43 on the way out, 44 from its new host).
+    let sealed = common_procs::metric(
+        &common_procs::http_get(&hosts[h].http, "/metrics").1,
+        r#"zlink_session_events_total{event="legs_sealed"}"#,
+    );
+    assert!(sealed >= 1.0, "legs_sealed {sealed}");
+    ann.type_line("after the move");
+    bob.expect(false, "lobby ann: after the move");
+    ann.expect(false, "lobby ann: after the move");
+    bob.type_line("bob still here");
+    ann.expect(false, "lobby bob: bob still here");
+    // Neither client lost its session (the chat client prints every connection event but the
+    // first `Connected` on stderr, e.g. "* Disconnected(…)", "* Reconnecting { … }").
+    for c in [&mut ann, &mut bob] {
+        while let Ok(l) = c.err.try_recv() {
+            c.seen_err.push(l);
+        }
+        while let Ok(l) = c.out.try_recv() {
+            c.seen_out.push(l);
+        }
+        assert!(
+            !c.seen_err.iter().any(|l| {
+                let l = l.to_lowercase();
+                l.contains("disconnected") || l.contains("reconnect")
+            }),
+            "{:?}",
+            c.seen_err
+        );
+    }
+    // Each line once: no duplicate of a line seen.
+    for c in [&ann, &bob] {
+        let moved: Vec<&String> = c
+            .seen_out
+            .iter()
+            .filter(|l| l.contains("the move"))
+            .collect();
+        assert_eq!(moved.len(), 3, "{moved:?}");
+    }
+    assert!(ann.quit().success());
+    assert!(bob.quit().success());
+    drain_all(&mut hosts);
+    drop(redis);
+}

@@ -7,14 +7,12 @@
 //!   the session keeps its SessionId and its connection;
 //! - a target that loses its `sessionRelocationRoute` (44, failpoint) closes exactly that
 //!   session at its owner's seal timeout; another session of the same owner carries on;
-//! - a session owner that does not answer the seal (43) in time fails the unit before
-//!   relay-ready: the Actor stays, the seal is aborted (44 `abort`), and what the session sent
-//!   meanwhile arrives once, in order.
+//! - a session owner whose seal answer (43) is lost fails the unit before relay-ready: the
+//!   Actor stays, the seal is aborted (44 `abort`), and what the session sent meanwhile — held
+//!   by the seal — arrives once, in order.
 #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
 
 mod common;
-#[path = "../../e2e/src/fault_proxy.rs"]
-mod fault_proxy;
 #[path = "common/sessions.rs"]
 mod session_rig;
 
@@ -144,6 +142,14 @@ fn registry() -> Registry {
         "player",
         |_: FactoryInput| async { Ok(Seen::default()) },
         player,
+    )
+    .relocation(Relocation::PreserveWith(Arc::new(JsonState)))
+    .register();
+    // A SpotWide room: it moves with all its member Actors as one unit.
+    reg.user_spot(
+        "room",
+        |_: FactoryInput| async { Ok(Seen::default()) },
+        ObjectHandlers::new,
     )
     .relocation(Relocation::PreserveWith(Arc::new(JsonState)))
     .register();
@@ -497,38 +503,24 @@ async fn a_lost_route_update_closes_only_that_session_at_the_seal_timeout() {
     c.shutdown().await;
 }
 
-/// Issue 19 item 7, "no 43 by its deadline → explicit failure before relay-ready": the
-/// session owner (node 1) is reached only through a fault proxy, which stalls while the
-/// Actor's owner (node 0) seals the session for a move to node 2. The answer does not come
-/// within the seal wait: the unit fails, the Actor stays on node 0, and the seal — installed
-/// once the stalled 42 gets through — is released by the 44 `abort` behind it. The session
-/// stays open, and the sends it made meanwhile arrive once, in order.
+/// Issue 19 item 7, "no 43 by its deadline → explicit failure before relay-ready": the session
+/// owner (node 1) installs the seal but its 43 is lost (failpoint `DropSealAnswers`). The sends
+/// the session makes meanwhile are held there. The source's wait (300 ms) ends without an
+/// answer: the unit fails `SessionSealTimeout`, the Actor stays on node 0, and the 44 `abort`
+/// releases the held sends to the source route — they arrive once, in order, with their pushes;
+/// the session stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_it() {
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (real, front) = (free(), free());
-    let proxy = fault_proxy::FaultProxy::start(front, ([127, 0, 0, 1], real).into()).unwrap();
+async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_what_it_held() {
     let c = Cluster::builder(3)
         .registry(|_| registry())
         .entry_spots()
-        .configure(move |i, cfg| {
-            if i == 1 {
-                cfg.port = real;
-                cfg.advertise_port = Some(front);
-            }
-        })
         .start()
         .await;
-    for rt in &c.rts {
+    for (i, rt) in c.rts.iter().enumerate() {
         rt.set_relocation_settings(RelocationSettings {
             cutover_wait: Duration::from_millis(50),
             session_seal_wait: Duration::from_millis(300),
+            fault: (i == 1).then_some(TransferFault::DropSealAnswers),
             ..RelocationSettings::default()
         });
     }
@@ -547,14 +539,14 @@ async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_it() {
             .unwrap();
     }
     assert_eq!(ask(&client, id).await.seen, 5);
-    assert!(
-        proxy.forwarded() > 0,
-        "node 0 reaches node 1 through the proxy"
-    );
-    proxy.set(fault_proxy::Mode::Stall);
+    let owner = c.rts[1].session_stats();
     let moving = move_actor(&c, id, 0, 2);
     let meanwhile = async {
-        // Submitted by the session owner while its link to the Actor's owner stalls.
+        // Sealed at the session owner from here (its 43 is lost): these are held.
+        eventually("the seal is installed", || {
+            owner.seals.load(Ordering::Relaxed) == 1
+        })
+        .await;
         for n in 5..10 {
             client
                 .send(&Say {
@@ -564,9 +556,12 @@ async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_it() {
                 .await
                 .unwrap();
         }
+        eventually("the sends are held", || {
+            owner.relays_held.load(Ordering::Relaxed) == 5
+        })
+        .await;
     };
     let (outcome, ()) = tokio::join!(moving, meanwhile);
-    proxy.set(fault_proxy::Mode::Pass);
     match outcome {
         UnitOutcome::Failed(why) => assert!(why.starts_with("SessionSealTimeout"), "{why}"),
         other => panic!("{other:?}"),
@@ -574,8 +569,7 @@ async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_it() {
     let source = c.rts[0].session_stats();
     assert_eq!(source.leg_timeouts.load(Ordering::Relaxed), 1);
     assert_eq!(source.aborts_sent.load(Ordering::Relaxed), 1);
-    let owner = c.rts[1].session_stats();
-    eventually("the late seal is aborted", || {
+    eventually("the seal is aborted", || {
         owner.aborts_applied.load(Ordering::Relaxed) == 1
     })
     .await;
@@ -598,5 +592,81 @@ async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_it() {
     );
     assert_eq!(owner.seal_timeouts.load(Ordering::Relaxed), 0);
     stream.shutdown().await;
+    c.shutdown().await;
+}
+
+/// A unit with two legs whose sessions live on two gateway nodes: two members of one room are
+/// bound to the first session of node 0 and of node 1 — both (session 1, binding 1), since
+/// session ids and binding generations are per session owner. The room moves as one unit;
+/// each 43 is matched to its own session owner, both routes switch, and both sessions keep
+/// relaying to their players.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_moves_with_members_bound_to_sessions_on_two_nodes() {
+    // The room is placed on node 2, the one node without a gateway: both legs are remote.
+    let c = Cluster::builder(3)
+        .registry(|_| registry())
+        .entry_spots()
+        .placement_weights(&[0, 0, 100])
+        .start()
+        .await;
+    quick_moves(&c, |_| None);
+    let (s0, s1) = (stream_on(&c, 0).await, stream_on(&c, 1).await);
+    c.rts[2]
+        .create_user_spot("room", "room:r", None)
+        .await
+        .unwrap();
+    for p in ["player:r0", "player:r1"] {
+        c.rts[2]
+            .create_actor_in("player", p, "room:r", None)
+            .await
+            .unwrap();
+    }
+    let (a, _, a_events) = recorded_client(&s0).await;
+    let (b, _, b_events) = recorded_client(&s1).await;
+    bind(&a, "player:r0").await;
+    bind(&b, "player:r1").await;
+    let (sa, sb) = (ask(&a, "player:r0").await, ask(&b, "player:r1").await);
+    assert_eq!(
+        sa.session, sb.session,
+        "the same (session, binding) on two owners"
+    );
+    let owner = match c
+        .authority(zlink_store::types::ObjectKind::Spot, "room:r")
+        .await
+    {
+        zlink_store::types::AuthorityRead::Found(x) => x.owner_node.rid,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(owner, c.nodes[2].rid());
+    // Node 0 may take units now.
+    c.nodes[0].set_placement_weight(100).unwrap();
+    c.nodes[2]
+        .wait_peer(c.nodes[0].rid(), WAIT, |p| {
+            p.descriptor
+                .as_ref()
+                .is_some_and(|d| d.placement_weight == 100)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        move_actor(&c, "room:r", 2, 0).await,
+        UnitOutcome::HandedOver
+    );
+    assert_eq!(sum(&c, |s| &s.legs_sealed), 2);
+    for n in 0..10 {
+        for (client, p) in [(&a, "player:r0"), (&b, "player:r1")] {
+            client.send(&Say { actor: p.into(), n }).await.unwrap();
+        }
+    }
+    assert_eq!(ask(&a, "player:r0").await.seen, 10);
+    assert_eq!(ask(&b, "player:r1").await.seen, 10);
+    for s in [c.rts[0].session_stats(), c.rts[1].session_stats()] {
+        assert_eq!(s.routes_applied.load(Ordering::Relaxed), 1);
+        assert_eq!(s.seal_timeouts.load(Ordering::Relaxed), 0);
+    }
+    assert!(a_events.lock().unwrap().is_empty());
+    assert!(b_events.lock().unwrap().is_empty());
+    s0.shutdown().await;
+    s1.shutdown().await;
     c.shutdown().await;
 }

@@ -74,6 +74,11 @@ pub enum ActivationFault {
     ExitProcess,
 }
 
+/// How long a first call that lost its activation race waits for a connection to the winner's
+/// node (one this node has not discovered yet, e.g. a host that just started; discovery polls
+/// every second by default) before it fails `Unavailable`.
+const OWNER_WAIT: Duration = Duration::from_secs(5);
+
 /// Rounds of reserve-or-deliver one first call may take (see `activate`).
 const ACTIVATION_ROUNDS: usize = 3;
 
@@ -927,6 +932,7 @@ impl<S: ObjectStore> Inner<S> {
         let mut missing_since: Option<tokio::time::Instant> = None;
         let mut ready = self.activations.ready_wait();
         let mut peers = self.mesh.subscribe_peer_changes();
+        let mut unreachable_since: Option<tokio::time::Instant> = None;
         let result = async {
             let key = AuthorityKey::new(StoreKind::Spot, &call.route.spot_id)
                 .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
@@ -947,7 +953,17 @@ impl<S: ObjectStore> Inner<S> {
                     // here, so it waits for that connection (bounded by its deadline) instead
                     // of failing — a one-way one would be lost.
                     Resolution::ReadyRoute(r) if self.owner_reachable(&r.owner_node) => break,
-                    Resolution::ReadyRoute(_) => {
+                    Resolution::ReadyRoute(r) => {
+                        let since = *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= OWNER_WAIT {
+                            return Err(CallError::new(
+                                ErrorKind::Unavailable,
+                                format!(
+                                    "{} is Ready on {}, which this node has not reached within {OWNER_WAIT:?}",
+                                    call.route.spot_id, r.owner_node.rid
+                                ),
+                            ));
+                        }
                         self.stats
                             .activation_owner_waits
                             .fetch_add(1, Ordering::Relaxed);

@@ -554,9 +554,15 @@ impl<S: ObjectStore> Inner<S> {
         };
         let mut legs: Option<Legs<S>> = None;
         if !leg_refs.is_empty() {
-            let wait = settings
-                .session_seal_wait
-                .min(deadline.saturating_duration_since(Instant::now()));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                if signaled {
+                    parts[0].obj.cancel_capture();
+                }
+                let _ = report.send(stayed(StayReason::Deadline));
+                return;
+            }
+            let wait = settings.session_seal_wait.min(left);
             let machine = self.seal_legs(relocation_id, &leg_refs, wait).await;
             if machine.phase() != LegPhase::Proceeding {
                 // No 43 in time: an explicit failure before relay-ready (its legs were
@@ -603,6 +609,19 @@ impl<S: ObjectStore> Inner<S> {
                 return;
             }
         }
+        // With a session sealed, the capture gets what is left of the session owner's seal
+        // timeout (less a second for the transfer and the switch) rather than the whole
+        // relocation deadline: past it the session would close (`SealTimeout`) although the
+        // unit stays. It then stays `Deadline`, and its legs are aborted.
+        let capture_deadline = if legs.is_some() {
+            deadline.min(
+                Instant::now()
+                    + crate::config::defaults::SESSION_RELOCATION_SEAL_TIMEOUT
+                        .saturating_sub(Duration::from_secs(1)),
+            )
+        } else {
+            deadline
+        };
         // 2. Capture at the next idle handler boundary (retried until the deadline). Every
         // object of the unit is paused at once, so no new turn of any of them starts: a
         // SpotWide group stops at one boundary of the gate it shares (only turns already
@@ -618,7 +637,7 @@ impl<S: ObjectStore> Inner<S> {
             // unit where it is instead of hanging the relocation.
             let captures = futures::future::join_all(parts.iter().map(|p| {
                 tokio::time::timeout_at(
-                    deadline.into(),
+                    capture_deadline.into(),
                     p.obj.capture_move(p.route.clone(), me.clone()),
                 )
             }))
@@ -665,7 +684,7 @@ impl<S: ObjectStore> Inner<S> {
                     p.obj.resume_moved(c);
                 }
             }
-            if outcome.is_none() && Instant::now() >= deadline {
+            if outcome.is_none() && Instant::now() >= capture_deadline {
                 outcome = Some(stayed(StayReason::Deadline));
             }
             if let Some(moved) = outcome {
@@ -675,7 +694,7 @@ impl<S: ObjectStore> Inner<S> {
             }
             if signaled {
                 // The boundary was not idle and is gone (the Spot runs on): wait for the next.
-                if !wait_boundary(&parts[0], deadline).await {
+                if !wait_boundary(&parts[0], capture_deadline).await {
                     self.unseal(&parts, Vec::new());
                     let _ = report.send(stayed(StayReason::NotSignaled));
                     return;
@@ -746,7 +765,8 @@ impl<S: ObjectStore> Inner<S> {
                         super::TransferFault::WrongChecksum
                         | super::TransferFault::WrongLength
                         | super::TransferFault::DropFollowNotices
-                        | super::TransferFault::DropSessionRoutes,
+                        | super::TransferFault::DropSessionRoutes
+                        | super::TransferFault::DropSealAnswers,
                     )
                     | None => (0..b.chunks.len()).collect(),
                 };
@@ -1020,6 +1040,14 @@ impl<S: ObjectStore> Inner<S> {
         };
         self.relocations.forget_answers(&relocation_id);
         budget.release();
+        if matches!(outcome, SourceOutcome::HandedOver)
+            && let Some(l) = legs.as_mut()
+        {
+            // Handed over without a Ready seen here (lost with an epoch; the authority named
+            // the target): relay-ready was accepted all the same, and the route update is the
+            // target's — no abort.
+            l.ready();
+        }
         let moved = match outcome {
             SourceOutcome::HandedOver => {
                 // Still moving until the follow window ends (the follow task clears it).

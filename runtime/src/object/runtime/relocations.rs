@@ -61,6 +61,10 @@ pub enum TransferFault {
     /// Lose every `sessionRelocationRoute` (44 `route`) this node would send as a relocation
     /// target: the bound session's seal times out at its owner.
     DropSessionRoutes,
+    /// Lose every `sessionRelocationSealed` (43) this node would send to another node as a
+    /// session owner (the seal is installed all the same): the relocation source's wait ends
+    /// without an answer.
+    DropSealAnswers,
 }
 
 impl Default for RelocationSettings {

@@ -164,8 +164,10 @@ pub(super) struct LegRef {
     pub(super) object_generation: u64,
 }
 
-/// A 42 waiting for its 43: (relocation, session id, binding generation).
-type SealAnswerKey = ([u8; 16], u64, u64);
+/// A 42 waiting for its 43: (relocation, session owner RID and lifecycle, session id, binding
+/// generation). Session ids and binding generations are per session owner, so the owner is
+/// part of the key.
+type SealAnswerKey = ([u8; 16], String, u64, u64, u64);
 
 /// Where a unit's coordinator hears its legs' 43s: (leg, outcome).
 type LegAnswers = mpsc::UnboundedSender<(usize, SealOutcome)>;
@@ -204,9 +206,9 @@ pub(super) struct SessionHub {
     releasing: HashMap<BindingKey, (u64, VecDeque<HeldRelay>)>,
     /// Ids of release tasks.
     last_release: u64,
-    /// This node's 42s (as a relocation source) waiting for their 43: the session owner it
-    /// must come from, the leg, and where the coordinator waits.
-    seal_answers: HashMap<SealAnswerKey, (NodeFence, usize, LegAnswers)>,
+    /// This node's 42s (as a relocation source) waiting for their 43: the leg, and where the
+    /// coordinator waits.
+    seal_answers: HashMap<SealAnswerKey, (usize, LegAnswers)>,
     /// Relays of each binding taken off its route (or a release queue) and not yet handed to
     /// the connection or the local object: a 43 `sealed` goes out only behind them (wire §9:
     /// "43 is queued behind every relay already submitted to that Actor").
@@ -240,7 +242,20 @@ impl<S: ObjectStore> Drop for Submitting<S> {
                 }
                 Some(_) => {
                     hub.submitting.remove(&self.key);
-                    hub.deferred_seals.remove(&self.key).unwrap_or_default()
+                    let mut deferred = hub.deferred_seals.remove(&self.key).unwrap_or_default();
+                    // The seal may be gone meanwhile (the relay found the route lost, or the
+                    // session closed): then the answer is no longer `sealed`.
+                    if !hub.seals.get(&self.key).is_some_and(SealMachine::is_sealed) {
+                        let outcome = if hub.table.is_open(self.key.0) {
+                            SealOutcome::NotCurrent
+                        } else {
+                            SealOutcome::SessionClosed
+                        };
+                        for (_, answer) in &mut deferred {
+                            answer.outcome = outcome;
+                        }
+                    }
+                    deferred
                 }
                 None => Vec::new(),
             }
@@ -932,6 +947,14 @@ impl<S: ObjectStore> Inner<S> {
     /// Send one 43.
     fn send_seal_answer(&self, to: SealAnswerTo, answer: SessionRelocationSealed) {
         match to {
+            SealAnswerTo::Remote(_)
+                if self.relocations.settings().fault == Some(TransferFault::DropSealAnswers) =>
+            {
+                tracing::warn!(
+                    session = answer.session_id,
+                    "fault injection: sessionRelocationSealed dropped"
+                );
+            }
             SealAnswerTo::Remote(source) => {
                 if let Err(e) = self
                     .mesh
@@ -1098,6 +1121,8 @@ impl<S: ObjectStore> Inner<S> {
         let key_of = |l: &LegRef| {
             (
                 relocation_id,
+                l.session.owner_node.rid.clone(),
+                l.session.owner_node.lifecycle_generation,
                 l.session.session_id,
                 l.session.binding_generation,
             )
@@ -1116,9 +1141,7 @@ impl<S: ObjectStore> Inner<S> {
                 self.seal_counted(&body, SealAnswerTo::Local(tx.clone(), i));
                 continue;
             } else {
-                self.hub()
-                    .seal_answers
-                    .insert(key_of(l), (l.session.owner_node.clone(), i, tx.clone()));
+                self.hub().seal_answers.insert(key_of(l), (i, tx.clone()));
                 match self.mesh.session_control(
                     &l.session.owner_node,
                     CommandBody::SessionRelocationSeal(body),
@@ -1126,8 +1149,23 @@ impl<S: ObjectStore> Inner<S> {
                     Ok(()) => continue,
                     Err(e) => {
                         self.hub().seal_answers.remove(&key_of(l));
+                        // A peer of that lifecycle that is only reconnecting: its sessions
+                        // live on, so the leg stays unanswered and the unit fails at the wait's
+                        // end (and may be moved again later). A lifecycle this node no longer
+                        // knows is gone with its sessions: the Actor moves unbound.
+                        let owner = &l.session.owner_node;
+                        let reconnecting = self.mesh.peer(&owner.rid).is_some_and(|p| {
+                            p.descriptor.as_ref().is_some_and(|d| {
+                                d.node.lifecycle_generation == owner.lifecycle_generation
+                            })
+                        });
+                        if reconnecting {
+                            tracing::warn!(error = %e, session = l.session.session_id, actor = %l.actor_id,
+                                "sessionRelocationSeal not sent (its owner is reconnecting): the unit will stay");
+                            continue;
+                        }
                         tracing::warn!(error = %e, session = l.session.session_id, actor = %l.actor_id,
-                            "sessionRelocationSeal not sent: the Actor moves unbound");
+                            "sessionRelocationSeal not sent (its owner is gone): the Actor moves unbound");
                         LegEvent::Unreachable { leg: i }
                     }
                 }
@@ -1188,16 +1226,16 @@ impl<S: ObjectStore> Inner<S> {
 
     /// A 43 from `source`: to the leg waiting for it, if `source` is that leg's session owner.
     pub(super) fn on_sealed(&self, source: &NodeFence, b: &SessionRelocationSealed) {
-        let key = (b.relocation_id, b.session_id, b.binding_generation);
-        let waiter = {
-            let mut hub = self.hub();
-            match hub.seal_answers.get(&key) {
-                Some((owner, _, _)) if owner == source => hub.seal_answers.remove(&key),
-                Some(_) | None => None,
-            }
-        };
+        let key = (
+            b.relocation_id,
+            source.rid.clone(),
+            source.lifecycle_generation,
+            b.session_id,
+            b.binding_generation,
+        );
+        let waiter = self.hub().seal_answers.remove(&key);
         match waiter {
-            Some((_, leg, tx)) => {
+            Some((leg, tx)) => {
                 let _ = tx.send((leg, b.outcome));
             }
             None => {
