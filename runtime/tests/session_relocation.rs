@@ -29,7 +29,7 @@ use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, JsonState, Registry, Relocation};
 use zlink::object::runtime::{
-    Disconnected, ObjectRuntime, RelocatePlan, RelocationSettings, TransferFault,
+    Disconnected, ObjectRuntime, RelocatePlan, RelocationSettings, TransferFault, Unbound,
 };
 use zlink::relocation::host::{StayReason, UnitOutcome};
 use zlink::session::{SessionHandlers, StreamNode};
@@ -83,6 +83,14 @@ impl JsonMessage for Bind {
     const PACKET_NAME: &'static str = "t.Bind";
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Unbind {
+    actor: String,
+}
+impl JsonMessage for Unbind {
+    const PACKET_NAME: &'static str = "t.Unbind";
+}
+
 /// Answered by the session itself: who it is and which connection it has.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Who {}
@@ -130,6 +138,10 @@ fn player() -> ObjectHandlers<Seen> {
     });
     h.on_send(|ctx, d: Disconnected| async move {
         ctx.state().disconnects.push(d.reason);
+        Ok(())
+    });
+    h.on_send(|ctx, _: Unbound| async move {
+        ctx.state().disconnects.push("Unbound".into());
         Ok(())
     });
     h.on_request(|ctx, _: Look| async move { Ok::<_, CallError>(ctx.state().clone()) });
@@ -188,6 +200,14 @@ fn session_handlers(rt: ObjectRuntime<MemoryStore>) -> SessionHandlers {
         let a: Ask = serde_json::from_slice(&packet.payload).unwrap();
         let answer = ctx.relay_request(&a.actor, &packet, WAIT).await;
         reply.answer(answer);
+    })
+    .unwrap();
+    h.on_request(Unbind::PACKET_NAME, |ctx, packet, reply| async move {
+        let u: Unbind = serde_json::from_slice(&packet.payload).unwrap();
+        match ctx.unbind(&u.actor).await {
+            Ok(()) => reply.json(&true),
+            Err(e) => reply.call_error(&e),
+        }
     })
     .unwrap();
     h.on_request(Who::PACKET_NAME, |ctx, _packet, reply| async move {
@@ -498,6 +518,19 @@ async fn a_lost_route_update_closes_only_that_session_at_the_seal_timeout() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(seen.disconnects, vec!["SealTimeout".to_owned()]);
+    // The notice came without its bound-session tail (followed from the old owner), and it
+    // still ended the binding that moved with the Actor.
+    let a: Answer = c.rts[2]
+        .request_to_actor::<Ask, Answer>(
+            "player:moved",
+            &Ask {
+                actor: "player:moved".into(),
+            },
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.session, None, "the moved binding ended with its session");
     assert!(seen.says.is_empty(), "{:?}", seen.says);
     stream.shutdown().await;
     c.shutdown().await;
@@ -668,5 +701,88 @@ async fn a_room_moves_with_members_bound_to_sessions_on_two_nodes() {
     assert!(b_events.lock().unwrap().is_empty());
     s0.shutdown().await;
     s1.shutdown().await;
+    c.shutdown().await;
+}
+
+/// Issue 19 item 5 "Disconnect/unbind": `SessionCtx::unbind` drops the session's route at once
+/// and the Actor gets one `zlink.session.Unbound` notice (after every send before it), which
+/// ends its binding: the session's later requests to it are refused `InvalidOperation`, and the
+/// Actor's own view of its binding is empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbind_notifies_the_actor_once_and_ends_both_sides_of_the_binding() {
+    let c = Cluster::builder(2)
+        .registry(|_| registry())
+        .entry_spots()
+        .start()
+        .await;
+    let stream = stream_on(&c, 0).await;
+    let id = "player:unbound";
+    player_on(&c, 1, id).await;
+    let (client, _, events) = recorded_client(&stream).await;
+    bind(&client, id).await;
+    for n in 0..3 {
+        client
+            .send(&Say {
+                actor: id.into(),
+                n,
+            })
+            .await
+            .unwrap();
+    }
+    let unbound = client
+        .request(&Unbind { actor: id.into() })
+        .timeout(WAIT)
+        .await
+        .unwrap();
+    assert!(unbound.json::<bool>().unwrap());
+    // The route is gone at once.
+    let err = client
+        .request(&Ask { actor: id.into() })
+        .timeout(WAIT)
+        .await
+        .unwrap_err();
+    assert!(format!("{err:?}").contains("InvalidOperation"), "{err:?}");
+    // A second unbind is refused the same way.
+    let again = client
+        .request(&Unbind { actor: id.into() })
+        .timeout(WAIT)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{again:?}").contains("InvalidOperation"),
+        "{again:?}"
+    );
+    let t0 = std::time::Instant::now();
+    let seen = loop {
+        let seen: Seen = c.rts[0]
+            .request_to_actor::<Look, Seen>(id, &Look, WAIT)
+            .await
+            .unwrap();
+        if !seen.disconnects.is_empty() {
+            break seen;
+        }
+        assert!(t0.elapsed() < WAIT, "no Unbound notice");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        seen.says,
+        vec![0, 1, 2],
+        "the sends before the unbind, then the notice"
+    );
+    assert_eq!(seen.disconnects, vec!["Unbound".to_owned()]);
+    let a: Answer = c.rts[0]
+        .request_to_actor::<Ask, Answer>(id, &Ask { actor: id.into() }, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(a.session, None, "the Actor is unbound");
+    assert_eq!(
+        c.rts[0]
+            .session_stats()
+            .unbind_notices
+            .load(Ordering::Relaxed),
+        1
+    );
+    assert!(events.lock().unwrap().is_empty(), "the session stays open");
+    stream.shutdown().await;
     c.shutdown().await;
 }

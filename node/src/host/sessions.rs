@@ -93,6 +93,13 @@ impl SessionRouter for HostRouter {
         }
     }
 
+    fn unbind(&self, id: SessionId, actor_id: String) -> BoxFuture<Result<(), CallError>> {
+        match self.current() {
+            Some(r) => r.unbind(id, actor_id),
+            None => Box::pin(async { Err(no_runtime()) }),
+        }
+    }
+
     fn relay(
         &self,
         id: SessionId,

@@ -389,6 +389,16 @@ impl SessionCtx {
         self.router()?.bind(self.id, actor.clone()).await
     }
 
+    /// Unbind this session from Actor `actor_id`: relays to it end at once, and the Actor gets
+    /// one `zlink.session.Unbound` notice (its binding ends when it is admitted).
+    ///
+    /// # Errors
+    /// `InvalidOperation` when this session is not bound to it; `Unavailable` when this
+    /// session closed.
+    pub async fn unbind(&self, actor_id: &str) -> Result<(), CallError> {
+        self.router()?.unbind(self.id, actor_id.to_owned()).await
+    }
+
     /// This session's route for Actor `actor_id`, if it is bound to it.
     pub fn binding(&self, actor_id: &str) -> Option<BindingRoute> {
         self.router.as_ref()?.binding(self.id, actor_id)

@@ -28,6 +28,10 @@ pub trait SessionRouter: Send + Sync + 'static {
     /// session's route for that Actor switches once the owner accepted.
     fn bind(&self, id: SessionId, actor: ActorRef) -> BoxFuture<Result<BindingRoute, CallError>>;
 
+    /// Unbind session `id` from Actor `actor_id`: its route is dropped at once and the Actor
+    /// gets one `zlink.session.Unbound` notice on it (which ends its binding).
+    fn unbind(&self, id: SessionId, actor_id: String) -> BoxFuture<Result<(), CallError>>;
+
     /// Relay to Actor `actor_id` on session `id`'s stored route (24 with `timeout` `None`, 25
     /// otherwise), with the bound-session tail. Never resent; a route the owner refuses is
     /// dropped.

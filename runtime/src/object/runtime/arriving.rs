@@ -450,8 +450,12 @@ impl<S: ObjectStore> Inner<S> {
     /// Put one carried record into `obj`'s queue (a request's terminal is relayed back).
     fn apply_carried(&self, relocation_id: [u8; 16], obj: &Arc<dyn LiveObject>, frames: &[Bytes]) {
         match decode_carried(frames) {
-            Ok((_, _, c)) => match c.request {
+            Ok((kind, id, c)) => match c.request {
                 None => {
+                    if kind == zlink_store::types::ObjectKind::Actor {
+                        // A session notice relayed without its tail ends the moved binding.
+                        self.notice_without_tail(&id, &c.payload);
+                    }
                     if let Err(e) = obj.send(c.payload, c.metadata) {
                         tracing::warn!(error = %e, "a relayed message was refused");
                     }

@@ -83,7 +83,7 @@ mod remote;
 mod removal;
 mod sessions;
 
-pub use sessions::{BIND_TIMEOUT, Disconnected, REPLACED_CLOSE_DELAY, SessionStats};
+pub use sessions::{BIND_TIMEOUT, Disconnected, REPLACED_CLOSE_DELAY, SessionStats, Unbound};
 
 pub use relocate::{Located, RelocatePlan, UnitRef, UnitReport, may_take};
 pub use relocations::{

@@ -46,10 +46,52 @@ pub struct Disconnected {
     pub session_id: u64,
     /// Why it closed (a [`CloseReason`] name, e.g. `"ClientClosed"`).
     pub reason: String,
+    /// The session owner's RID (session ids are per owner node; empty from an older sender).
+    #[serde(default)]
+    pub owner_rid: String,
+    /// The session owner's lifecycle generation (0 from an older sender).
+    #[serde(default)]
+    pub owner_lifecycle_generation: u64,
 }
 
 impl JsonMessage for Disconnected {
     const PACKET_NAME: &'static str = "zlink.session.Disconnected";
+}
+
+/// The notice a bound Actor gets, once, when its session unbinds it
+/// ([`SessionCtx::unbind`](crate::session::SessionCtx::unbind)): like [`Disconnected`], a
+/// one-way relay on the binding route that is queued work of the Actor; admitting it ends the
+/// Actor's binding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unbound {
+    /// The session's id on its owner node.
+    pub session_id: u64,
+    /// The session owner's RID.
+    #[serde(default)]
+    pub owner_rid: String,
+    /// The session owner's lifecycle generation.
+    #[serde(default)]
+    pub owner_lifecycle_generation: u64,
+}
+
+impl JsonMessage for Unbound {
+    const PACKET_NAME: &'static str = "zlink.session.Unbound";
+}
+
+/// The session identity a `Disconnected` or `Unbound` notice names.
+#[derive(Deserialize)]
+struct NoticeSession {
+    session_id: u64,
+    #[serde(default)]
+    owner_rid: String,
+    #[serde(default)]
+    owner_lifecycle_generation: u64,
+}
+
+/// Whether `payload` is a notice that ends a binding (`Disconnected`, `Unbound`).
+fn ends_binding(payload: &TypedPayload) -> bool {
+    let name = &*payload.packet_name;
+    name == Disconnected::PACKET_NAME || name == Unbound::PACKET_NAME
 }
 
 /// Counters of the session half of a runtime (the host exports them on `/metrics`).
@@ -75,6 +117,8 @@ pub struct SessionStats {
     pub push_drops: AtomicU64,
     /// `zlink.session.Disconnected` notices sent to bound Actors.
     pub disconnect_notices: AtomicU64,
+    /// `zlink.session.Unbound` notices sent to Actors their session unbound.
+    pub unbind_notices: AtomicU64,
     /// Seals (42) this node installed (`sealed` answers, repeats of one relocation included).
     pub seals: AtomicU64,
     /// 42s answered `notCurrent` or `sessionClosed`.
@@ -128,6 +172,7 @@ impl SessionStats {
             ("pushes", &self.pushes),
             ("push_drops", &self.push_drops),
             ("disconnect_notices", &self.disconnect_notices),
+            ("unbind_notices", &self.unbind_notices),
             ("seals", &self.seals),
             ("seals_refused", &self.seals_refused),
             ("relays_held", &self.relays_held),
@@ -516,10 +561,39 @@ impl<S: ObjectStore> Inner<S> {
             e.binding.as_ref(),
         )
         .map_err(|r| CallError::new(r.kind, format!("relay to {}: {}", route.object_id, r.why)))?;
-        if &*payload.packet_name == Disconnected::PACKET_NAME {
+        if ends_binding(payload) {
             e.binding = None;
         }
         Ok(obj)
+    }
+
+    /// A `Disconnected` / `Unbound` notice that reached Actor `actor_id` without its
+    /// bound-session tail (relayed by the source of a move, or followed after it): it ends the
+    /// Actor's binding here if that binding is the session it names.
+    pub(super) fn notice_without_tail(&self, actor_id: &str, payload: &TypedPayload) {
+        if !ends_binding(payload) {
+            return;
+        }
+        let Ok(n) = decode_json::<NoticeSession>(payload) else {
+            return;
+        };
+        let Ok(key) = AuthorityKey::new(StoreKind::Actor, actor_id) else {
+            return;
+        };
+        let mut live = self.live();
+        let Some(g) = live.get(&key).map(|e| e.generation) else {
+            return;
+        };
+        if let Some(e) = live.get_incarnation_mut(&key, g)
+            && e.binding.as_ref().is_some_and(|b| {
+                b.session_id == n.session_id
+                    && (n.owner_rid.is_empty()
+                        || (b.owner_node.rid == n.owner_rid
+                            && b.owner_node.lifecycle_generation == n.owner_lifecycle_generation))
+            })
+        {
+            e.binding = None;
+        }
     }
 
     /// Push `payload` from incarnation `generation` of Actor `key` to its bound session
@@ -1535,15 +1609,51 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
+    /// Unbind session `id` from Actor `actor_id` (see [`SessionRouter::unbind`]): the route is
+    /// dropped at once (a seal of it fails what it held) and the Actor gets one
+    /// `zlink.session.Unbound` notice on it.
+    async fn unbind_session(&self, id: SessionId, actor_id: &str) -> Result<(), CallError> {
+        let (route, held) = {
+            let mut hub = self.hub();
+            let Some(route) = hub.table.route(id, actor_id).cloned() else {
+                return Err(CallError::new(
+                    ErrorKind::InvalidOperation,
+                    format!("session {id} is not bound to {actor_id}"),
+                ));
+            };
+            hub.table.drop_route(id, actor_id, route.binding_generation);
+            (route, hub.forget_seal(&(id, actor_id.to_owned())))
+        };
+        fail_all(held, &format!("session {id} unbound {actor_id}"));
+        let me = self.mesh.fence();
+        let payload = encode_json(&Unbound {
+            session_id: id.get(),
+            owner_rid: me.rid,
+            owner_lifecycle_generation: me.lifecycle_generation,
+        })?;
+        self.session_stats
+            .unbind_notices
+            .fetch_add(1, Ordering::Relaxed);
+        // Submitted like any relay; a notice the owner cannot take is only logged (the binding
+        // here is gone either way).
+        if let Err(e) = self.relay_on(id, &route, payload, None, None, None).await {
+            tracing::debug!(session = %id, actor = actor_id, error = %e, "unbind notice not delivered");
+        }
+        Ok(())
+    }
+
     /// Send the `zlink.session.Disconnected` notice of session `id` on `route` (one-way, on
     /// its own task; a notice that cannot be delivered is only logged).
     fn notify_disconnected(&self, id: SessionId, reason: &str, route: BindingRoute) {
         let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
+        let me = self.mesh.fence();
         let notice = Disconnected {
             session_id: id.get(),
             reason: reason.to_owned(),
+            owner_rid: me.rid,
+            owner_lifecycle_generation: me.lifecycle_generation,
         };
         let Ok(payload) = encode_json(&notice) else {
             return;
@@ -1653,6 +1763,16 @@ impl<S: ObjectStore> SessionRouter for RouterRef<S> {
         for route in routes {
             inner.notify_disconnected(id, reason.as_str(), route);
         }
+    }
+
+    fn unbind(&self, id: SessionId, actor_id: String) -> BoxFuture<Result<(), CallError>> {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            match inner {
+                Some(inner) => inner.unbind_session(id, &actor_id).await,
+                None => Err(stopped()),
+            }
+        })
     }
 
     fn bind(&self, id: SessionId, actor: ActorRef) -> BoxFuture<Result<BindingRoute, CallError>> {
