@@ -304,3 +304,106 @@ fn a_short_session_auth_key_stops_the_start_naming_the_field_not_the_key() {
         "the key is not printed: {err}"
     );
 }
+
+/// One STREAM request on `c` (framework JSON), its answer.
+fn ask(c: &mut Client, seq: &mut u64, name: &str, body: &str) -> StreamPacket {
+    *seq += 1;
+    c.write(&StreamPacket::request(
+        StreamCodec::FrameworkJson,
+        *seq,
+        name,
+        body.as_bytes().to_vec(),
+    ));
+    let p = c.next();
+    assert_eq!(p.request_seq, Some(*seq), "{p:?}");
+    p
+}
+
+/// Issue 19 with issue 20 (the `HostRouter` re-open path): a session outlives its host's node
+/// lifecycle. Redis goes away for longer than the lease TTL, the host loses its lease, drops
+/// its objects and rejoins as a new lifecycle once Redis is back — the client's connection stays
+/// open throughout. A relay on the old binding then fails typed (the binding died with the old
+/// lifecycle's Actors; nothing hangs), and the same session binds again through the new
+/// runtime and relays to the re-created player.
+#[test]
+fn a_session_outlives_a_rejoin_and_binds_again_through_the_new_runtime() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut redis = rt.block_on(redis_server::RedisServer::start());
+    let tag = format!("{}-srejoin", std::process::id());
+    let dir = std::env::temp_dir().join(format!("zlink-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "mesh:\n  name: srejoin\n  rid_prefix: yaml\n\
+             redis:\n  url: {}\n  namespace: {tag}\n  response_timeout_ms: 300\n  connection_timeout_ms: 300\n\
+             timings:\n  probe_interval_ms: 100\n  liveness_deadline_ms: 3000\n  lease_ttl_ms: 3000\n  discovery_poll_ms: 100\n\
+             admin:\n  grpc_listen: 127.0.0.1:0\n  http_listen: 127.0.0.1:0\n\
+             stream:\n  listen: 127.0.0.1:0\n\
+             relocation:\n  on_shutdown: none\n\
+             drain_deadline_ms: 4000\nlog_level: warn\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let mut hosts = vec![Host::spawn(&config, "r0")];
+    let h = &hosts[0];
+    let first_rid = h.status()["rid"].as_str().unwrap().to_owned();
+    let mut c = Client::connect(h.stream.as_deref().unwrap());
+    let mut seq = 0u64;
+    let bind = r#"{"player":"player:rejoin"}"#;
+    let req = |n: u64| format!(r#"{{"source":"s","seq":{n},"item":null}}"#);
+    assert_eq!(
+        ask(&mut c, &mut seq, "refapp.Bind", bind).kind,
+        StreamKind::Response
+    );
+    let ack = ask(&mut c, &mut seq, "refapp.DeliverRequest", &req(0));
+    assert_eq!(ack.kind, StreamKind::Response, "{ack:?}");
+    // The lease is lost and the host rejoins as a new lifecycle; the connection stays.
+    redis.stop();
+    h.wait_status("fenced", |s| s["state"] == "fenced");
+    std::thread::sleep(Duration::from_millis(4_500));
+    rt.block_on(redis.restart());
+    let s = h.wait_status("serving again", |s| s["state"] == "serving");
+    assert_ne!(
+        s["rid"],
+        first_rid.as_str(),
+        "rejoined as a new lifecycle: {s}"
+    );
+    // The old binding went with the old lifecycle: a typed refusal, not a hang.
+    let refused = ask(&mut c, &mut seq, "refapp.DeliverRequest", &req(1));
+    assert_eq!(refused.kind, StreamKind::Error, "{refused:?}");
+    // The same session binds again through the new runtime and relays.
+    let t0 = std::time::Instant::now();
+    loop {
+        let b = ask(&mut c, &mut seq, "refapp.Bind", bind);
+        if b.kind == StreamKind::Response {
+            break;
+        }
+        // The dead lifecycle's row may still need its lease to lapse before a re-create.
+        assert!(t0.elapsed() < Duration::from_secs(20), "no rebind: {b:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ack = ask(&mut c, &mut seq, "refapp.DeliverRequest", &req(0));
+    assert_eq!(ack.kind, StreamKind::Response, "{ack:?}");
+    let v: serde_json::Value = serde_json::from_slice(&ack.payload).unwrap();
+    assert_eq!(
+        (v["seq"].as_u64(), v["duplicate"].as_bool()),
+        (Some(0), Some(false)),
+        "the player of the new lifecycle starts afresh: {v}"
+    );
+    let (_, text) = http_get(&hosts[0].http, "/metrics");
+    assert_eq!(metric(&text, "zlink_host_rejoins_total"), 1.0);
+    assert_eq!(
+        metric(&text, "zlink_stream_sessions"),
+        1.0,
+        "the session stayed open"
+    );
+    drop(c);
+    drain_all(&mut hosts);
+    drop(redis);
+}
