@@ -52,6 +52,9 @@ pub struct Disconnected {
     /// The session owner's lifecycle generation (0 from an older sender).
     #[serde(default)]
     pub owner_lifecycle_generation: u64,
+    /// The binding generation the notice ends (0 from an older sender: any).
+    #[serde(default)]
+    pub binding_generation: u64,
 }
 
 impl JsonMessage for Disconnected {
@@ -72,6 +75,9 @@ pub struct Unbound {
     /// The session owner's lifecycle generation.
     #[serde(default)]
     pub owner_lifecycle_generation: u64,
+    /// The binding generation the notice ends.
+    #[serde(default)]
+    pub binding_generation: u64,
 }
 
 impl JsonMessage for Unbound {
@@ -86,6 +92,19 @@ struct NoticeSession {
     owner_rid: String,
     #[serde(default)]
     owner_lifecycle_generation: u64,
+    #[serde(default)]
+    binding_generation: u64,
+}
+
+/// Whether notice `n` names binding `b`: its session owner, session and binding generation
+/// (a field an older sender left out matches any). A late notice of an earlier binding of the
+/// same session leaves a newer one.
+fn notice_names(n: &NoticeSession, b: &SessionRef) -> bool {
+    b.session_id == n.session_id
+        && (n.binding_generation == 0 || b.binding_generation == n.binding_generation)
+        && (n.owner_rid.is_empty()
+            || (b.owner_node.rid == n.owner_rid
+                && b.owner_node.lifecycle_generation == n.owner_lifecycle_generation))
 }
 
 /// Whether `payload` is a notice that ends a binding (`Disconnected`, `Unbound`).
@@ -585,12 +604,7 @@ impl<S: ObjectStore> Inner<S> {
             return;
         };
         if let Some(e) = live.get_incarnation_mut(&key, g)
-            && e.binding.as_ref().is_some_and(|b| {
-                b.session_id == n.session_id
-                    && (n.owner_rid.is_empty()
-                        || (b.owner_node.rid == n.owner_rid
-                            && b.owner_node.lifecycle_generation == n.owner_lifecycle_generation))
-            })
+            && e.binding.as_ref().is_some_and(|b| notice_names(&n, b))
         {
             e.binding = None;
         }
@@ -1630,6 +1644,7 @@ impl<S: ObjectStore> Inner<S> {
             session_id: id.get(),
             owner_rid: me.rid,
             owner_lifecycle_generation: me.lifecycle_generation,
+            binding_generation: route.binding_generation,
         })?;
         self.session_stats
             .unbind_notices
@@ -1654,6 +1669,7 @@ impl<S: ObjectStore> Inner<S> {
             reason: reason.to_owned(),
             owner_rid: me.rid,
             owner_lifecycle_generation: me.lifecycle_generation,
+            binding_generation: route.binding_generation,
         };
         let Ok(payload) = encode_json(&notice) else {
             return;
@@ -1899,5 +1915,52 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let key = AuthorityKey::new(StoreKind::Actor, id).ok()?;
         let generation = self.inner.live().get(&key).map(|e| e.generation)?;
         self.inner.binding_of(&key, generation)
+    }
+}
+
+#[cfg(test)]
+mod notice_tests {
+    use super::*;
+
+    #[test]
+    fn a_notice_ends_exactly_the_binding_it_names() {
+        let b = SessionRef {
+            owner_node: NodeFence {
+                rid: "gw".into(),
+                lifecycle_generation: 4,
+            },
+            session_id: 7,
+            binding_generation: 2,
+        };
+        let n = |session_id, rid: &str, lifecycle, binding_generation| NoticeSession {
+            session_id,
+            owner_rid: rid.into(),
+            owner_lifecycle_generation: lifecycle,
+            binding_generation,
+        };
+        // (notice, names the binding)
+        let table = [
+            (n(7, "gw", 4, 2), true),
+            // An older sender: no owner, no generation.
+            (n(7, "", 0, 0), true),
+            (n(7, "gw", 4, 0), true),
+            // Another session, another owner, another lifecycle of it.
+            (n(8, "gw", 4, 2), false),
+            (n(7, "other", 4, 2), false),
+            (n(7, "gw", 5, 2), false),
+            // A late notice of the session's earlier binding.
+            (n(7, "gw", 4, 1), false),
+        ];
+        for (notice, want) in table {
+            assert_eq!(
+                notice_names(&notice, &b),
+                want,
+                "session {} owner {}#{} binding {}",
+                notice.session_id,
+                notice.owner_rid,
+                notice.owner_lifecycle_generation,
+                notice.binding_generation
+            );
+        }
     }
 }
