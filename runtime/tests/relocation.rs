@@ -852,6 +852,11 @@ async fn a_three_hop_chain_is_fixed_by_one_notification() {
             .load(Ordering::Relaxed),
         1
     );
+    // Issue 17 item 8: the notice says how far behind the route was (three moves: each raised
+    // the owner generation by one) and what had arrived on it (this first call).
+    let stats = c.rts[2].relocation_stats();
+    assert_eq!(stats.follow_notice_hops.load(Ordering::Relaxed), 3);
+    assert_eq!(stats.follow_notice_queued.load(Ordering::Relaxed), 1);
     assert_eq!(
         c.rts[2].resolver().cache().stats().misses,
         misses_before + 1,

@@ -42,7 +42,7 @@ impl<S: ObjectStore> Inner<S> {
             inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
             let admitted = inner.admit(&fence);
             if admitted.is_ok() {
-                inner.notice_follow(&fence, &me, None);
+                inner.notice_follow(&fence, &me, None, payload.payload.len());
             }
             match admitted {
                 Ok(obj) => match timeout {
@@ -106,7 +106,12 @@ impl<S: ObjectStore> Inner<S> {
             }
         };
         if admitted.is_ok() {
-            self.notice_follow(&d.route, &d.source, d.request.as_ref());
+            self.notice_follow(
+                &d.route,
+                &d.source,
+                d.request.as_ref(),
+                d.payload.payload.len(),
+            );
         }
         match (d.request, admitted) {
             (None, Ok(obj)) => {

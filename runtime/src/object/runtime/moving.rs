@@ -1150,6 +1150,7 @@ impl<S: ObjectStore> Inner<S> {
                                     owner_lease_generation: a.owner.lease_generation,
                                 },
                                 until: follow_until,
+                                arrived: Arc::default(),
                             },
                         );
                     }
@@ -1316,6 +1317,7 @@ impl<S: ObjectStore> Inner<S> {
         route: &RouteFence,
         source: &NodeFence,
         request: Option<&RequestHeader>,
+        payload_len: usize,
     ) {
         if !self.relocations.follows_any() {
             return;
@@ -1330,6 +1332,11 @@ impl<S: ObjectStore> Inner<S> {
         if *route == f.new_route {
             return;
         }
+        // The queue snapshot counts every arrival on an old route, this one included.
+        let queue_count = f.arrived[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let queue_bytes = f.arrived[1]
+            .fetch_add(payload_len as u64, std::sync::atomic::Ordering::Relaxed)
+            + payload_len as u64;
         if *source == self.mesh.fence() {
             let fence = crate::routing::RouteFence {
                 key,
@@ -1364,9 +1371,18 @@ impl<S: ObjectStore> Inner<S> {
             follow: zlink_protocol::generated::MessageFollowBody {
                 source_route: route.clone(),
                 target_route: f.new_route.clone(),
-                hop_count: 1,
-                queue_count: 0,
-                queue_bytes: 0,
+                // Every move raises the owner generation by one: how many moves the sender's
+                // route is behind (1..=8, the chain bound).
+                hop_count: u8::try_from(
+                    f.new_route
+                        .authority_owner_generation
+                        .saturating_sub(route.authority_owner_generation)
+                        .clamp(1, crate::relocation::follow::MAX_FOLLOW_HOPS as u64),
+                )
+                .unwrap_or(1),
+                // Saturating u32 diagnostics (wire §3.1).
+                queue_count: u32::try_from(queue_count).unwrap_or(u32::MAX),
+                queue_bytes: u32::try_from(queue_bytes).unwrap_or(u32::MAX),
                 operation_id,
                 reply_route_id,
             },
@@ -1398,6 +1414,13 @@ impl<S: ObjectStore> Inner<S> {
     /// A `messageFollow` (50) from the old owner its source route names (checked by the
     /// reactor): drop this node's cached route if it is exactly that one (a newer one stays).
     pub(super) fn on_message_follow(&self, m: &zlink_protocol::generated::MessageFollowBody) {
+        self.relocations
+            .follow_notice_hops
+            .fetch_add(u64::from(m.hop_count), std::sync::atomic::Ordering::Relaxed);
+        self.relocations.follow_notice_queued.fetch_add(
+            u64::from(m.queue_count),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let r = &m.source_route;
         let Ok(key) = AuthorityKey::new(super::store_kind(r.object_kind), &r.object_id) else {
             return;

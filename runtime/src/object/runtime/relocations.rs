@@ -119,6 +119,11 @@ pub struct RelocationStats {
     pub follow_notices_sent: AtomicU64,
     /// `messageFollow` notices received that removed a cached route here.
     pub follow_notices_applied: AtomicU64,
+    /// The hop counts of the `messageFollow` notices received, summed (each is how many moves
+    /// the sender's route was behind: 1..=8).
+    pub follow_notice_hops: AtomicU64,
+    /// The queue counts of the `messageFollow` notices received, summed.
+    pub follow_notice_queued: AtomicU64,
     /// Terminals relayed back to a source (target).
     pub reply_relays_sent: AtomicU64,
     /// Units that waited for room in an in-flight payload budget before their seal (source).
@@ -162,6 +167,9 @@ pub enum TimelineStep {
 pub(super) struct FollowNotice {
     pub(super) new_route: zlink_protocol::generated::RouteFence,
     pub(super) until: std::time::Instant,
+    /// Records and payload bytes that arrived on an old route of the object since the handover
+    /// (the `messageFollow` queue snapshot, wire §3.1: "relay 시점의 queue count·byte").
+    pub(super) arrived: Arc<[AtomicU64; 2]>,
 }
 
 /// Most timeline events kept (the oldest are dropped).
