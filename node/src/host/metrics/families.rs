@@ -460,7 +460,7 @@ impl Collector for ObjectFamilies {
         counter(
             &mut enc,
             "zlink_relocation_events_total",
-            "Relocation events of this host as source (moves_started, saved_work, relayed, handed_over, restored, followed, follow_drops, late_followed, budget_waits: units that waited for room in an in-flight payload budget, epochs_lost: new connection epochs to a unit's target mid-move) and as target (arrived, refused, abandoned, cutover_timeouts, late_cutovers, reply_relays_sent), and records naming no known relocation (unknown_records).",
+            "Relocation events of this host as source (moves_started, saved_work, relayed, handed_over, restored, followed, follow_drops, late_followed, budget_waits: units that waited for room in an in-flight payload budget, epochs_lost: new connection epochs to a unit's target mid-move) and as target (arrived, refused, abandoned, cutover_timeouts, late_cutovers, reply_relays_sent), records naming no known relocation (unknown_records), and messageFollow notices sent to senders on an old route (follow_notices_sent) and received that dropped a cached route (follow_notices_applied).",
             &[
                 (&[("event", "moves_started")], load(&r.moves_started)),
                 (&[("event", "saved_work")], load(&r.saved_work)),
@@ -478,6 +478,14 @@ impl Collector for ObjectFamilies {
                 (&[("event", "cutover_timeouts")], load(&r.cutover_timeouts)),
                 (&[("event", "late_cutovers")], load(&r.late_cutovers)),
                 (&[("event", "unknown_records")], load(&r.unknown_records)),
+                (
+                    &[("event", "follow_notices_sent")],
+                    load(&r.follow_notices_sent),
+                ),
+                (
+                    &[("event", "follow_notices_applied")],
+                    load(&r.follow_notices_applied),
+                ),
                 (
                     &[("event", "reply_relays_sent")],
                     load(&r.reply_relays_sent),
