@@ -220,6 +220,35 @@ fn session_handlers(rt: ObjectRuntime<MemoryStore>) -> SessionHandlers {
     h
 }
 
+/// `nodes` MeshNodes with Entry Spots hosting [`registry`] on one memory store; `weights`, when
+/// given, are their placement weights.
+async fn sessions_cluster(nodes: usize, weights: &[u16]) -> Cluster {
+    let mut b = Cluster::builder(nodes)
+        .registry(|_| registry())
+        .entry_spots();
+    if !weights.is_empty() {
+        b = b.placement_weights(weights);
+    }
+    b.start().await
+}
+
+/// What Actor `id` saw, read through `rt` once it got a session notice (`Disconnected` or
+/// `Unbound`; within [`WAIT`]).
+async fn until_noticed(rt: &ObjectRuntime<MemoryStore>, id: &str) -> Seen {
+    let t0 = std::time::Instant::now();
+    loop {
+        let seen: Seen = rt
+            .request_to_actor::<Look, Seen>(id, &Look, WAIT)
+            .await
+            .unwrap();
+        if !seen.disconnects.is_empty() {
+            return seen;
+        }
+        assert!(t0.elapsed() < WAIT, "no session notice reached {id}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Every node moves often: a 50 ms cutover wait and a 300 ms Message Follow window (eight
 /// moves within 350 ms would fill the follow chain; the tests space their moves).
 fn quick_moves(c: &Cluster, fault: impl Fn(usize) -> Option<TransferFault>) {
@@ -332,11 +361,7 @@ fn sum(c: &Cluster, f: impl Fn(&zlink::object::runtime::SessionStats) -> &Atomic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_actor_moves_50_times_under_sends_requests_and_pushes() {
     const MOVES: usize = 50;
-    let c = Cluster::builder(3)
-        .registry(|_| registry())
-        .entry_spots()
-        .start()
-        .await;
+    let c = sessions_cluster(3, &[]).await;
     quick_moves(&c, |_| None);
     let stream = stream_on(&c, 0).await;
     let id = "player:mover";
@@ -440,11 +465,7 @@ async fn a_bound_actor_moves_50_times_under_sends_requests_and_pushes() {
 /// Actor that did not move, carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_route_update_closes_only_that_session_at_the_seal_timeout() {
-    let c = Cluster::builder(3)
-        .registry(|_| registry())
-        .entry_spots()
-        .start()
-        .await;
+    let c = sessions_cluster(3, &[]).await;
     // Node 2 is the target that loses its route updates; the follow window outlasts the seal.
     for (i, rt) in c.rts.iter().enumerate() {
         rt.set_relocation_settings(RelocationSettings {
@@ -502,21 +523,7 @@ async fn a_lost_route_update_closes_only_that_session_at_the_seal_timeout() {
     );
     // The moved Actor lives on at the target and learned that its session closed; the send
     // held in the closed seal was never delivered.
-    let t0 = std::time::Instant::now();
-    let seen = loop {
-        let seen: Seen = c.rts[2]
-            .request_to_actor::<Look, Seen>("player:moved", &Look, WAIT)
-            .await
-            .unwrap();
-        if !seen.disconnects.is_empty() {
-            break seen;
-        }
-        assert!(
-            t0.elapsed() < WAIT,
-            "the disconnect notice never reached the moved Actor"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let seen = until_noticed(&c.rts[2], "player:moved").await;
     assert_eq!(seen.disconnects, vec!["SealTimeout".to_owned()]);
     // The notice came without its bound-session tail (followed from the old owner), and it
     // still ended the binding that moved with the Actor.
@@ -544,11 +551,7 @@ async fn a_lost_route_update_closes_only_that_session_at_the_seal_timeout() {
 /// the session stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_what_it_held() {
-    let c = Cluster::builder(3)
-        .registry(|_| registry())
-        .entry_spots()
-        .start()
-        .await;
+    let c = sessions_cluster(3, &[]).await;
     for (i, rt) in c.rts.iter().enumerate() {
         rt.set_relocation_settings(RelocationSettings {
             cutover_wait: Duration::from_millis(50),
@@ -636,12 +639,7 @@ async fn an_unanswered_seal_fails_the_move_and_the_abort_releases_what_it_held()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_room_moves_with_members_bound_to_sessions_on_two_nodes() {
     // The room is placed on node 2, the one node without a gateway: both legs are remote.
-    let c = Cluster::builder(3)
-        .registry(|_| registry())
-        .entry_spots()
-        .placement_weights(&[0, 0, 100])
-        .start()
-        .await;
+    let c = sessions_cluster(3, &[0, 0, 100]).await;
     quick_moves(&c, |_| None);
     let (s0, s1) = (stream_on(&c, 0).await, stream_on(&c, 1).await);
     c.rts[2]
@@ -710,11 +708,7 @@ async fn a_room_moves_with_members_bound_to_sessions_on_two_nodes() {
 /// Actor's own view of its binding is empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unbind_notifies_the_actor_once_and_ends_both_sides_of_the_binding() {
-    let c = Cluster::builder(2)
-        .registry(|_| registry())
-        .entry_spots()
-        .start()
-        .await;
+    let c = sessions_cluster(2, &[]).await;
     let stream = stream_on(&c, 0).await;
     let id = "player:unbound";
     player_on(&c, 1, id).await;
@@ -752,18 +746,7 @@ async fn an_unbind_notifies_the_actor_once_and_ends_both_sides_of_the_binding() 
         format!("{again:?}").contains("InvalidOperation"),
         "{again:?}"
     );
-    let t0 = std::time::Instant::now();
-    let seen = loop {
-        let seen: Seen = c.rts[0]
-            .request_to_actor::<Look, Seen>(id, &Look, WAIT)
-            .await
-            .unwrap();
-        if !seen.disconnects.is_empty() {
-            break seen;
-        }
-        assert!(t0.elapsed() < WAIT, "no Unbound notice");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let seen = until_noticed(&c.rts[0], id).await;
     assert_eq!(
         seen.says,
         vec![0, 1, 2],
