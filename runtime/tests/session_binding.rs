@@ -8,7 +8,8 @@
 //! - a rebind of the same session keeps the new binding; a relay under a replaced binding is
 //!   refused and its route dropped, never resent;
 //! - a closed session sends each bound Actor one `zlink.session.Disconnected`, after which the
-//!   Actor is unbound; a push to a gone session owner is `Unavailable` and unbinds.
+//!   Actor is unbound; a push to a gone session owner is `Unavailable` and unbinds;
+//! - a rebind tombstone removes exactly the identity it names, and only its sender's.
 #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
 
 mod common;
@@ -28,7 +29,9 @@ use zlink::object::ActorRef;
 use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, Registry};
-use zlink::object::runtime::{Disconnected, ObjectRuntime, RelocatePlan};
+use zlink::object::runtime::{
+    BindingTombstone, BindingTombstoneAck, Disconnected, ObjectRuntime, RelocatePlan,
+};
 use zlink::session::{SessionHandlers, StreamNode};
 use zlink_connector::{Connector, ConnectorEvent, RequestError};
 use zlink_store::MemoryStore;
@@ -662,5 +665,137 @@ async fn relays_and_pushes_keep_flowing_through_a_store_outage() {
     rig.cluster.store().end_outage();
     bind(&c, "player:other", true).await.unwrap();
     c.close().await;
+    rig.shutdown().await;
+}
+
+/// Send tombstone `t` node-direct from `from` to node lifecycle `owner`.
+async fn tombstone(
+    from: &zlink::mesh::MeshNode,
+    owner: &zlink_protocol::generated::NodeFence,
+    t: BindingTombstone,
+) -> Result<zlink_protocol::envelope::TypedPayload, CallError> {
+    let payload = zlink_protocol::json::encode_json(&t).unwrap();
+    from.request_to_lifecycle(owner, payload, WAIT).await
+}
+
+/// Issue 19 item 4, the rebind tombstone (**ours**), at the previous Actor owner: it removes
+/// the Actor's binding only when the tombstone names exactly that identity — its sender as the
+/// session owner, the session, the binding generation and the incarnation — and answers every
+/// well-formed one; a malformed one or an unknown framework name is refused typed and changes
+/// nothing. The session owner here is a plain MeshNode speaking the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_removes_only_the_exact_identity_it_names_and_only_its_senders() {
+    let rig = Rig::start().await;
+    let r = rig.player(1, "player:t").await;
+    let store =
+        Arc::clone(rig.cluster.store()) as Arc<dyn zlink::mesh::discovery::DiscoveryBackend>;
+    let gateway = zlink::mesh::MeshNode::start(
+        common::config("m", "gateway-x"),
+        zlink::mesh::Handlers::new(),
+        Some(store),
+    )
+    .await
+    .unwrap();
+    let owner = rig.cluster.nodes[1].fence();
+    gateway.wait_ready(&owner.rid, WAIT).await.unwrap();
+    let session = zlink_protocol::generated::SessionRef {
+        owner_node: gateway.fence(),
+        session_id: 5,
+        binding_generation: 1,
+    };
+    gateway
+        .session_bind(&session, r.route(), WAIT)
+        .await
+        .unwrap();
+    let bound = |rt: &ObjectRuntime<MemoryStore>| rt.bound_session("player:t");
+    assert_eq!(bound(&rig.cluster.rts[1]), Some(session.clone()));
+    let exact = BindingTombstone {
+        actor_id: "player:t".into(),
+        object_generation: r.object_generation(),
+        session_id: 5,
+        binding_generation: 1,
+    };
+    let ask = |from, t| tombstone(from, &owner, t);
+    let removed = |answer: Result<zlink_protocol::envelope::TypedPayload, CallError>| {
+        zlink::mesh::handler::decode_json::<BindingTombstoneAck>(&answer.unwrap())
+            .unwrap()
+            .removed
+    };
+    // Another binding generation, another incarnation, another session: nothing removed.
+    for (case, t) in [
+        (
+            "binding generation",
+            BindingTombstone {
+                binding_generation: 2,
+                ..exact.clone()
+            },
+        ),
+        (
+            "incarnation",
+            BindingTombstone {
+                object_generation: exact.object_generation + 1,
+                ..exact.clone()
+            },
+        ),
+        (
+            "session",
+            BindingTombstone {
+                session_id: 6,
+                ..exact.clone()
+            },
+        ),
+    ] {
+        assert!(!removed(ask(&gateway, t).await), "{case}");
+        assert_eq!(bound(&rig.cluster.rts[1]), Some(session.clone()), "{case}");
+    }
+    // The exact identity, sent by another node: it names that node's session, not this one.
+    assert!(!removed(ask(&rig.cluster.nodes[0], exact.clone()).await));
+    assert_eq!(bound(&rig.cluster.rts[1]), Some(session.clone()));
+    // Malformed and unknown framework requests: refused typed, nothing changed.
+    let bad = zlink_protocol::envelope::TypedPayload::new(
+        BindingTombstone::PACKET_NAME,
+        "application/json",
+        bytes::Bytes::from_static(b"{not json"),
+    );
+    let e = gateway
+        .request_to_lifecycle(&owner, bad, WAIT)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        zlink::call::error::ErrorKind::InvalidOperation,
+        "{e}"
+    );
+    let unknown = zlink_protocol::json::encode_json(&exact).map(|mut p| {
+        p.packet_name = "zlink.session.Nope".into();
+        p
+    });
+    let e = gateway
+        .request_to_lifecycle(&owner, unknown.unwrap(), WAIT)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), zlink::call::error::ErrorKind::NotFound, "{e}");
+    assert_eq!(bound(&rig.cluster.rts[1]), Some(session.clone()));
+    // The exact identity from its session owner: removed; the Actor is unbound.
+    assert!(removed(ask(&gateway, exact.clone()).await));
+    assert_eq!(bound(&rig.cluster.rts[1]), None);
+    let pushed: Pushed = rig.cluster.rts[1]
+        .request_to_actor("player:t", &PushNow { n: 1 }, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(pushed.error.as_deref(), Some("InvalidOperation"));
+    // A repeat is answered and changes nothing.
+    assert!(!removed(ask(&gateway, exact).await));
+    let stats = rig.cluster.rts[1].session_stats();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!(
+        (
+            count(&stats.tombstones_applied),
+            count(&stats.tombstones_ignored),
+            count(&stats.tombstones_refused)
+        ),
+        (1, 5, 1)
+    );
+    gateway.shutdown().await;
     rig.shutdown().await;
 }

@@ -22,11 +22,12 @@ use common::cluster::Cluster;
 use common::eventually;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use zlink::call::error::{CallError, ErrorKind};
 use zlink::mesh::discovery::DiscoveryBackend;
 use zlink::mesh::{Handlers, JsonMessage, MeshNode, ObjectCommand, ObjectSink};
 use zlink::object::ActorRef;
 use zlink::object::registry::{FactoryInput, Registry};
-use zlink::object::runtime::{Disconnected, ObjectRuntime};
+use zlink::object::runtime::{BindingTombstone, BindingTombstoneAck, Disconnected, ObjectRuntime};
 use zlink::session::{SessionHandlers, StreamNode};
 use zlink_connector::{Connector, ConnectorEvent};
 use zlink_protocol::envelope::TypedPayload;
@@ -95,6 +96,12 @@ struct Script {
     /// `zlink.session.Disconnected` notices: (Actor, reason).
     notices: Mutex<Vec<(String, String)>>,
     sealed: Mutex<Option<mpsc::UnboundedSender<SessionRelocationSealed>>>,
+    /// Rebind tombstones this script received: (sender, tombstone).
+    tombstones: Mutex<Vec<(NodeFence, BindingTombstone)>>,
+    /// How this script answers a tombstone.
+    tombstone_answer: Mutex<TombstoneAnswer>,
+    /// A tombstone held by [`TombstoneAnswer::Hold`], answered by [`Script::ack_held_tombstone`].
+    held_tombstone: Mutex<Option<(Arc<NodeFence>, zlink_protocol::generated::RequestHeader)>>,
     /// A request numbered [`PARKED`] is answered only by [`Script::answer_parked`].
     parked: Mutex<
         Option<(
@@ -103,6 +110,18 @@ struct Script {
             TypedPayload,
         )>,
     >,
+}
+
+/// How a script answers a rebind tombstone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum TombstoneAnswer {
+    /// Acknowledge at once.
+    #[default]
+    Ack,
+    /// Keep it until [`Script::ack_held_tombstone`].
+    Hold,
+    /// Answer with an error.
+    Refuse,
 }
 
 /// The request number a script parks.
@@ -162,12 +181,38 @@ impl ObjectSink for Script {
                     let _ = tx.send(s);
                 }
             }
+            ObjectCommand::FrameworkRequest(r, p) => {
+                assert_eq!(&*p.payload.packet_name, BindingTombstone::PACKET_NAME);
+                let t: BindingTombstone = serde_json::from_slice(&p.payload.payload).unwrap();
+                self.tombstones.lock().unwrap().push(((*source).clone(), t));
+                match *self.tombstone_answer.lock().unwrap() {
+                    TombstoneAnswer::Ack => mesh.reply_to(&source, &r.request, Ok(tombstone_ack())),
+                    TombstoneAnswer::Hold => {
+                        *self.held_tombstone.lock().unwrap() = Some((source, r.request));
+                    }
+                    TombstoneAnswer::Refuse => mesh.reply_to(
+                        &source,
+                        &r.request,
+                        Err(CallError::new(ErrorKind::Unavailable, "the script refuses")),
+                    ),
+                }
+            }
             other => panic!("the script got {}", other.name()),
         }
     }
 }
 
+fn tombstone_ack() -> TypedPayload {
+    zlink_protocol::json::encode_json(&BindingTombstoneAck { removed: true }).unwrap()
+}
+
 impl Script {
+    fn ack_held_tombstone(&self) {
+        let (source, request) = self.held_tombstone.lock().unwrap().take().unwrap();
+        let mesh = self.mesh.get().and_then(Weak::upgrade).unwrap();
+        mesh.reply_to(&source, &request, Ok(tombstone_ack()));
+    }
+
     fn answer_parked(&self) {
         let (source, request, payload) = self.parked.lock().unwrap().take().unwrap();
         let mesh = self.mesh.get().and_then(Weak::upgrade).unwrap();
@@ -311,9 +356,14 @@ impl Rig {
 
     /// Bind `c` to scripted Actor `id` on script 0; the SessionRef the script recorded.
     async fn bind(&self, c: &Connector, id: &str) -> SessionRef {
+        self.bind_on(0, c, id).await
+    }
+
+    /// Bind `c` to scripted Actor `id` on script `s`; the SessionRef the script recorded.
+    async fn bind_on(&self, s: usize, c: &Connector, id: &str) -> SessionRef {
         let r = ActorRef::new(
-            self.route(0, id),
-            self.script_nodes[0].descriptor().mesh_name,
+            self.route(s, id),
+            self.script_nodes[s].descriptor().mesh_name,
         )
         .unwrap();
         self.refs.lock().unwrap().insert(id.into(), r);
@@ -324,7 +374,7 @@ impl Rig {
             .unwrap()
             .json()
             .unwrap();
-        let binds = self.scripts[0].binds.lock().unwrap();
+        let binds = self.scripts[s].binds.lock().unwrap();
         let s = binds.last().unwrap().clone();
         assert_eq!(s.binding_generation, g);
         s
@@ -690,6 +740,101 @@ async fn a_seal_installed_during_a_release_takes_back_what_was_not_sent_yet() {
         [(1, false), (PARKED, true)],
         "nothing reached the old owner after its second 43"
     );
+    c.close().await;
+    rig.shutdown().await;
+}
+
+/// Issue 19 item 4, the rebind tombstone (**ours**): a session that binds an Actor again on
+/// another owner tells the previous owner (exactly its lifecycle) to forget the retired
+/// binding identity, and the bind's terminal waits for that answer; a rebind on the same owner
+/// and incarnation sends none; a previous owner that refuses is counted and the rebind still
+/// holds; a previous owner that is gone counts as acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebind_to_another_owner_tells_the_previous_owner_before_the_terminal() {
+    let rig = Rig::start().await;
+    let c = rig.client().await;
+    rig.bind(&c, "player:t").await;
+    let same = rig.bind(&c, "player:t").await;
+    assert!(
+        rig.scripts[0].tombstones.lock().unwrap().is_empty(),
+        "a rebind on the same owner and incarnation retires nothing there"
+    );
+    // Rebind on script 1 while script 0 holds its answer.
+    *rig.scripts[0].tombstone_answer.lock().unwrap() = TombstoneAnswer::Hold;
+    let acked_at: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
+    let (bound, ()) = tokio::join!(
+        async {
+            let s = rig.bind_on(1, &c, "player:t").await;
+            (s, std::time::Instant::now())
+        },
+        async {
+            eventually("the tombstone at the previous owner", || {
+                !rig.scripts[0].tombstones.lock().unwrap().is_empty()
+            })
+            .await;
+            // Held a while, so a terminal that did not wait would come first.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            *acked_at.lock().unwrap() = Some(std::time::Instant::now());
+            rig.scripts[0].ack_held_tombstone();
+        }
+    );
+    let (moved, bound_at) = bound;
+    let acked_at = acked_at.lock().unwrap().unwrap();
+    assert!(
+        bound_at >= acked_at,
+        "the rebind's terminal came {:?} before the tombstone's answer",
+        acked_at.duration_since(bound_at)
+    );
+    let (sender, t) = rig.scripts[0].tombstones.lock().unwrap()[0].clone();
+    assert_eq!(
+        sender,
+        rig.cluster.nodes[0].fence(),
+        "sent by the session owner"
+    );
+    assert_eq!(
+        t,
+        BindingTombstone {
+            actor_id: "player:t".into(),
+            object_generation: 1,
+            session_id: same.session_id,
+            binding_generation: same.binding_generation,
+        },
+        "exactly the retired identity"
+    );
+    assert!(moved.binding_generation > same.binding_generation);
+    // The new route is in use.
+    say(&c, "player:t", 1).await;
+    assert_eq!(ask(&c, "player:t", 2).await, 2);
+    assert_eq!(
+        rig.scripts[1].arrivals_of("player:t"),
+        [(1, false), (2, true)]
+    );
+    assert_eq!(
+        (
+            rig.stat(|s| &s.tombstones_sent),
+            rig.stat(|s| &s.tombstones_acked)
+        ),
+        (1, 1)
+    );
+    // A previous owner that refuses: counted, and the rebind holds.
+    *rig.scripts[1].tombstone_answer.lock().unwrap() = TombstoneAnswer::Refuse;
+    rig.bind_on(0, &c, "player:t").await;
+    assert_eq!(rig.scripts[1].tombstones.lock().unwrap().len(), 1);
+    assert_eq!(rig.stat(|s| &s.tombstones_unacked), 1);
+    assert_eq!(ask(&c, "player:t", 3).await, 3);
+    assert_eq!(rig.scripts[0].arrivals_of("player:t"), [(3, true)]);
+    // A previous owner that is gone: nothing is sent, and that counts as acknowledged.
+    rig.bind_on(1, &c, "player:u").await;
+    rig.script_nodes[1].shutdown().await;
+    let gone = rig.script_nodes[1].fence();
+    eventually("script 1 no longer admitted", || {
+        !rig.cluster.nodes[0].is_admitted(&gone)
+    })
+    .await;
+    rig.bind_on(0, &c, "player:u").await;
+    assert_eq!(rig.stat(|s| &s.tombstones_owner_gone), 1);
+    assert_eq!(rig.stat(|s| &s.tombstones_sent), 3);
+    assert_eq!(ask(&c, "player:u", 4).await, 4);
     c.close().await;
     rig.shutdown().await;
 }

@@ -147,6 +147,14 @@ impl Handlers {
     }
 
     fn insert(&mut self, kind: MessageKind, packet_name: &str, h: Handler, concurrency: usize) {
+        if packet_name.starts_with(super::object_command::SESSION_FRAMEWORK_PREFIX) {
+            // The object runtime answers these itself; a handler would never run.
+            self.duplicate.get_or_insert(MeshConfigError::Invalid {
+                field: "handlers",
+                reason: format!("packet name {packet_name:?} is reserved for the framework"),
+            });
+            return;
+        }
         let key = HandlerKey {
             namespace: String::new(),
             kind,
@@ -362,6 +370,21 @@ mod tests {
                 kind: "send",
                 packet_name: "test.Ping".into()
             }
+        );
+    }
+
+    #[test]
+    fn framework_session_names_cannot_be_registered() {
+        let mut h = Handlers::new();
+        h.on_request_raw(
+            "zlink.session.BindingTombstone",
+            1,
+            |_, b| async move { Ok(b) },
+        );
+        let err = h.build("m").unwrap_err();
+        assert!(
+            matches!(&err, MeshConfigError::Invalid { field: "handlers", reason } if reason.contains("reserved")),
+            "{err:?}"
         );
     }
 

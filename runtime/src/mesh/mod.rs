@@ -144,5 +144,5 @@ mod state;
 pub use config::{ManualPeer, MeshNodeConfig, RidConfig};
 pub use handler::{Handlers, JsonMessage, MessageContext};
 pub use node::{MeshError, MeshNode};
-pub use object_command::{ObjectCommand, ObjectPayload, ObjectSink};
+pub use object_command::{ObjectCommand, ObjectPayload, ObjectSink, SESSION_FRAMEWORK_PREFIX};
 pub use peer::{PeerSnapshot, PeerState};

@@ -654,6 +654,17 @@ impl MeshNode {
     ) -> Result<TypedPayload, CallError> {
         self.check_open()?;
         let conn = self.inner.ready_conn(rid)?;
+        self.node_request_on(conn, payload, metadata, timeout).await
+    }
+
+    /// A node-direct request (17) on `conn`, answered once.
+    async fn node_request_on(
+        &self,
+        conn: ConnRef,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
         self.request_on(
             conn,
             |request, source, target| {
@@ -668,6 +679,28 @@ impl MeshNode {
             timeout,
         )
         .await
+    }
+
+    /// Node-direct request to exactly node lifecycle `target` (never to a later lifecycle of its
+    /// RID), with one end-to-end deadline `timeout` from now.
+    ///
+    /// # Errors
+    /// As [`MeshNode::request`]; `Unavailable` also when the ready connection to `target.rid`
+    /// is of another lifecycle.
+    pub async fn request_to_lifecycle(
+        &self,
+        target: &NodeFence,
+        payload: TypedPayload,
+        timeout: Duration,
+    ) -> Result<TypedPayload, CallError> {
+        self.check_open()?;
+        let conn = self.conn_to(target, &payload.packet_name)?;
+        self.node_request_on(conn, payload, None, timeout).await
+    }
+
+    /// Whether this node has a ready (admitted) connection to exactly node lifecycle `target`.
+    pub fn is_admitted(&self, target: &NodeFence) -> bool {
+        self.conn_to(target, "").is_ok()
     }
 
     /// Select-one request on RouteMesh Channel `channel` (glossary §7 "Select-one"): one ready,

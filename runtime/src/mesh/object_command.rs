@@ -18,7 +18,7 @@ use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     ActorCreate, ActorDestroy, ActorJoin, ActorRequest, ActorSend, BoundSessionBind,
     BoundSessionReplaced, BoundSessionSend, InstanceSpot, LogicalMulticast, MessageFollow,
-    NodeFence, RelocationCutover, RelocationData, RelocationFailed, RelocationPrepare,
+    NodeFence, NodeRequest, RelocationCutover, RelocationData, RelocationFailed, RelocationPrepare,
     RelocationReady, RelocationState, ReplyRelayAck, RequestHeader, RouteFence,
     SessionRelocationRoute, SessionRelocationSeal, SessionRelocationSealed, SpotRequest, SpotSend,
     UserSpotClose, UserSpotCreate,
@@ -95,7 +95,16 @@ pub enum ObjectCommand {
     /// `boundSessionReplaced` (51): the Actor owner replaced a binding of a session of this
     /// node with another session's (wire §3.2).
     BoundSessionReplaced(BoundSessionReplaced),
+    /// A node-direct request (17, answered by 20) whose packet name is in the framework's
+    /// reserved [`SESSION_FRAMEWORK_PREFIX`] space (**ours**; wire v1 has no command for it),
+    /// e.g. `zlink.session.BindingTombstone`: it goes to the object runtime, never to an
+    /// application handler.
+    FrameworkRequest(NodeRequest, ObjectPayload),
 }
+
+/// Packet names of node-direct requests that the object runtime answers itself (session
+/// binding housekeeping between nodes). Application node-direct handlers cannot use them.
+pub const SESSION_FRAMEWORK_PREFIX: &str = "zlink.session.";
 
 impl ObjectCommand {
     /// The route fence of a Spot / Actor message (21, 22, 24, 25): the reactor checks it names
@@ -127,7 +136,8 @@ impl ObjectCommand {
             | Self::SessionRelocationSeal(_)
             | Self::SessionRelocationSealed(_)
             | Self::SessionRelocationRoute(_)
-            | Self::BoundSessionReplaced(_) => None,
+            | Self::BoundSessionReplaced(_)
+            | Self::FrameworkRequest(..) => None,
         }
     }
 
@@ -144,6 +154,7 @@ impl ObjectCommand {
             Self::UserSpotClose(b) => Some(b.request.clone()),
             Self::ActorCreate(b) => Some(b.request.clone()),
             Self::BoundSessionBind(b) => Some(b.request.clone()),
+            Self::FrameworkRequest(b, _) => Some(b.request.clone()),
             Self::InstanceSpot(i, _) => instance_request(i),
             Self::SpotSend(..)
             | Self::ActorSend(..)
@@ -192,6 +203,7 @@ impl ObjectCommand {
             Self::SessionRelocationSealed(_) => "sessionRelocationSealed",
             Self::SessionRelocationRoute(_) => "sessionRelocationRoute",
             Self::BoundSessionReplaced(_) => "boundSessionReplaced",
+            Self::FrameworkRequest(..) => "frameworkRequest",
         }
     }
 }

@@ -1002,6 +1002,21 @@ impl Reactor {
                     );
                     return;
                 }
+                let payload = record.payload.unwrap_or_default();
+                if payload
+                    .packet_name
+                    .starts_with(super::object_command::SESSION_FRAMEWORK_PREFIX)
+                {
+                    // The framework's own node-direct requests (session housekeeping): the
+                    // object runtime answers them, never an application handler.
+                    let p = ObjectPayload {
+                        metadata: record.metadata,
+                        payload,
+                        bound_session: None,
+                    };
+                    self.take_object(conn, stamp.charge, ObjectCommand::FrameworkRequest(r, p));
+                    return;
+                }
                 self.inner.dispatcher.submit(
                     &self.inner,
                     DispatchItem {
@@ -1010,7 +1025,7 @@ impl Reactor {
                         request: Some(r.request),
                         channel: None,
                         metadata: record.metadata,
-                        payload: record.payload.unwrap_or_default(),
+                        payload,
                     },
                 );
             }

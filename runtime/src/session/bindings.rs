@@ -19,6 +19,8 @@
 //! - [`BindingTable::close`] takes every route of a closed session (for its disconnect
 //!   notices); [`BindingTable::drop_route`] removes exactly one binding identity (a dead
 //!   Actor owner, a tombstone), never a newer one.
+//! - [`needs_tombstone`] decides whether a rebind leaves a stale identity on the previous Actor
+//!   owner that the session owner must remove (`zlink.session.BindingTombstone`, **ours**).
 
 use std::collections::HashMap;
 
@@ -243,6 +245,15 @@ impl BindingTable {
     }
 }
 
+/// Whether a rebind that replaced route `previous` with one naming `new` leaves the previous
+/// Actor owner holding the retired binding identity: it does when `previous` named another
+/// node lifecycle or another incarnation. On the same owner and incarnation the bind itself
+/// replaced it (an Actor has one current binding), so nothing is left to remove.
+pub fn needs_tombstone(previous: &BindingRoute, new: &ActorRef) -> bool {
+    previous.actor.owner() != new.owner()
+        || previous.actor.object_generation() != new.object_generation()
+}
+
 #[cfg(test)]
 mod tests {
     use zlink_protocol::generated::{NodeFence, ObjectKind, RouteFence};
@@ -377,6 +388,60 @@ mod tests {
             "another session is untouched"
         );
         assert_eq!((t.sessions(), t.routes()), (1, 1));
+    }
+
+    #[test]
+    fn a_rebind_to_another_owner_or_incarnation_needs_a_tombstone_and_a_same_owner_one_does_not() {
+        let previous = |generation, node| BindingRoute {
+            actor: actor("a", generation, node),
+            binding_generation: 1,
+        };
+        let mut lifecycle_2 = actor("a", 1, "n1").route().clone();
+        lifecycle_2.target_node.lifecycle_generation = 2;
+        let mut moved_back = actor("a", 1, "n1").route().clone();
+        moved_back.authority_owner_generation = 3;
+        moved_back.owner_lease_generation = 2;
+        let cases = [
+            (
+                "same owner, same incarnation",
+                previous(1, "n1"),
+                actor("a", 1, "n1"),
+                false,
+            ),
+            (
+                "same owner and incarnation, newer owner generation",
+                previous(1, "n1"),
+                ActorRef::from_route(moved_back, "m").expect("an Actor route"),
+                false,
+            ),
+            (
+                "another owner node",
+                previous(1, "n1"),
+                actor("a", 1, "n2"),
+                true,
+            ),
+            (
+                "another lifecycle of the owner's RID",
+                previous(1, "n1"),
+                ActorRef::from_route(lifecycle_2, "m").expect("an Actor route"),
+                true,
+            ),
+            (
+                "a newer incarnation on the same owner",
+                previous(1, "n1"),
+                actor("a", 2, "n1"),
+                true,
+            ),
+            (
+                "a newer incarnation elsewhere",
+                previous(1, "n1"),
+                actor("a", 2, "n2"),
+                true,
+            ),
+        ];
+        for (case, previous, new, expected) in cases {
+            assert_eq!(needs_tombstone(&previous, &new), expected, "{case}");
+        }
     }
 
     #[test]

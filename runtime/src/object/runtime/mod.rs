@@ -83,7 +83,10 @@ mod remote;
 mod removal;
 mod sessions;
 
-pub use sessions::{BIND_TIMEOUT, Disconnected, REPLACED_CLOSE_DELAY, SessionStats, Unbound};
+pub use sessions::{
+    BIND_TIMEOUT, BindingTombstone, BindingTombstoneAck, Disconnected, REPLACED_CLOSE_DELAY,
+    SessionStats, Unbound,
+};
 
 pub use relocate::{Located, RelocatePlan, UnitRef, UnitReport, may_take};
 pub use relocations::{
@@ -732,6 +735,15 @@ impl<S: ObjectStore> ObjectSink for SinkRef<S> {
             ObjectCommand::BoundSessionReplaced(b) => {
                 if let Some(inner) = self.runtime.upgrade() {
                     inner.on_replaced(&source, &b);
+                }
+            }
+            ObjectCommand::FrameworkRequest(r, p) => {
+                match (self.runtime.upgrade(), self.mesh.upgrade()) {
+                    (Some(inner), Some(mesh)) => {
+                        let result = inner.framework_request(&source, &p.payload);
+                        mesh.reply_to(&source, &r.request, result);
+                    }
+                    _ => self.gone(&source, Some(&r.request)),
                 }
             }
             ObjectCommand::SessionRelocationRoute(b) => {

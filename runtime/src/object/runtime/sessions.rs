@@ -23,7 +23,9 @@ use crate::mesh::handler::BoxFuture;
 use crate::object::actor_ref::ActorRef;
 use crate::relocation::session_legs::{LegAction, LegEvent, SessionLegs};
 use crate::session::SessionCtx;
-use crate::session::bindings::{BeginError, BindingRoute, BindingTable, Completed};
+use crate::session::bindings::{
+    BeginError, BindingRoute, BindingTable, Completed, needs_tombstone,
+};
 use crate::session::router::{SessionRouter, packet_from_typed};
 use crate::session::seal::{
     BindingIdentity, Held, Ignored, SealAction, SealEvent, SealMachine, SealState,
@@ -82,6 +84,52 @@ pub struct Unbound {
 
 impl JsonMessage for Unbound {
     const PACKET_NAME: &'static str = "zlink.session.Unbound";
+}
+
+/// **(ours)** A rebind's housekeeping (issue 19 item 4; wire v1 has no command for it): the
+/// session owner asks the **previous** Actor owner to forget the binding identity a rebind of
+/// the same session to another owner or incarnation retired. Sent node-direct (17 → 20) to
+/// exactly that owner lifecycle, and acknowledged before the rebind's terminal; the owner
+/// removes the Actor incarnation's binding only when it is exactly this identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindingTombstone {
+    /// The Actor whose binding is retired.
+    pub actor_id: String,
+    /// The incarnation the retired binding was made on.
+    pub object_generation: u64,
+    /// The session's id on its owner node (the sender).
+    pub session_id: u64,
+    /// The retired binding's generation.
+    pub binding_generation: u64,
+}
+
+impl JsonMessage for BindingTombstone {
+    const PACKET_NAME: &'static str = "zlink.session.BindingTombstone";
+}
+
+/// The previous Actor owner's answer to a [`BindingTombstone`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindingTombstoneAck {
+    /// Whether the identity was the incarnation's current binding and is gone now (`false`:
+    /// nothing here matched it, e.g. the incarnation ended or another binding replaced it).
+    pub removed: bool,
+}
+
+impl JsonMessage for BindingTombstoneAck {
+    const PACKET_NAME: &'static str = "zlink.session.BindingTombstoneAck";
+}
+
+/// How a rebind's tombstone ended, seen from the session owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Burial {
+    /// The previous owner answered (or is this node).
+    Acked,
+    /// The previous owner lifecycle is not admitted here any more: it holds nothing to remove,
+    /// which counts as acknowledged.
+    OwnerGone,
+    /// No answer by the rebind's deadline, or an error: warned and counted; the identity ends
+    /// with that incarnation (relays on it are refused by the relay checks).
+    Unacked,
 }
 
 /// The session identity a `Disconnected` or `Unbound` notice names.
@@ -174,6 +222,22 @@ pub struct SessionStats {
     pub routes_sent: AtomicU64,
     /// 43s that matched no waiting leg (late or repeated).
     pub sealed_unmatched: AtomicU64,
+    /// Rebind tombstones this node's sessions sent (or applied here, for a previous owner
+    /// that is this node).
+    pub tombstones_sent: AtomicU64,
+    /// Tombstones whose previous owner answered.
+    pub tombstones_acked: AtomicU64,
+    /// Tombstones not sent because the previous owner lifecycle is not admitted (counted as
+    /// acknowledged).
+    pub tombstones_owner_gone: AtomicU64,
+    /// Tombstones without an answer by the rebind's deadline (warned).
+    pub tombstones_unacked: AtomicU64,
+    /// Tombstones this node applied as the previous Actor owner (an exact identity removed).
+    pub tombstones_applied: AtomicU64,
+    /// Tombstones this node answered without a change (no exactly matching binding).
+    pub tombstones_ignored: AtomicU64,
+    /// Tombstones refused as malformed (a body that does not decode, an invalid Actor ID).
+    pub tombstones_refused: AtomicU64,
 }
 
 impl SessionStats {
@@ -209,6 +273,13 @@ impl SessionStats {
             ("aborts_sent", &self.aborts_sent),
             ("routes_sent", &self.routes_sent),
             ("sealed_unmatched", &self.sealed_unmatched),
+            ("tombstones_sent", &self.tombstones_sent),
+            ("tombstones_acked", &self.tombstones_acked),
+            ("tombstones_owner_gone", &self.tombstones_owner_gone),
+            ("tombstones_unacked", &self.tombstones_unacked),
+            ("tombstones_applied", &self.tombstones_applied),
+            ("tombstones_ignored", &self.tombstones_ignored),
+            ("tombstones_refused", &self.tombstones_refused),
         ]
         .into_iter()
         .map(|(name, c)| (name, c.load(Ordering::Relaxed)))
@@ -548,6 +619,81 @@ impl<S: ObjectStore> Inner<S> {
         tokio::spawn(async move { ctx.replaced(actor_id, REPLACED_CLOSE_DELAY).await });
     }
 
+    /// A framework node-direct request (`zlink.session.*`) from `source`, answered here.
+    ///
+    /// # Errors
+    /// `NotFound` for a name this runtime does not serve; as [`Inner::on_tombstone`].
+    pub(super) fn framework_request(
+        &self,
+        source: &NodeFence,
+        payload: &TypedPayload,
+    ) -> Result<TypedPayload, CallError> {
+        if &*payload.packet_name != BindingTombstone::PACKET_NAME {
+            return Err(CallError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "node {} serves no framework request {:?}",
+                    self.mesh.rid(),
+                    &*payload.packet_name
+                ),
+            ));
+        }
+        let t: BindingTombstone = decode_json(payload).inspect_err(|_| {
+            self.session_stats
+                .tombstones_refused
+                .fetch_add(1, Ordering::Relaxed);
+        })?;
+        let removed = self.on_tombstone(source, &t)?;
+        encode_json(&BindingTombstoneAck { removed })
+    }
+
+    /// A rebind tombstone from session owner `source`, as the previous Actor owner: the Actor
+    /// incarnation's binding is removed when it is exactly the identity named (that session
+    /// owner, session and binding generation); whether it was.
+    ///
+    /// The identity's session owner is always `source`: a node can retire only its own
+    /// sessions' bindings.
+    ///
+    /// # Errors
+    /// `InvalidOperation` (counted, nothing changed) for an invalid Actor ID.
+    pub(super) fn on_tombstone(
+        &self,
+        source: &NodeFence,
+        t: &BindingTombstone,
+    ) -> Result<bool, CallError> {
+        let identity = SessionRef {
+            owner_node: source.clone(),
+            session_id: t.session_id,
+            binding_generation: t.binding_generation,
+        };
+        let Ok(key) = AuthorityKey::new(StoreKind::Actor, &t.actor_id) else {
+            self.session_stats
+                .tombstones_refused
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(CallError::new(
+                ErrorKind::InvalidOperation,
+                format!("tombstone names no valid Actor ID {:?}", t.actor_id),
+            ));
+        };
+        let removed = {
+            let mut live = self.live();
+            match live.get_incarnation_mut(&key, t.object_generation) {
+                Some(e) if e.binding.as_ref() == Some(&identity) => {
+                    e.binding = None;
+                    true
+                }
+                Some(_) | None => false,
+            }
+        };
+        let counter = if removed {
+            &self.session_stats.tombstones_applied
+        } else {
+            &self.session_stats.tombstones_ignored
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(removed)
+    }
+
     /// Target admission of a session relay (24/25 with a bound-session tail): the route is
     /// admitted as any Actor route, then the Actor's live incarnation and current binding must
     /// be the ones the relay names. A `zlink.session.Disconnected` notice that is admitted
@@ -727,6 +873,7 @@ impl<S: ObjectStore> Inner<S> {
                 ),
             })?;
         let session = self.session_ref(id, generation);
+        let started = std::time::Instant::now();
         let result = if *actor.owner() == self.mesh.fence() {
             let deadline = now_unix_ms().saturating_add(millis(BIND_TIMEOUT));
             self.bind_here(&session, actor.route(), deadline)
@@ -756,7 +903,13 @@ impl<S: ObjectStore> Inner<S> {
         };
         fail_all(held, "the binding was made again while sealed");
         match done {
-            Completed::Switched { .. } => {
+            Completed::Switched { previous } => {
+                if let Some(p) = previous.filter(|p| needs_tombstone(p, &actor)) {
+                    // The previous Actor owner still holds the retired identity: it is told
+                    // to forget it before this bind's terminal.
+                    let left = BIND_TIMEOUT.saturating_sub(started.elapsed());
+                    self.bury(id, &p, left).await;
+                }
                 self.session_stats
                     .binds_completed
                     .fetch_add(1, Ordering::Relaxed);
@@ -786,6 +939,58 @@ impl<S: ObjectStore> Inner<S> {
                 ))
             }
         }
+    }
+
+    /// Tell the previous Actor owner of a rebind of session `id` to forget the retired
+    /// binding `p` ([`BindingTombstone`]), waiting at most `timeout` for its answer. An owner
+    /// lifecycle that is not admitted holds nothing any more: that counts as acknowledged.
+    async fn bury(&self, id: SessionId, p: &BindingRoute, timeout: Duration) -> Burial {
+        let t = BindingTombstone {
+            actor_id: p.actor.actor_id().to_owned(),
+            object_generation: p.actor.object_generation(),
+            session_id: id.get(),
+            binding_generation: p.binding_generation,
+        };
+        let stats = &self.session_stats;
+        stats.tombstones_sent.fetch_add(1, Ordering::Relaxed);
+        let me = self.mesh.fence();
+        let burial = if *p.actor.owner() == me {
+            // Infallible for a route this node stored (its Actor ID was valid).
+            let _ = self.on_tombstone(&me, &t);
+            Burial::Acked
+        } else if !self.mesh.is_admitted(p.actor.owner()) {
+            Burial::OwnerGone
+        } else {
+            let answer = match encode_json(&t) {
+                Ok(payload) => {
+                    self.mesh
+                        .request_to_lifecycle(p.actor.owner(), payload, timeout)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match answer.and_then(|a| decode_json::<BindingTombstoneAck>(&a)) {
+                Ok(_) => Burial::Acked,
+                Err(e) => {
+                    tracing::warn!(
+                        session = id.get(),
+                        actor = %t.actor_id,
+                        owner = %p.actor.owner().rid,
+                        error = %e,
+                        "the previous Actor owner did not acknowledge a rebind's tombstone; \
+                         its stale binding ends with that incarnation"
+                    );
+                    Burial::Unacked
+                }
+            }
+        };
+        let counter = match burial {
+            Burial::Acked => &stats.tombstones_acked,
+            Burial::OwnerGone => &stats.tombstones_owner_gone,
+            Burial::Unacked => &stats.tombstones_unacked,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        burial
     }
 
     /// Submit a relay on `route` with the session's tail (local Actor owner or the mesh).
