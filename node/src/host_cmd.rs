@@ -499,6 +499,18 @@ pub struct LoadArgs {
     /// as JSON lines to this file, for a history checker.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// Rooms and players instead of counters: this many `room` User Spots, each with
+    /// `--players-per-room` `player` Actors, created through the mesh before the traffic
+    /// (0: counters).
+    #[arg(long, default_value_t = 0)]
+    rooms: usize,
+    /// Players created in each room (with `--rooms`).
+    #[arg(long, default_value_t = 5)]
+    players_per_room: usize,
+    /// Closed loop: every call a request, one in flight per ID, so each ID's arrivals must be
+    /// strictly in order (otherwise pipelined, with one-way sends).
+    #[arg(long)]
+    closed_loop: bool,
     /// Print the report as one JSON line.
     #[arg(long)]
     json: bool,
@@ -540,6 +552,11 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
         id_prefix,
         duration: args.duration_ms.map(Duration::from_millis),
         history: args.history.clone(),
+        rooms: (args.rooms > 0).then_some(zlink_node::host::load::RoomsConfig {
+            rooms: args.rooms,
+            players_per_room: args.players_per_room,
+        }),
+        closed_loop: args.closed_loop,
     };
     let report = zlink_node::host::load::run(&hc, secret, &cfg).await?;
     let failures = report.failures();
@@ -562,6 +579,9 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
                 "out_of_order": report.ids.iter().map(|r| r.out_of_order).sum::<u64>(),
                 "ids_out_of_order": report.ids.iter().filter(|r| r.out_of_order > 0).count(),
                 "ids_with_duplicates": report.ids.iter().filter(|r| r.duplicates > 0 || r.unexpected > 0).count(),
+                "closed_loop": cfg.closed_loop,
+                "rooms": cfg.rooms.map_or(0, |r| r.rooms),
+                "players": cfg.rooms.map_or(0, |r| r.rooms * r.players_per_room),
                 "p50_us": report.p50.as_micros() as u64,
                 "p99_us": report.p99.as_micros() as u64,
                 "traffic_ms": report.traffic_time.as_millis() as u64,
@@ -571,12 +591,12 @@ pub async fn load(args: LoadArgs) -> Result<i32> {
         );
     } else {
         crate::say_line(&format!(
-            "load {}: {} counters x {} messages\n  sent {} ({} requests), applied {applied}, \
+            "load {}: {} IDs x {} messages\n  sent {} ({} requests), applied {applied}, \
              failed calls {}\n  gaps {gaps} in {} IDs, duplicates {dups} in {} IDs, out of \
              order {} (reported only)\n  \
              request latency p50 {:?} p99 {:?} max {:?}\n  traffic {:?}",
             report.rid,
-            cfg.counters,
+            report.ids.len(),
             cfg.messages_per_counter,
             report.sent,
             report.requests,

@@ -420,14 +420,17 @@ fn sigterm_mid_load_moves_every_counter_without_losing_a_message() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 17 "Soak": three `zlink-node run` hosts on a real redis-server under a continuous
-/// `zlink-node load` (one-way sends and requests to 40 counters). A seeded driver
+/// Issue 17 "Soak": three `zlink-node run` hosts on a real redis-server under two continuous
+/// `zlink-node load`s: pipelined one-way sends and requests to 40 counters, and closed-loop
+/// requests to 4 rooms with 5 players each (every player also gets each room line as a
+/// broadcast). A seeded driver
 /// (`ZLINK_SOAK_SEED` replays a run) picks a host each round and alternates the modes: it starts
 /// the host's replacement first (the same application version for PlannedMaintenance, one
 /// higher for RollingUpdate, so a target of the right version exists), runs
 /// `ctl relocate --wait-safe` (it must end Completed), SIGTERMs the host (exit 0), for
-/// `ZLINK_SOAK_SECS` (60 in `scripts/test`; 600 for the opt-in long run). Pass: the load
-/// reports every numbered message applied exactly once and no failed call.
+/// `ZLINK_SOAK_SECS` (60 in `scripts/test`; 600 for the opt-in long run). Pass: both loads
+/// report every numbered message applied exactly once (broadcasts included) and no failed
+/// call, and the closed loop no out-of-order arrival.
 #[test]
 fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
     let secs: u64 = std::env::var("ZLINK_SOAK_SECS")
@@ -472,6 +475,24 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
             "3",
             "--concurrency",
             "8",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    // Beside it, rooms with their players (User Spots moving with every member Actor) under
+    // closed-loop requests: one in flight per ID, so every ID's numbers must arrive in order.
+    let room_load = load_cmd(
+        &config,
+        &[
+            "--rooms",
+            "4",
+            "--players-per-room",
+            "5",
+            "--closed-loop",
+            "--duration-ms",
+            &(secs * 1000).to_string(),
+            "--concurrency",
+            "6",
         ],
     )
     .spawn()
@@ -552,7 +573,31 @@ fn soak_relocate_sigterm_restart_rounds_under_continuous_load() {
         r["out_of_order"].is_u64(),
         "out-of-order arrivals are reported: {r}"
     );
-    eprintln!("soak: {round} rounds, load {r}");
+    let out = room_load.wait_with_output().unwrap();
+    let rooms = common_procs::load_report(&out);
+    assert!(
+        out.status.success(),
+        "rooms load failed after {round} rounds (ZLINK_SOAK_SEED={seed}): {rooms} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        (&rooms["rooms"], &rooms["players"], &rooms["ids"]),
+        (&Value::from(4), &Value::from(20), &Value::from(24)),
+        "{rooms}"
+    );
+    assert_eq!(rooms["closed_loop"], true, "{rooms}");
+    assert_eq!(
+        rooms["applied"], rooms["sent"],
+        "every message applied once: {rooms}"
+    );
+    assert_eq!(rooms["gaps"], 0, "{rooms}");
+    assert_eq!(rooms["duplicates"], 0, "{rooms}");
+    assert_eq!(rooms["failed_calls"], 0, "{rooms}");
+    assert_eq!(
+        rooms["out_of_order"], 0,
+        "closed loop: strictly in order: {rooms}"
+    );
+    eprintln!("soak: {round} rounds, load {r}, rooms load {rooms}");
     common_procs::drain_all(&mut hosts);
     let _ = std::fs::remove_dir_all(&dir);
 }

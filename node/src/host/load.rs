@@ -19,14 +19,20 @@ use zlink_protocol::generated::{ObjectRole, RuntimeState};
 use zlink_store::redis::RedisStore;
 
 use super::HostConfig;
-use crate::demo::plan::{OpKind, Shape, quantile};
+use crate::demo::plan::Op;
+use crate::demo::plan::{OpKind, quantile};
 use crate::refapp::counter::{Add, ReadSource, Total};
-use crate::refapp::{COUNTER, RefAppConfig};
+use crate::refapp::messages::{
+    Ack, Deliver, DeliverRequest, Heard, Join, Joined, PlayerReport, ReportRequest, RoomReport, Say,
+};
+use crate::refapp::seq::SourceReport;
+use crate::refapp::{COUNTER, PLAYER, ROOM, RefAppConfig};
 use zlink::call::error::CallError;
 use zlink::mesh::auth::MeshSecret;
 use zlink::mesh::discovery::DiscoveryBackend;
 use zlink::mesh::peer::PeerState;
 use zlink::mesh::{Handlers, MeshNode};
+use zlink::object::ObjectCalls;
 use zlink::object::runtime::ObjectRuntime;
 use zlink::routing::CacheConfig;
 
@@ -57,6 +63,27 @@ pub struct LoadConfig {
     /// Write every call's outcome and every final read as JSON lines here ([`HistoryLine`]),
     /// for a history checker (issue 20's chaos run).
     pub history: Option<std::path::PathBuf>,
+    /// Rooms and players instead of counters (`None`: counters).
+    pub rooms: Option<RoomsConfig>,
+    /// Closed loop: every call is a request and each ID has one call in flight at a time, in
+    /// number order, so its arrivals must be strictly in order. Otherwise pipelined: up to
+    /// `concurrency` calls in flight over all IDs, one-way sends among them (their order across
+    /// a relocation is reported, not required: wire §10).
+    pub closed_loop: bool,
+}
+
+/// The rooms-and-players workload (issue 17 "Soak"): `rooms` `room` User Spots with
+/// `players_per_room` `player` Actors each, created by the load through the mesh before the
+/// traffic (placed on the servers by weighted selection; each player on its room's node) and
+/// joined to their room. Every round sends message `j` to every player (`Deliver`, or
+/// `DeliverRequest` on request rounds) and says line `j` in every room (`Say`, a request the
+/// room broadcasts to its members as numbered one-way `Deliver`s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoomsConfig {
+    /// Rooms created.
+    pub rooms: usize,
+    /// Players created in each room.
+    pub players_per_room: usize,
 }
 
 impl Default for LoadConfig {
@@ -73,6 +100,8 @@ impl Default for LoadConfig {
             source: "load".into(),
             duration: None,
             history: None,
+            rooms: None,
+            closed_loop: false,
         }
     }
 }
@@ -195,6 +224,8 @@ pub struct LoadReport {
     pub max: Duration,
     /// Wall time of the traffic phase.
     pub traffic_time: Duration,
+    /// A closed-loop run: any out-of-order arrival is a failure.
+    pub closed_loop: bool,
 }
 
 impl LoadReport {
@@ -238,6 +269,19 @@ impl LoadReport {
                     .join(", ")
             ));
         }
+        let reordered: Vec<&IdReport> = self.ids.iter().filter(|r| r.out_of_order > 0).collect();
+        if self.closed_loop && !reordered.is_empty() {
+            out.push(format!(
+                "{} IDs received numbers out of order in a closed loop, first: {}",
+                reordered.len(),
+                reordered
+                    .iter()
+                    .take(5)
+                    .map(|r| format!("{} out of order {}", r.id, r.out_of_order))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         out
     }
 }
@@ -257,6 +301,15 @@ pub async fn run(
         return Err(LoadError::Config {
             field: "concurrency",
             reason: "must be at least 1".into(),
+        });
+    }
+    if cfg
+        .rooms
+        .is_some_and(|r| r.rooms == 0 || r.players_per_room == 0)
+    {
+        return Err(LoadError::Config {
+            field: "rooms",
+            reason: "rooms and players per room must be at least 1".into(),
         });
     }
     let mut hc = host.clone();
@@ -335,6 +388,203 @@ async fn wait_for_server(node: &MeshNode, mesh: &str, within: Duration) -> Resul
 /// How long the load waits for the other discovered servers once one is ready.
 const SPREAD_WAIT: Duration = Duration::from_secs(3);
 
+/// The IDs a load run addresses, by index: counters `0..counters`; or players `0..P` then
+/// rooms `P..P + R`.
+#[derive(Debug, Clone)]
+struct Targets {
+    prefix: String,
+    counters: usize,
+    rooms: Option<RoomsConfig>,
+}
+
+/// What the ID with an index is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Counter,
+    /// A player, member of room `room` (a room index).
+    Player {
+        room: usize,
+    },
+    Room,
+}
+
+impl Targets {
+    fn len(&self) -> usize {
+        match self.rooms {
+            None => self.counters,
+            Some(r) => r.rooms * r.players_per_room + r.rooms,
+        }
+    }
+
+    fn players(&self) -> usize {
+        self.rooms.map_or(0, |r| r.rooms * r.players_per_room)
+    }
+
+    fn kind(&self, i: usize) -> Target {
+        match self.rooms {
+            None => Target::Counter,
+            Some(r) if i < self.players() => Target::Player {
+                room: i / r.players_per_room,
+            },
+            Some(_) => Target::Room,
+        }
+    }
+
+    fn id(&self, i: usize) -> String {
+        match self.kind(i) {
+            Target::Counter => format!("{}-{i}", self.prefix),
+            Target::Player { .. } => format!("{}-p{i}", self.prefix),
+            Target::Room => self.room_id(i - self.players()),
+        }
+    }
+
+    fn room_id(&self, r: usize) -> String {
+        format!("{}-r{r}", self.prefix)
+    }
+
+    /// The operation of round `j` for ID `i`.
+    fn op(&self, i: usize, j: u64, request_every: u64, closed_loop: bool) -> Op {
+        let request = closed_loop || (request_every > 0 && (j + 1).is_multiple_of(request_every));
+        Op {
+            node: 0,
+            target: i,
+            seq: j,
+            kind: match self.kind(i) {
+                Target::Room => OpKind::Say,
+                Target::Counter | Target::Player { .. } if request => OpKind::Request,
+                Target::Counter | Target::Player { .. } => OpKind::Send,
+            },
+        }
+    }
+}
+
+/// Create the rooms and players of `targets` through the mesh and join every player to its
+/// room (a rooms run), before the traffic.
+async fn populate(
+    rt: &ObjectRuntime<RedisStore>,
+    targets: &Targets,
+    cfg: &LoadConfig,
+) -> Result<(), LoadError> {
+    let Some(r) = targets.rooms else {
+        return Ok(());
+    };
+    let setup = |what: &'static str| {
+        move |e: CallError| LoadError::Config {
+            field: "rooms",
+            reason: format!("{what}: {e}"),
+        }
+    };
+    futures::stream::iter((0..r.rooms).map(|room| {
+        let id = targets.room_id(room);
+        async move { rt.create_user_spot(ROOM, &id, None).await.map(drop) }
+    }))
+    .buffer_unordered(cfg.concurrency)
+    .collect::<Vec<_>>()
+    .await
+    .into_iter()
+    .collect::<Result<(), _>>()
+    .map_err(setup("creating rooms"))?;
+    let players = targets.players();
+    futures::stream::iter((0..players).map(|p| {
+        let (id, room) = (targets.id(p), targets.room_id(p / r.players_per_room));
+        async move {
+            rt.create_actor_in(PLAYER, &id, &room, None).await?;
+            rt.request_to_spot::<Join, Joined>(&room, &Join { player: id }, cfg.request_timeout)
+                .await
+                .map(drop)
+        }
+    }))
+    .buffer_unordered(cfg.concurrency)
+    .collect::<Vec<_>>()
+    .await
+    .into_iter()
+    .collect::<Result<(), _>>()
+    .map_err(setup("creating and joining players"))
+}
+
+/// Run one operation.
+async fn call(
+    rt: &ObjectRuntime<RedisStore>,
+    targets: &Targets,
+    cfg: &LoadConfig,
+    op: Op,
+    t0: Instant,
+) -> Outcome {
+    let id = targets.id(op.target);
+    let start = Instant::now();
+    let source = cfg.source.clone();
+    let result = match (targets.kind(op.target), op.kind) {
+        (Target::Counter, OpKind::Request) => rt
+            .request_to_instance_spot::<Add, Total>(
+                COUNTER,
+                &id,
+                &Add {
+                    source,
+                    seq: op.seq,
+                    by: 1,
+                },
+                cfg.request_timeout,
+            )
+            .await
+            .map(Some),
+        (Target::Counter, _) => rt
+            .send_to_instance_spot(
+                COUNTER,
+                &id,
+                &Add {
+                    source,
+                    seq: op.seq,
+                    by: 1,
+                },
+            )
+            .await
+            .map(|()| None),
+        (Target::Player { .. }, OpKind::Request) => rt
+            .request_to_actor::<DeliverRequest, Ack>(
+                &id,
+                &DeliverRequest {
+                    source,
+                    seq: op.seq,
+                    item: None,
+                },
+                cfg.request_timeout,
+            )
+            .await
+            .map(|_| None),
+        (Target::Player { .. }, _) => rt
+            .send_to_actor(
+                &id,
+                &Deliver {
+                    source,
+                    seq: op.seq,
+                    item: None,
+                },
+            )
+            .await
+            .map(|()| None),
+        (Target::Room, _) => rt
+            .request_to_spot::<Say, Heard>(
+                &id,
+                &Say {
+                    source,
+                    seq: op.seq,
+                    text: format!("line {}", op.seq),
+                },
+                cfg.request_timeout,
+            )
+            .await
+            .map(|_| None),
+    };
+    Outcome {
+        target: op.target,
+        seq: op.seq,
+        kind: op.kind,
+        start: start.duration_since(t0),
+        end: t0.elapsed(),
+        result,
+    }
+}
+
 async fn drive(
     node: &MeshNode,
     rt: &ObjectRuntime<RedisStore>,
@@ -342,87 +592,59 @@ async fn drive(
     cfg: &LoadConfig,
 ) -> Result<LoadReport, LoadError> {
     wait_for_server(node, mesh, cfg.ready_timeout).await?;
-    let shape = Shape {
-        nodes: 1,
-        rooms: 0,
-        players: cfg.counters,
-        messages_per_player: cfg.messages_per_counter,
-        lines_per_room: 0,
-        request_every: cfg.request_every,
+    let targets = Targets {
+        prefix: cfg.id_prefix.clone(),
+        counters: cfg.counters,
+        rooms: cfg.rooms,
     };
-    let id_of = |i: usize| format!("{}-{i}", cfg.id_prefix);
+    populate(rt, &targets, cfg).await?;
+    let n = targets.len();
     let t0 = Instant::now();
     // Numbered messages issued per ID (the check's expectation).
-    let issued: Vec<std::sync::atomic::AtomicU64> = (0..cfg.counters)
+    let issued: Vec<std::sync::atomic::AtomicU64> = (0..n)
         .map(|_| std::sync::atomic::AtomicU64::new(0))
         .collect();
-    let ops: Box<dyn Iterator<Item = crate::demo::plan::Op> + Send + '_> = match cfg.duration {
-        None => Box::new(
-            shape
-                .ops()
-                .into_iter()
-                .next()
-                .unwrap_or_default()
-                .into_iter(),
-        ),
-        // Continuous: the same round order, round after round, until the duration ends.
-        Some(d) => Box::new(
-            (0u64..)
-                .flat_map(move |j| {
-                    (0..cfg.counters).map(move |p| crate::demo::plan::Op {
-                        node: 0,
-                        target: p,
-                        seq: j,
-                        kind: if cfg.request_every > 0 && (j + 1) % cfg.request_every == 0 {
-                            OpKind::Request
-                        } else {
-                            OpKind::Send
-                        },
-                    })
-                })
-                .take_while(move |_| t0.elapsed() < d),
-        ),
+    // Another round starts only while this holds.
+    let more_rounds = |j: u64| match cfg.duration {
+        None => j < cfg.messages_per_counter,
+        Some(d) => t0.elapsed() < d,
     };
-    let issued_ref = &issued;
-    let outcomes: Vec<Outcome> = futures::stream::iter(ops)
-        .map(|op| {
-            issued_ref[op.target].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let id = id_of(op.target);
-            let add = Add {
-                source: cfg.source.clone(),
-                seq: op.seq,
-                by: 1,
-            };
-            async move {
-                let start = Instant::now();
-                let r = match op.kind {
-                    OpKind::Request => rt
-                        .request_to_instance_spot::<Add, Total>(
-                            COUNTER,
-                            &id,
-                            &add,
-                            cfg.request_timeout,
-                        )
-                        .await
-                        .map(Some),
-                    _ => rt
-                        .send_to_instance_spot(COUNTER, &id, &add)
-                        .await
-                        .map(|()| None),
-                };
-                Outcome {
-                    target: op.target,
-                    seq: op.seq,
-                    kind: op.kind,
-                    start: start.duration_since(t0),
-                    end: t0.elapsed(),
-                    result: r,
+    let (targets_ref, issued_ref) = (&targets, &issued);
+    let issue = |op: Op| {
+        issued_ref[op.target].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        call(rt, targets_ref, cfg, op, t0)
+    };
+    let outcomes: Vec<Outcome> = if cfg.closed_loop {
+        // One worker per `concurrency` slice of the IDs: each ID's calls one at a time, in
+        // number order, round after round.
+        let workers = (0..cfg.concurrency.min(n.max(1))).map(|w| async move {
+            let mut out = Vec::new();
+            let mut j = 0u64;
+            while more_rounds(j) {
+                for i in (w..n).step_by(cfg.concurrency) {
+                    out.push(issue(targets_ref.op(i, j, cfg.request_every, true)).await);
                 }
+                j += 1;
             }
-        })
-        .buffer_unordered(cfg.concurrency)
-        .collect()
-        .await;
+            out
+        });
+        futures::future::join_all(workers)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    } else {
+        // The same round order, round after round (message `j` to every ID, then `j + 1`).
+        let ops = (0u64..)
+            .take_while(|&j| cfg.duration.is_some() || j < cfg.messages_per_counter)
+            .flat_map(move |j| (0..n).map(move |i| targets_ref.op(i, j, cfg.request_every, false)))
+            .take_while(move |op| op.target != 0 || more_rounds(op.seq));
+        futures::stream::iter(ops)
+            .map(issue)
+            .buffer_unordered(cfg.concurrency)
+            .collect()
+            .await
+    };
     let traffic_time = t0.elapsed();
     let mut report = LoadReport {
         rid: node.rid().to_owned(),
@@ -436,6 +658,7 @@ async fn drive(
         p99: Duration::ZERO,
         max: Duration::ZERO,
         traffic_time,
+        closed_loop: cfg.closed_loop,
     };
     let mut history = Vec::new();
     // Unix milliseconds of the traffic start: history times are wall clock.
@@ -446,18 +669,18 @@ async fn drive(
             .saturating_sub(t0.elapsed()),
     );
     // Per ID: the numbers whose call succeeded (must be applied) and those whose call failed.
-    let mut acked: Vec<Vec<u64>> = vec![Vec::new(); cfg.counters];
-    let mut failed: Vec<u64> = vec![0; cfg.counters];
+    let mut acked: Vec<Vec<u64>> = vec![Vec::new(); n];
+    let mut failed: Vec<u64> = vec![0; n];
     let mut latencies = Vec::new();
     for o in outcomes {
         let mut line = HistoryLine {
             t_ms: base_ms + millis(o.end),
             start_ms: base_ms + millis(o.start),
-            id: id_of(o.target),
-            kind: if o.kind == OpKind::Request {
-                "request"
-            } else {
-                "send"
+            id: targets.id(o.target),
+            kind: match o.kind {
+                OpKind::Request => "request",
+                OpKind::Say => "say",
+                OpKind::Send => "send",
             }
             .into(),
             seq: Some(o.seq),
@@ -473,7 +696,7 @@ async fn drive(
             Ok(total) => {
                 report.sent += 1;
                 acked[o.target].push(o.seq);
-                if o.kind == OpKind::Request {
+                if o.kind != OpKind::Send {
                     report.requests += 1;
                     latencies.push(o.end.saturating_sub(o.start));
                 }
@@ -511,7 +734,10 @@ async fn drive(
         source: cfg.source.clone(),
     };
     for (i, issued) in issued.iter().enumerate() {
-        let id = id_of(i);
+        if targets.kind(i) != Target::Counter {
+            continue;
+        }
+        let id = targets.id(i);
         let sent = issued.load(std::sync::atomic::Ordering::Relaxed);
         acked[i].sort_unstable();
         let lost = |t: &Total| acked[i].iter().filter(|&&n| !applied(t, n)).count() as u64;
@@ -574,6 +800,13 @@ async fn drive(
             out_of_order,
         });
     }
+    if targets.rooms.is_some() {
+        let sent: Vec<u64> = issued
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        check_rooms(rt, &targets, cfg, &sent, &failed, settle_until, &mut report).await;
+    }
     if let Some(path) = &cfg.history {
         write_history(path, &history).map_err(|e| LoadError::Config {
             field: "history",
@@ -581,6 +814,166 @@ async fn drive(
         })?;
     }
     Ok(report)
+}
+
+/// Read a report until `done` holds or `until` passed (the last read, or the last error).
+async fn settle<R, F, Fut>(
+    read: F,
+    done: impl Fn(&R) -> bool,
+    until: Instant,
+) -> Result<R, CallError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<R, CallError>>,
+{
+    loop {
+        match read().await {
+            Ok(r) if done(&r) || Instant::now() >= until => return Ok(r),
+            Err(e) if Instant::now() >= until => return Err(e),
+            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Source `name`'s report (an empty one when the check listed none).
+fn source_report(sources: &[SourceReport], name: &str) -> SourceReport {
+    sources
+        .iter()
+        .find(|s| s.source == name)
+        .cloned()
+        .unwrap_or(SourceReport {
+            source: name.to_owned(),
+            distinct: 0,
+            expected: None,
+            missing: 0,
+            gaps: Vec::new(),
+            duplicates: 0,
+            duplicate_samples: Vec::new(),
+            unexpected: 0,
+            out_of_order: 0,
+        })
+}
+
+/// The check of a rooms run: every room's lines from the load (rooms first: how many lines
+/// each heard is what every member must have been broadcast), then every player's messages
+/// from the load and the broadcasts of its room. A number whose call failed may be missing;
+/// any other gap is a loss.
+async fn check_rooms(
+    rt: &ObjectRuntime<RedisStore>,
+    targets: &Targets,
+    cfg: &LoadConfig,
+    sent: &[u64],
+    failed: &[u64],
+    settle_until: Instant,
+    report: &mut LoadReport,
+) {
+    let players = targets.players();
+    let mut lines = vec![0u64; sent.len().saturating_sub(players)];
+    let note = |report: &mut LoadReport, id: &str, e: CallError| {
+        report.failed_calls += 1;
+        *report
+            .error_kinds
+            .entry(format!("{:?}", e.kind()))
+            .or_default() += 1;
+        if report.errors.len() < 5 {
+            report.errors.push(format!("read {id}: {e}"));
+        }
+    };
+    for (r, heard) in lines.iter_mut().enumerate() {
+        let i = players + r;
+        let id = targets.id(i);
+        let ask = ReportRequest {
+            expected: Some([(cfg.source.clone(), sent[i])].into_iter().collect()),
+        };
+        let read = settle(
+            || rt.request_to_spot::<ReportRequest, RoomReport>(&id, &ask, cfg.request_timeout),
+            |rep: &RoomReport| source_report(&rep.sources, &cfg.source).missing <= failed[i],
+            settle_until,
+        )
+        .await;
+        let line = match read {
+            Ok(rep) => {
+                *heard = rep.lines;
+                let sr = source_report(&rep.sources, &cfg.source);
+                IdReport {
+                    id: id.clone(),
+                    sent: sent[i],
+                    applied: sr.distinct,
+                    missing: sr.missing.saturating_sub(failed[i]),
+                    failed: failed[i],
+                    duplicates: sr.duplicates,
+                    unexpected: sr.unexpected,
+                    out_of_order: sr.out_of_order,
+                }
+            }
+            Err(e) => {
+                note(report, &id, e);
+                unread(id, sent[i], failed[i])
+            }
+        };
+        report.ids.push(line);
+    }
+    for i in 0..players {
+        let id = targets.id(i);
+        let Target::Player { room } = targets.kind(i) else {
+            continue;
+        };
+        let room_id = targets.room_id(room);
+        let ask = ReportRequest {
+            expected: Some(
+                [
+                    (cfg.source.clone(), sent[i]),
+                    (room_id.clone(), lines[room]),
+                ]
+                .into_iter()
+                .collect(),
+            ),
+        };
+        let read = settle(
+            || rt.request_to_actor::<ReportRequest, PlayerReport>(&id, &ask, cfg.request_timeout),
+            |rep: &PlayerReport| {
+                source_report(&rep.sources, &cfg.source).missing <= failed[i]
+                    && source_report(&rep.sources, &room_id).missing == 0
+            },
+            settle_until,
+        )
+        .await;
+        let line = match read {
+            Ok(rep) => {
+                let own = source_report(&rep.sources, &cfg.source);
+                let broadcast = source_report(&rep.sources, &room_id);
+                IdReport {
+                    id: id.clone(),
+                    sent: sent[i],
+                    applied: own.distinct,
+                    missing: own.missing.saturating_sub(failed[i]) + broadcast.missing,
+                    failed: failed[i],
+                    duplicates: own.duplicates + broadcast.duplicates,
+                    unexpected: own.unexpected + broadcast.unexpected,
+                    out_of_order: own.out_of_order,
+                }
+            }
+            Err(e) => {
+                note(report, &id, e);
+                unread(id, sent[i], failed[i])
+            }
+        };
+        report.ids.push(line);
+    }
+}
+
+/// The report of an ID whose final read failed: everything acknowledged counts as missing.
+fn unread(id: String, sent: u64, failed: u64) -> IdReport {
+    IdReport {
+        id,
+        sent,
+        applied: 0,
+        missing: sent.saturating_sub(failed),
+        failed,
+        duplicates: 0,
+        unexpected: 0,
+        out_of_order: 0,
+    }
 }
 
 /// One call's outcome.
@@ -629,6 +1022,7 @@ mod tests {
             p99: Duration::ZERO,
             max: Duration::ZERO,
             traffic_time: Duration::ZERO,
+            closed_loop: false,
         }
     }
 
@@ -663,6 +1057,43 @@ mod tests {
     }
 
     #[test]
+    fn a_rooms_run_addresses_players_then_rooms_and_says_in_rooms_only() {
+        let t = Targets {
+            prefix: "x".into(),
+            counters: 0,
+            rooms: Some(RoomsConfig {
+                rooms: 2,
+                players_per_room: 3,
+            }),
+        };
+        assert_eq!(t.len(), 8);
+        let ids: Vec<String> = (0..t.len()).map(|i| t.id(i)).collect();
+        assert_eq!(
+            ids,
+            [
+                "x-p0", "x-p1", "x-p2", "x-p3", "x-p4", "x-p5", "x-r0", "x-r1"
+            ]
+        );
+        assert_eq!(t.kind(4), Target::Player { room: 1 });
+        assert_eq!(t.kind(6), Target::Room);
+        // Pipelined: every third message a request; closed loop: all requests; rooms: Say.
+        let kinds = |closed| {
+            (0..3)
+                .map(|j| t.op(0, j, 3, closed).kind)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kinds(false), [OpKind::Send, OpKind::Send, OpKind::Request]);
+        assert_eq!(kinds(true), [OpKind::Request; 3]);
+        assert_eq!(t.op(7, 0, 3, false).kind, OpKind::Say);
+        let counters = Targets {
+            rooms: None,
+            counters: 2,
+            ..t
+        };
+        assert_eq!((counters.len(), counters.id(1)), (2, "x-1".to_owned()));
+    }
+
+    #[test]
     fn a_number_is_applied_when_below_the_end_and_in_no_hole() {
         let t = total(10, &[(2, 3), (7, 7)]);
         let got: Vec<u64> = (0..12).filter(|&n| applied(&t, n)).collect();
@@ -680,5 +1111,13 @@ mod tests {
         assert_eq!(report(vec![], 2).failures().len(), 1);
         let f = report(vec![id("c", 3, 4, 0)], 0).failures();
         assert!(f[0].contains("c duplicates 0 unexpected 1"), "{f:?}");
+        // Out of order: reported for a pipelined run, a failure in a closed loop.
+        let mut reordered = id("d", 5, 5, 0);
+        reordered.out_of_order = 2;
+        let mut r = report(vec![reordered], 0);
+        assert!(r.failures().is_empty());
+        r.closed_loop = true;
+        let f = r.failures();
+        assert!(f.len() == 1 && f[0].contains("d out of order 2"), "{f:?}");
     }
 }
