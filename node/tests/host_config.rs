@@ -80,7 +80,7 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
     assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
     assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
-    assert_eq!(FIELDS.len(), 51);
+    assert_eq!(FIELDS.len(), 53);
     let mut c = valid();
     c.apply_env(env(&[
         ("ZLINK_MESH_NAME", "staging"),
@@ -106,6 +106,8 @@ fn environment_variables_override_every_kind_of_field() {
         ("ZLINK_STREAM_IDLE_TIMEOUT_MS", "5000"),
         ("ZLINK_STREAM_OUTBOUND_BUFFER_BYTES", "4096"),
         ("ZLINK_STREAM_REQUEST_TIMEOUT_MS", "700"),
+        ("ZLINK_OBJECTS_CAPACITY_ACTORS", "500"),
+        ("ZLINK_OBJECTS_CAPACITY_SPOTS", "40"),
     ]))
     .unwrap();
     c.validate().unwrap();
@@ -130,6 +132,15 @@ fn environment_variables_override_every_kind_of_field() {
         "MaxMessageSize defaults to 64 KiB"
     );
     assert_eq!(c.relocation.on_shutdown, "none");
+    assert_eq!(
+        (c.objects.capacity_actors, c.objects.capacity_spots),
+        (500, 40)
+    );
+    assert_eq!(
+        HostConfig::default().objects.capacity_spots,
+        0,
+        "unlimited by default"
+    );
     assert_eq!(c.lease_loss, "exit");
     assert_eq!(c.mesh.advertise_port, Some(7300));
     assert_eq!(HostConfig::default().lease_loss, "rejoin");

@@ -337,6 +337,48 @@ fn relocation_setup(mesh: &str) -> (redis_server::RedisServer, PathBuf, PathBuf)
     (redis, dir, config)
 }
 
+/// Issue 17 item 2, capacity at the host: `objects.capacity_spots` reaches the Location Store,
+/// so a host full of counters refuses to activate another (a typed failure, never a silent
+/// drop) while the ones it holds keep serving.
+#[test]
+fn a_host_at_its_spot_capacity_refuses_more_counters_typed() {
+    let (_redis, dir, config) = relocation_setup("capacity");
+    let mut hosts = vec![Host::spawn_with(
+        &config,
+        "c0",
+        &[("ZLINK_OBJECTS_CAPACITY_SPOTS", "2".to_owned())],
+    )];
+    let out = load_cmd(
+        &config,
+        &[
+            "--counters",
+            "4",
+            "--messages-per-counter",
+            "3",
+            "--request-every",
+            "1",
+            "--concurrency",
+            "1",
+            "--settle-timeout-ms",
+            "500",
+        ],
+    )
+    .output()
+    .unwrap();
+    let r = common_procs::load_report(&out);
+    assert!(!out.status.success(), "some calls must fail: {r}");
+    // Two counters fit and got every message; the other two were refused, typed.
+    let complete = r["applied"].as_u64().unwrap();
+    assert_eq!(complete, 2 * 3, "{r}");
+    assert!(
+        r["error_kinds"]["Rejected"].as_u64().unwrap() >= 2 * 3,
+        "{r}"
+    );
+    assert_eq!(r["duplicates"], 0, "{r}");
+    common_procs::drain_all(&mut hosts);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 17 "Drain without loss": three `zlink-node run` hosts on a real redis-server under
 /// `zlink-node load` (one-way sends and requests to counter Instance Spots); SIGTERM one host
 /// mid-load. SIGTERM relocates first (`relocation.on_shutdown: planned_maintenance`, the

@@ -2150,3 +2150,109 @@ fn short_cutover(c: &Cluster) {
         });
     }
 }
+
+/// Issue 17 items 2 and 5, capacity: a target whose limits its descriptor does not project (so
+/// the source picks it) refuses a unit that does not fit at Prepare (`restoreFailed`) and the
+/// source keeps serving it; a target that projects its limits is never picked when full
+/// (`Stayed(NoTarget)`, no Prepare sent); the store refuses a creation beyond the limit; with
+/// room again the unit moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_target_is_skipped_or_refuses_the_prepare_and_the_unit_keeps_serving() {
+    use zlink_store::types::CapacityLimits;
+    let full = |actors| CapacityLimits { actors, spots: 0 };
+    // Node 1 projects nothing; node 2 projects one Actor.
+    let c = Cluster::builder(3)
+        .registry(|_| actor_registry(Arc::default()))
+        .entry_spots()
+        .placement_weights(&[100, 0, 0])
+        .configure(move |i, cfg| {
+            if i == 2 {
+                zlink::relocation::capacity::with_limits(&mut cfg.object_capabilities, full(1));
+            }
+        })
+        .start()
+        .await;
+    c.rts[0]
+        .create_actor("walker", "cap-0", None)
+        .await
+        .unwrap();
+    let _: Tally = c.rts[1]
+        .request_to_actor("cap-0", &Add { seq: 0 }, T)
+        .await
+        .unwrap();
+    for i in [1, 2] {
+        let rt = &c.rts[i];
+        rt.create_actor_in("walker", &format!("fill-{i}"), &rt.entry_spot_id(), None)
+            .await
+            .unwrap();
+        let used = rt.capacity_use().await.unwrap();
+        assert_eq!(
+            (used.actors, used.spots),
+            (1, 0),
+            "node {i}: its one Actor counts, its Entry Spot does not"
+        );
+        rt.set_capacity_limits(full(1)).await.unwrap();
+    }
+    // The store refuses a creation beyond the limit.
+    let e = c.rts[1]
+        .create_actor_in("walker", "one-more", &c.rts[1].entry_spot_id(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Rejected, "{e}");
+    open_targets(&c).await;
+    // Node 1 looks free to the source: its Prepare refuses.
+    let reports = c.rts[0].relocate(&plan_to("node-1")).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("cap-0".into(), UnitOutcome::Failed("restoreFailed".into()))]
+    );
+    let refusals = |i: usize| {
+        c.rts[i]
+            .relocation_stats()
+            .capacity_refusals
+            .load(Ordering::Relaxed)
+    };
+    assert_eq!(refusals(1), 1);
+    let t: Tally = c.rts[1]
+        .request_to_actor("cap-0", &Add { seq: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(t.seqs, vec![0, 1], "restored and serving on node 0");
+    let AuthorityRead::Found(a) = c.authority(ObjectKind::Actor, "cap-0").await else {
+        panic!("cap-0 is missing");
+    };
+    assert_eq!(a.owner_node.rid, "node-0");
+    // Node 2 projects its limit: never picked while full, nothing sent to it.
+    let started = c.rts[0]
+        .relocation_stats()
+        .moves_started
+        .load(Ordering::Relaxed);
+    let reports = c.rts[0].relocate(&plan_to("node-2")).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("cap-0".into(), UnitOutcome::Stayed(StayReason::NoTarget))]
+    );
+    assert_eq!(
+        c.rts[0]
+            .relocation_stats()
+            .moves_started
+            .load(Ordering::Relaxed),
+        started,
+        "no transfer started"
+    );
+    assert_eq!(refusals(2), 0);
+    // Room on node 1 again: the unit moves there.
+    c.rts[1].set_capacity_limits(full(2)).await.unwrap();
+    let reports = c.rts[0].relocate(&plan_to("node-1")).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("cap-0".into(), UnitOutcome::HandedOver)]
+    );
+    assert_eq!(c.rts[1].capacity_use().await.unwrap().actors, 2);
+    let t: Tally = c.rts[2]
+        .request_to_actor("cap-0", &Add { seq: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(t.seqs, vec![0, 1, 2]);
+    c.shutdown().await;
+}

@@ -187,6 +187,22 @@ pub struct ObjectsSection {
     pub placement_weight: u16,
     /// Period of a room's housekeeping timer.
     pub room_tick_ms: u64,
+    /// Actors this host holds at most (0: unlimited): creations beyond it are refused
+    /// (`Rejected`) and relocations bring no more (peers skip it; its Prepare refuses).
+    pub capacity_actors: u32,
+    /// User and Instance Spots this host holds at most (0: unlimited; its Entry Spot is not
+    /// counted).
+    pub capacity_spots: u32,
+}
+
+impl HostConfig {
+    /// The capacity limits of `objects.capacity_*` (0 = unlimited).
+    pub fn capacity_limits(&self) -> zlink_store::types::CapacityLimits {
+        zlink_store::types::CapacityLimits {
+            actors: self.objects.capacity_actors,
+            spots: self.objects.capacity_spots,
+        }
+    }
 }
 
 impl Default for ObjectsSection {
@@ -195,6 +211,8 @@ impl Default for ObjectsSection {
             role: "server".into(),
             placement_weight: defaults::DEFAULT_WEIGHT,
             room_tick_ms: 100,
+            capacity_actors: 0,
+            capacity_spots: 0,
         }
     }
 }
@@ -432,6 +450,8 @@ pub const FIELDS: &[&str] = &[
     "objects.role",
     "objects.placement_weight",
     "objects.room_tick_ms",
+    "objects.capacity_actors",
+    "objects.capacity_spots",
     "timings.probe_interval_ms",
     "timings.liveness_deadline_ms",
     "timings.lease_ttl_ms",
@@ -624,6 +644,12 @@ impl HostConfig {
                 self.objects.placement_weight = parse_num(var, field, raw)?;
             }
             "objects.room_tick_ms" => self.objects.room_tick_ms = parse_num(var, field, raw)?,
+            "objects.capacity_actors" => {
+                self.objects.capacity_actors = parse_num(var, field, raw)?;
+            }
+            "objects.capacity_spots" => {
+                self.objects.capacity_spots = parse_num(var, field, raw)?;
+            }
             "timings.probe_interval_ms" => {
                 self.timings.probe_interval_ms = parse_num(var, field, raw)?;
             }

@@ -119,6 +119,9 @@ pub enum HostError {
     /// The object runtime did not start.
     #[error("object runtime: {0}")]
     Runtime(#[from] zlink::object::runtime::RuntimeError),
+    /// The capacity limits (`objects.capacity_*`) could not be set in the Location Store.
+    #[error("capacity limits: {0}")]
+    Capacity(zlink::call::error::CallError),
     /// A signal arrived while the host was starting (not an error for `run`).
     #[error("interrupted while starting")]
     Interrupted,
@@ -736,6 +739,8 @@ async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
     let hosts_objects = c.object_role() == zlink_protocol::generated::ObjectRole::Server;
     if hosts_objects {
         cfg.object_capabilities = registry.capabilities();
+        // Peers filter their relocation targets by the limits projected here.
+        zlink::relocation::capacity::with_limits(&mut cfg.object_capabilities, c.capacity_limits());
         // The lifecycle's Entry Spot, when the application has an Entry Spot type.
         cfg.entry_spot_prefix = registry.has_entry_spot().then(|| c.mesh.rid_prefix.clone());
     }
@@ -794,6 +799,14 @@ async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
                     session_seal_wait: zlink::config::defaults::SESSION_SEAL_ANSWER_WAIT,
                     fault: None,
                 });
+                let limits = c.capacity_limits();
+                if zlink::relocation::capacity::is_limited(limits)
+                    && let Err(e) = rt.set_capacity_limits(limits).await
+                {
+                    rt.shutdown().await;
+                    node.shutdown().await;
+                    return Err(HostError::Capacity(e));
+                }
                 *host
                     .objects
                     .write()

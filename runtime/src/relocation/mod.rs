@@ -16,12 +16,15 @@
 //!   `sessionRelocationSeal` (42) per bound Actor before the admission seal, the answers
 //!   (43) awaited, a 44 `abort` to every sealed leg when the unit ends before relay-ready.
 //!
+//! - [`capacity`] — whether a node has room for a unit: the source's target filter and the
+//!   target's check at Prepare.
 //! - [`target`] — the target's assembly of one object's payload from its chunks against the
 //!   Prepare's manifest (ordinal, length and CRC-32C checks; no partial restore).
 //!
 //! To come with the rest of issue 17: `source` (seal, capture, transfer, resolution) and the
 //! rest of `target` (prepare checks, restore, relay staging, cutover CAS, switch).
 
+pub mod capacity;
 pub mod follow;
 pub mod host;
 pub mod notify;

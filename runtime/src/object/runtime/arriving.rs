@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::relocation::capacity::{Need, is_limited};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use zlink_protocol::envelope::TypedPayload;
@@ -886,6 +887,46 @@ impl<S: ObjectStore> Inner<S> {
                 Some(mine)
             }
             _ => None,
+        };
+        // Capacity (item 5): the owner CAS moves capacity without checking it, so a unit that
+        // does not fit beside this node's objects and the units already arriving is refused
+        // here; the hold lasts until this arrival ends (after its commit the store counts it).
+        let limits = self.relocations.capacity_limits();
+        let _capacity = if is_limited(limits) {
+            let need = Need::of(members.iter().map(|m| super::wire_kind(m.kind)));
+            let me = self.mesh.fence();
+            let here = NodeRef {
+                mesh: self.mesh.descriptor().mesh_name,
+                rid: me.rid,
+                lifecycle_generation: me.lifecycle_generation,
+            };
+            let stored = match self.store.capacity_use(&here).await {
+                Ok(u) => u,
+                Err(e) => {
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        format!("this node's capacity use could not be read: {e}"),
+                    );
+                }
+            };
+            match self.relocations.hold_capacity(stored, need) {
+                Ok(hold) => Some(hold),
+                Err((l, used)) => {
+                    self.relocations
+                        .capacity_refusals
+                        .fetch_add(1, Ordering::Relaxed);
+                    return fail(
+                        RelocationFailureReason::RestoreFailed,
+                        format!(
+                            "no capacity here for {} Actors and {} Spots: {} / {} Actors and \
+                             {} / {} Spots in use or arriving (0 = unlimited)",
+                            need.actors, need.spots, used.actors, l.actors, used.spots, l.spots
+                        ),
+                    );
+                }
+            }
+        } else {
+            None
         };
         // Restore, the Spot first: its members take its gate (a SpotWide Spot shares one).
         let Some(my_lease) = self.mesh.owner_token() else {

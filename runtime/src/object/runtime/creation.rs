@@ -83,7 +83,12 @@ impl<S: ObjectStore> Inner<S> {
                 },
                 owner,
             },
-            capacity_delta: 1,
+            // Entry Spots are never counted (glossary "Descriptor capacity").
+            capacity_delta: u32::from(
+                self.types
+                    .get(stable_type)
+                    .is_none_or(|t| t.kind() != ObjectTypeKind::EntrySpot),
+            ),
             content,
             payload: Bytes::new(),
         };

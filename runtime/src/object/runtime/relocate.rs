@@ -28,6 +28,7 @@ use zlink_store::types::{AuthorityKey, MAX_AGGREGATE_OPS, ObjectKind as StoreKin
 use super::{ObjectRuntime, ObjectStore, wire_kind};
 use crate::mesh::peer::PeerState;
 use crate::object::registry::ObjectTypeKind;
+use crate::relocation::capacity::{Need, fits, is_limited, limits_of};
 use crate::relocation::host::{RelocationMode, StayReason, UnitOutcome};
 use crate::select::SmoothWeighted;
 
@@ -171,6 +172,55 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         self.inner.relocations.settings()
     }
 
+    /// Limit the objects this node lifecycle hosts (per kind; `0` = unlimited; Entry Spots are
+    /// never counted): the Location Store refuses creations beyond them (`Rejected`), and a
+    /// relocation Prepare that would exceed them is refused `restoreFailed`. Peers filter
+    /// their relocation targets by the limits a node projects in its descriptor capabilities
+    /// ([`crate::relocation::capacity::with_limits`], set before the MeshNode starts).
+    ///
+    /// # Errors
+    /// `Unavailable` without an owner lease; the store's error.
+    pub async fn set_capacity_limits(
+        &self,
+        limits: zlink_store::types::CapacityLimits,
+    ) -> Result<(), crate::call::error::CallError> {
+        let inner = &self.inner;
+        let owner = inner.owner()?;
+        let me = inner.mesh.fence();
+        let node = zlink_store::types::NodeRef {
+            mesh: inner.mesh.descriptor().mesh_name,
+            rid: me.rid,
+            lifecycle_generation: me.lifecycle_generation,
+        };
+        inner
+            .store
+            .set_capacity_limits(&owner, &node, limits)
+            .await
+            .map_err(super::error::store_error)?;
+        inner.relocations.set_capacity_limits(limits);
+        Ok(())
+    }
+
+    /// This node's capacity use as the Location Store counts it (active + pending units).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn capacity_use(
+        &self,
+    ) -> Result<zlink_store::types::CapacityUse, crate::call::error::CallError> {
+        let me = self.inner.mesh.fence();
+        let node = zlink_store::types::NodeRef {
+            mesh: self.inner.mesh.descriptor().mesh_name,
+            rid: me.rid,
+            lifecycle_generation: me.lifecycle_generation,
+        };
+        self.inner
+            .store
+            .capacity_use(&node)
+            .await
+            .map_err(super::error::store_error)
+    }
+
     /// Which node owns (`kind`, `id`) now — its authority row, read from the store — and what
     /// this node knows of it (for `ctl locate`).
     ///
@@ -309,6 +359,9 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             .filter_map(|p| p.descriptor)
             .collect();
         let mut selector: SmoothWeighted<String> = SmoothWeighted::default();
+        // Per limited peer: its capacity use read from the store plus this relocation's units.
+        let mut capacity: std::collections::HashMap<String, zlink_store::types::CapacityUse> =
+            std::collections::HashMap::new();
         let mut jobs = Vec::new();
         let mut reports: Vec<Option<UnitReport>> = vec![None; units.len()];
         for (i, u) in units.iter().enumerate() {
@@ -357,15 +410,41 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 continue;
             }
             let wk = wire_kind(u.kind);
-            let candidates: Vec<&NodeDescriptor> = peers
-                .iter()
-                .filter(|d| {
-                    may_take(&me, d, wk, &u.stable_type, u.policy, plan)
-                        && u.members
-                            .iter()
-                            .all(|m| may_take_member(d, &m.stable_type, m.policy))
-                })
-                .collect();
+            let need =
+                Need::of(std::iter::once(wk).chain(u.members.iter().map(|_| WireKind::Actor)));
+            let mut candidates: Vec<&NodeDescriptor> = Vec::new();
+            for d in peers.iter().filter(|d| {
+                may_take(&me, d, wk, &u.stable_type, u.policy, plan)
+                    && u.members
+                        .iter()
+                        .all(|m| may_take_member(d, &m.stable_type, m.policy))
+            }) {
+                // Capacity, as the peer projects it: its use read once per relocation, plus
+                // what this relocation already sent its way.
+                let limits = limits_of(&d.object_capabilities);
+                if is_limited(limits) {
+                    let used = match capacity.get(&d.node.rid) {
+                        Some(u) => Some(*u),
+                        None => inner
+                            .store
+                            .capacity_use(&zlink_store::types::NodeRef {
+                                mesh: d.mesh_name.clone(),
+                                rid: d.node.rid.clone(),
+                                lifecycle_generation: d.node.lifecycle_generation,
+                            })
+                            .await
+                            .ok()
+                            .inspect(|u| {
+                                capacity.insert(d.node.rid.clone(), *u);
+                            }),
+                    };
+                    // Unreadable: the target's own check at Prepare decides.
+                    if used.is_some_and(|used| !fits(limits, used, need)) {
+                        continue;
+                    }
+                }
+                candidates.push(d);
+            }
             let _ = selector.set_candidates(
                 candidates
                     .iter()
@@ -383,6 +462,9 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 report(None, UnitOutcome::Stayed(StayReason::NoTarget));
                 continue;
             };
+            if let Some(used) = capacity.get_mut(&target.rid) {
+                *used = need.add_to(*used);
+            }
             let keys: Vec<AuthorityKey> = std::iter::once(u.key.clone())
                 .chain(u.members.iter().map(|m| m.key.clone()))
                 .collect();

@@ -2,10 +2,12 @@
 //! target): settings, the routing of Prepare answers and relay acknowledgements, the units
 //! arriving here, their temporary queues, and counters.
 
+use crate::relocation::capacity::{Need, fits};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use zlink_store::types::{CapacityLimits, CapacityUse};
 
 use tokio::sync::{mpsc, oneshot};
 use zlink_store::types::AuthorityKey;
@@ -86,6 +88,8 @@ impl Default for RelocationSettings {
 /// Counters of the moves of one runtime.
 #[derive(Debug, Default)]
 pub struct RelocationStats {
+    /// Units this node refused at Prepare for want of capacity (target).
+    pub capacity_refusals: AtomicU64,
     /// Units whose transfer was sent (this node as source).
     pub moves_started: AtomicU64,
     /// Not-yet-run items carried in envelopes (source).
@@ -243,6 +247,22 @@ pub(super) struct Relocations {
     entry_fence: Mutex<Option<zlink_store::types::OwnerFence>>,
     pub(super) stats: RelocationStats,
     timeline: Mutex<std::collections::VecDeque<TimelineEvent>>,
+    /// This node's capacity limits (0 = unlimited) and the capacity of the units arriving
+    /// here and not committed yet (the target's check at Prepare).
+    capacity: Mutex<(CapacityLimits, CapacityUse)>,
+}
+
+/// Capacity held for one arriving unit until its commit ended (either way); released on drop.
+pub(super) struct CapacityHold<'a> {
+    relocations: &'a Relocations,
+    need: Need,
+}
+
+impl Drop for CapacityHold<'_> {
+    fn drop(&mut self) {
+        let mut c = lock(&self.relocations.capacity);
+        c.1 = self.need.remove_from(c.1);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -263,6 +283,38 @@ impl Relocations {
 
     pub(super) fn set_settings(&self, s: RelocationSettings) {
         *lock(&self.settings) = s;
+    }
+
+    /// This node's capacity limits.
+    pub(super) fn capacity_limits(&self) -> CapacityLimits {
+        lock(&self.capacity).0
+    }
+
+    pub(super) fn set_capacity_limits(&self, limits: CapacityLimits) {
+        lock(&self.capacity).0 = limits;
+    }
+
+    /// Hold `need` for an arriving unit when it fits beside `stored` (this node's use as the
+    /// store counts it) and the units already arriving; `Err` with the use it would exceed.
+    pub(super) fn hold_capacity(
+        &self,
+        stored: CapacityUse,
+        need: Need,
+    ) -> Result<CapacityHold<'_>, (CapacityLimits, CapacityUse)> {
+        let mut c = lock(&self.capacity);
+        let used = Need {
+            actors: c.1.actors,
+            spots: c.1.spots,
+        }
+        .add_to(stored);
+        if !fits(c.0, used, need) {
+            return Err((c.0, used));
+        }
+        c.1 = need.add_to(c.1);
+        Ok(CapacityHold {
+            relocations: self,
+            need,
+        })
     }
 
     pub(super) fn set_relocating(&self, on: bool) {
