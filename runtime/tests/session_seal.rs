@@ -78,6 +78,15 @@ impl JsonMessage for Bind {
     const PACKET_NAME: &'static str = "t.Bind";
 }
 
+/// As [`Bind`], without waiting for the bind's terminal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BindInBackground {
+    slot: String,
+}
+impl JsonMessage for BindInBackground {
+    const PACKET_NAME: &'static str = "t.BindInBackground";
+}
+
 /// One relay a script received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Arrival {
@@ -96,6 +105,15 @@ struct Script {
     /// `zlink.session.Disconnected` notices: (Actor, reason).
     notices: Mutex<Vec<(String, String)>>,
     sealed: Mutex<Option<mpsc::UnboundedSender<SessionRelocationSealed>>>,
+    /// Binds are recorded but answered only by [`Script::answer_held_binds`].
+    hold_binds: Mutex<bool>,
+    held_binds: Mutex<
+        Vec<(
+            Arc<NodeFence>,
+            zlink_protocol::generated::RequestHeader,
+            SessionRef,
+        )>,
+    >,
     /// Rebind tombstones this script received: (sender, tombstone).
     tombstones: Mutex<Vec<(NodeFence, BindingTombstone)>>,
     /// How this script answers a tombstone.
@@ -140,6 +158,13 @@ impl ObjectSink for Script {
         match command {
             ObjectCommand::BoundSessionBind(b) => {
                 self.binds.lock().unwrap().push(b.session.clone());
+                if *self.hold_binds.lock().unwrap() {
+                    self.held_binds
+                        .lock()
+                        .unwrap()
+                        .push((source, b.request, b.session));
+                    return;
+                }
                 let tag = ReplyResult::BoundSessionBind(ReplyResultBoundSessionBind {
                     binding_generation: b.session.binding_generation,
                 });
@@ -207,6 +232,16 @@ fn tombstone_ack() -> TypedPayload {
 }
 
 impl Script {
+    fn answer_held_binds(&self) {
+        let mesh = self.mesh.get().and_then(Weak::upgrade).unwrap();
+        for (source, request, session) in self.held_binds.lock().unwrap().drain(..) {
+            let tag = ReplyResult::BoundSessionBind(ReplyResultBoundSessionBind {
+                binding_generation: session.binding_generation,
+            });
+            mesh.reply_create(&source, &request, Ok(tag));
+        }
+    }
+
     fn ack_held_tombstone(&self) {
         let (source, request) = self.held_tombstone.lock().unwrap().take().unwrap();
         let mesh = self.mesh.get().and_then(Weak::upgrade).unwrap();
@@ -234,6 +269,7 @@ type Refs = Arc<Mutex<HashMap<String, ActorRef>>>;
 
 fn session_handlers(refs: Refs) -> SessionHandlers {
     let mut h = SessionHandlers::new();
+    let bg_refs = Arc::clone(&refs);
     h.on_request(Bind::PACKET_NAME, move |ctx, packet, reply| {
         let refs = Arc::clone(&refs);
         async move {
@@ -243,6 +279,19 @@ fn session_handlers(refs: Refs) -> SessionHandlers {
                 Ok(route) => reply.json(&route.binding_generation),
                 Err(e) => reply.call_error(&e),
             }
+        }
+    })
+    .unwrap();
+    // Starts a bind and answers at once: the bind goes on beside the session's next packets.
+    h.on_request(BindInBackground::PACKET_NAME, move |ctx, packet, reply| {
+        let refs = Arc::clone(&bg_refs);
+        async move {
+            let b: BindInBackground = serde_json::from_slice(&packet.payload).unwrap();
+            let r = refs.lock().unwrap()[&b.slot].clone();
+            tokio::spawn(async move {
+                let _ = ctx.bind(&r).await;
+            });
+            reply.json(&0u64);
         }
     })
     .unwrap();
@@ -835,6 +884,58 @@ async fn a_rebind_to_another_owner_tells_the_previous_owner_before_the_terminal(
     assert_eq!(rig.stat(|s| &s.tombstones_owner_gone), 1);
     assert_eq!(rig.stat(|s| &s.tombstones_sent), 3);
     assert_eq!(ask(&c, "player:u", 4).await, 4);
+    c.close().await;
+    rig.shutdown().await;
+}
+
+/// Issue 19 item 4 (**ours**): a bind that a later bind of the same Actor overtook is
+/// refused `Conflict` at the session owner, and its owner — which recorded that identity — gets
+/// a tombstone for it, so no Actor stays bound to a route its session never uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overtaken_bind_is_retired_at_its_owner() {
+    let rig = Rig::start().await;
+    let c = rig.client().await;
+    // The first bind, to script 0, waits there for its answer.
+    *rig.scripts[0].hold_binds.lock().unwrap() = true;
+    let r = ActorRef::new(
+        rig.route(0, "player:o"),
+        rig.script_nodes[0].descriptor().mesh_name,
+    )
+    .unwrap();
+    rig.refs.lock().unwrap().insert("player:o".into(), r);
+    let _: u64 = c
+        .request(&BindInBackground {
+            slot: "player:o".into(),
+        })
+        .timeout(WAIT)
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    eventually("the first bind at script 0", || {
+        !rig.scripts[0].held_binds.lock().unwrap().is_empty()
+    })
+    .await;
+    let first = rig.scripts[0].binds.lock().unwrap()[0].clone();
+    // A later bind of the same Actor, to script 1, completes first.
+    let later = rig.bind_on(1, &c, "player:o").await;
+    assert!(later.binding_generation > first.binding_generation);
+    rig.scripts[0].answer_held_binds();
+    eventually("the overtaken identity retired at script 0", || {
+        !rig.scripts[0].tombstones.lock().unwrap().is_empty()
+    })
+    .await;
+    let (sender, t) = rig.scripts[0].tombstones.lock().unwrap()[0].clone();
+    assert_eq!(sender, rig.cluster.nodes[0].fence());
+    assert_eq!(
+        (t.actor_id.as_str(), t.session_id, t.binding_generation),
+        ("player:o", first.session_id, first.binding_generation)
+    );
+    assert!(rig.scripts[1].tombstones.lock().unwrap().is_empty());
+    // The later binding is the one in use.
+    assert_eq!(ask(&c, "player:o", 1).await, 1);
+    assert_eq!(rig.scripts[1].arrivals_of("player:o"), [(1, true)]);
+    assert_eq!(rig.scripts[0].arrivals_of("player:o"), vec![]);
     c.close().await;
     rig.shutdown().await;
 }

@@ -885,6 +885,11 @@ impl<S: ObjectStore> Inner<S> {
         };
         if let Err(e) = result {
             self.hub().table.abandon(id, actor.actor_id(), generation);
+            if e.kind() == ErrorKind::DeadlineExceeded && *actor.owner() != self.mesh.fence() {
+                // Its owner may still take the 38: the tombstone follows it on the same
+                // connection and retires that identity behind it.
+                self.bury_later(id, actor, generation);
+            }
             return Err(e);
         }
         let (done, held) = {
@@ -918,13 +923,18 @@ impl<S: ObjectStore> Inner<S> {
                     binding_generation: generation,
                 })
             }
-            Completed::Superseded => Err(CallError::new(
-                ErrorKind::Conflict,
-                format!(
-                    "a later bind of {} on session {id} overtook this one",
-                    actor.actor_id()
-                ),
-            )),
+            Completed::Superseded => {
+                let e = CallError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "a later bind of {} on session {id} overtook this one",
+                        actor.actor_id()
+                    ),
+                );
+                // Its owner recorded this identity; the session never uses it.
+                self.bury_later(id, actor, generation);
+                Err(e)
+            }
             Completed::SessionClosed => {
                 // The Actor holds a binding to a session that closed while it was made: it
                 // gets the notice the other routes of the session got.
@@ -939,6 +949,21 @@ impl<S: ObjectStore> Inner<S> {
                 ))
             }
         }
+    }
+
+    /// [`Inner::bury`] on a task of its own, for a bind that failed or was overtaken: the
+    /// identity `generation` it asked `actor`'s owner to record.
+    fn bury_later(&self, id: SessionId, actor: ActorRef, generation: u64) {
+        let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let p = BindingRoute {
+            actor,
+            binding_generation: generation,
+        };
+        tokio::spawn(async move {
+            this.bury(id, &p, BIND_TIMEOUT).await;
+        });
     }
 
     /// Tell the previous Actor owner of a rebind of session `id` to forget the retired
