@@ -939,3 +939,54 @@ async fn an_overtaken_bind_is_retired_at_its_owner() {
     c.close().await;
     rig.shutdown().await;
 }
+
+/// Issue 19 item 4 (**ours**): a bind whose owner answers after the bind timed out ends
+/// `DeadlineExceeded`, and that owner — which may take the 38 late — gets a tombstone behind
+/// it for the identity, so it does not keep an Actor bound to a route the session never uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_that_timed_out_is_retired_at_its_owner() {
+    let rig = Rig::start().await;
+    rig.gateway.set_bind_timeout(Duration::from_millis(300));
+    let c = rig.client().await;
+    *rig.scripts[0].hold_binds.lock().unwrap() = true;
+    let r = ActorRef::new(
+        rig.route(0, "player:late"),
+        rig.script_nodes[0].descriptor().mesh_name,
+    )
+    .unwrap();
+    rig.refs.lock().unwrap().insert("player:late".into(), r);
+    let e = c
+        .request(&Bind {
+            slot: "player:late".into(),
+        })
+        .timeout(WAIT)
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("DeadlineExceeded"), "{e:?}");
+    let held = rig.scripts[0].binds.lock().unwrap()[0].clone();
+    eventually("the timed-out identity retired at script 0", || {
+        !rig.scripts[0].tombstones.lock().unwrap().is_empty()
+    })
+    .await;
+    let (_, t) = rig.scripts[0].tombstones.lock().unwrap()[0].clone();
+    assert_eq!(
+        (t.actor_id.as_str(), t.session_id, t.binding_generation),
+        ("player:late", held.session_id, held.binding_generation)
+    );
+    // The late answer changes nothing at the session: it has no route for the Actor.
+    rig.scripts[0].answer_held_binds();
+    let e = c
+        .request(&Ask {
+            actor: "player:late".into(),
+            n: 1,
+        })
+        .timeout(WAIT)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{e:?}").contains("InvalidOperation"),
+        "not bound: {e:?}"
+    );
+    c.close().await;
+    rig.shutdown().await;
+}

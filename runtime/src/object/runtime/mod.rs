@@ -322,6 +322,8 @@ struct Inner<S> {
     session_stats: sessions::SessionStats,
     /// `SessionRelocationSealTimeout` in milliseconds (wire §10; default 3,000).
     seal_timeout_ms: AtomicU64,
+    /// How long a bind (38) may take end to end, in milliseconds ([`BIND_TIMEOUT`]).
+    bind_timeout_ms: AtomicU64,
 }
 
 /// The object runtime attached to one MeshNode (a cheap handle: clones share it).
@@ -885,6 +887,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             seal_timeout_ms: AtomicU64::new(millis(
                 crate::config::defaults::SESSION_RELOCATION_SEAL_TIMEOUT,
             )),
+            bind_timeout_ms: AtomicU64::new(millis(BIND_TIMEOUT)),
         });
         let _ = inner.this.set(Arc::downgrade(&inner));
         // The node holds the runtime weakly: no reference cycle through the sink.

@@ -32,7 +32,8 @@ use crate::session::seal::{
 };
 use crate::session::verdict::{BindFacts, LiveFact, bind_verdict, relay_verdict};
 
-/// How long a bind (command 38) may take end to end (**ours**).
+/// How long a bind (command 38) may take end to end by default (**ours**;
+/// [`ObjectRuntime::set_bind_timeout`]).
 pub const BIND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A replaced session closes this long after its `on_binding_replaced` callback ended (wire
@@ -874,13 +875,14 @@ impl<S: ObjectStore> Inner<S> {
             })?;
         let session = self.session_ref(id, generation);
         let started = std::time::Instant::now();
+        let bind_timeout = Duration::from_millis(self.bind_timeout_ms.load(Ordering::Relaxed));
         let result = if *actor.owner() == self.mesh.fence() {
-            let deadline = now_unix_ms().saturating_add(millis(BIND_TIMEOUT));
+            let deadline = now_unix_ms().saturating_add(millis(bind_timeout));
             self.bind_here(&session, actor.route(), deadline)
                 .map(|_| ())
         } else {
             self.mesh
-                .session_bind(&session, actor.route(), BIND_TIMEOUT)
+                .session_bind(&session, actor.route(), bind_timeout)
                 .await
         };
         if let Err(e) = result {
@@ -912,7 +914,7 @@ impl<S: ObjectStore> Inner<S> {
                 if let Some(p) = previous.filter(|p| needs_tombstone(p, &actor)) {
                     // The previous Actor owner still holds the retired identity: it is told
                     // to forget it before this bind's terminal.
-                    let left = BIND_TIMEOUT.saturating_sub(started.elapsed());
+                    let left = bind_timeout.saturating_sub(started.elapsed());
                     self.bury(id, &p, left).await;
                 }
                 self.session_stats
@@ -2117,6 +2119,14 @@ impl<S: ObjectStore> ObjectRuntime<S> {
     /// Counters of binding, relay, push and session relocation.
     pub fn session_stats(&self) -> &SessionStats {
         &self.inner.session_stats
+    }
+
+    /// Set how long a bind may take end to end ([`BIND_TIMEOUT`] by default) for binds started
+    /// from now on.
+    pub fn set_bind_timeout(&self, timeout: Duration) {
+        self.inner
+            .bind_timeout_ms
+            .store(millis(timeout).max(1), Ordering::Relaxed);
     }
 
     /// Set `SessionRelocationSealTimeout` (wire §10; default 3,000 ms) for seals installed
