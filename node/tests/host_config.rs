@@ -80,7 +80,7 @@ fn environment_variables_override_every_kind_of_field() {
     assert_eq!(env_var_of("mesh.name"), "ZLINK_MESH_NAME");
     assert_eq!(env_var_of("admin.grpc_listen"), "ZLINK_ADMIN_GRPC_LISTEN");
     assert_eq!(env_var_of("drain_deadline_ms"), "ZLINK_DRAIN_DEADLINE_MS");
-    assert_eq!(FIELDS.len(), 53);
+    assert_eq!(FIELDS.len(), 54);
     let mut c = valid();
     c.apply_env(env(&[
         ("ZLINK_MESH_NAME", "staging"),

@@ -49,6 +49,48 @@ impl JsonMessage for Slow {
     const PACKET_NAME: &'static str = "tally.Slow";
 }
 
+/// A request that takes `ms`, then applies `seq` and answers the state.
+#[derive(Debug, Serialize, Deserialize)]
+struct SlowAdd {
+    ms: u64,
+    seq: u64,
+}
+impl JsonMessage for SlowAdd {
+    const PACKET_NAME: &'static str = "tally.SlowAdd";
+}
+
+/// A turn that holds its object until the test releases the [`Hold`] named `key` (a gate of
+/// one test's own, where [`GATE`] is shared by every test of this binary).
+#[derive(Debug, Serialize, Deserialize)]
+struct HoldTurn {
+    key: String,
+}
+impl JsonMessage for HoldTurn {
+    const PACKET_NAME: &'static str = "tally.HoldTurn";
+}
+
+/// One test's gate: whether a [`HoldTurn`] entered it, and its release.
+struct Hold {
+    entered: AtomicBool,
+    release: tokio::sync::Semaphore,
+}
+
+impl Default for Hold {
+    fn default() -> Self {
+        Self {
+            entered: AtomicBool::new(false),
+            release: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+static HOLDS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Arc<Hold>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn hold(key: &str) -> Arc<Hold> {
+    Arc::clone(HOLDS.lock().unwrap().entry(key.to_owned()).or_default())
+}
+
 /// A turn that waits for the test's [`GATE`] (so work queues behind it deterministically).
 #[derive(Debug, Serialize, Deserialize)]
 struct Gated {}
@@ -106,6 +148,18 @@ fn handlers() -> ObjectHandlers<Tally> {
         Ok(())
     });
     h.on_request(|ctx, a: Add| async move {
+        let mut s = ctx.state();
+        s.seqs.push(a.seq);
+        Ok::<_, CallError>(s.clone())
+    });
+    h.on_send(|_ctx, t: HoldTurn| async move {
+        let h = hold(&t.key);
+        h.entered.store(true, Ordering::SeqCst);
+        h.release.acquire().await.unwrap().forget();
+        Ok(())
+    });
+    h.on_request(|ctx, a: SlowAdd| async move {
+        tokio::time::sleep(Duration::from_millis(a.ms)).await;
         let mut s = ctx.state();
         s.seqs.push(a.seq);
         Ok::<_, CallError>(s.clone())
@@ -2254,5 +2308,238 @@ async fn a_full_target_is_skipped_or_refuses_the_prepare_and_the_unit_keeps_serv
         .await
         .unwrap();
     assert_eq!(t.seqs, vec![0, 1, 2]);
+    c.shutdown().await;
+}
+
+/// One tally `id` on node 0 whose turn is held (a [`HoldTurn`] of its own), with the requests `asks` (from node 2)
+/// queued behind it, then moved to node 1 while they wait: they travel as saved work. Returns
+/// the unit's outcome and the callers' tasks.
+async fn move_with_carried_requests(
+    c: &Cluster,
+    id: &str,
+    asks: Vec<SlowAdd>,
+    timeout: Duration,
+) -> (
+    UnitOutcome,
+    Vec<tokio::task::JoinHandle<Result<Tally, CallError>>>,
+) {
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Add { seq: 0 }, T)
+        .await
+        .unwrap();
+    open_targets(c).await;
+    let gate = hold(id);
+    c.rts[2]
+        .send_to_instance_spot("tally", id, &HoldTurn { key: id.to_owned() })
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !gate.entered.load(Ordering::SeqCst) {
+        assert!(t0.elapsed() < WAIT, "the held turn did not start");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // One at a time, each queued before the next is sent: they queue in this order.
+    let mut calls = Vec::new();
+    for (i, a) in asks.into_iter().enumerate() {
+        let caller = c.rts[2].clone();
+        let id = id.to_owned();
+        calls.push(tokio::spawn(async move {
+            caller
+                .request_to_instance_spot::<SlowAdd, Tally>("tally", &id, &a, timeout)
+                .await
+        }));
+        let t0 = std::time::Instant::now();
+        while c.rts[0].queued_work() < i + 1 {
+            assert!(t0.elapsed() < WAIT, "the requests did not queue");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let plan = plan_to("node-1");
+    let (reports, ()) = tokio::join!(c.rts[0].relocate(&plan), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        gate.release.add_permits(1);
+    });
+    (reports[0].outcome.clone(), calls)
+}
+
+fn terminal_stat(
+    c: &Cluster,
+    i: usize,
+    f: fn(&zlink::object::runtime::RelocationStats) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    f(c.rts[i].relocation_stats()).load(Ordering::Relaxed)
+}
+
+/// Requests node 0 carried into its moves: saved in envelopes, or held and relayed.
+fn carried_requests(c: &Cluster) -> u64 {
+    terminal_stat(c, 0, |s| &s.saved_work) + terminal_stat(c, 0, |s| &s.relayed)
+}
+
+async fn linked_roots(
+    c: &Cluster,
+    id: &str,
+) -> Vec<(
+    String,
+    u64,
+    u64,
+    zlink_protocol::generated::RelocationRootPointer,
+)> {
+    match c.authority(ObjectKind::Spot, id).await {
+        AuthorityRead::Found(a) => zlink::object::runtime::linked_terminal_roots(&a.payload),
+        AuthorityRead::Missing { .. } => panic!("{id} is missing"),
+    }
+}
+
+/// Issue 17 item 9 (wire §11): requests carried into a unit get their terminals on the target
+/// through a durable root — written, verified and linked with the counts by a Preserve CAS
+/// before the terminal is relayed (33) — and once every one is acknowledged (46) the root is
+/// released: `Completed`, nothing left linked in the authority row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carried_requests_complete_through_a_durable_root_that_is_released_at_the_end() {
+    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    let asks = (1..=3).map(|seq| SlowAdd { ms: 0, seq }).collect();
+    let (outcome, calls) = move_with_carried_requests(&c, "k-1", asks, T).await;
+    assert_eq!(outcome, UnitOutcome::HandedOver);
+    for (i, call) in calls.into_iter().enumerate() {
+        let t = call.await.unwrap().unwrap();
+        assert!(t.seqs.contains(&(i as u64 + 1)), "{t:?}");
+    }
+    common::eventually("the unit's terminals completed", || {
+        terminal_stat(&c, 1, |s| &s.terminals_completed) == 1
+    })
+    .await;
+    assert!(
+        terminal_stat(&c, 1, |s| &s.terminal_roots_published) >= 2,
+        "a root with the terminals, then the release"
+    );
+    assert_eq!(terminal_stat(&c, 1, |s| &s.terminals_force_stopped), 0);
+    assert!(
+        linked_roots(&c, "k-1").await.is_empty(),
+        "the root is released"
+    );
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "k-1", &Read {}, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.seqs,
+        vec![0, 1, 2, 3],
+        "each carried request ran once, in order"
+    );
+    c.shutdown().await;
+}
+
+/// Issue 17 item 9: a carried request whose requester is gone before its terminal (the
+/// relocation source carried it and stopped) is never acknowledged: at its last deadline the
+/// unit ends `ForceStopped`, and the root — the terminal with its reply — stays linked and
+/// readable for the retention, with TerminalCompletionCount 1 and PendingRelayCount 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_terminal_is_force_stopped_and_its_root_stays() {
+    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    for rt in &c.rts {
+        rt.set_relocation_settings(zlink::object::runtime::RelocationSettings {
+            cutover_wait: Duration::from_millis(50),
+            carried_request_deadline: Duration::from_millis(1_500),
+            ..zlink::object::runtime::RelocationSettings::default()
+        });
+    }
+    // The first may still run at the source before the capture pauses the object; the slow
+    // one is carried.
+    let asks = vec![SlowAdd { ms: 0, seq: 1 }, SlowAdd { ms: 600, seq: 2 }];
+    let (outcome, calls) =
+        move_with_carried_requests(&c, "f-1", asks, Duration::from_millis(1_500)).await;
+    assert_eq!(outcome, UnitOutcome::HandedOver);
+    let carried = carried_requests(&c);
+    assert!((1..=2).contains(&carried), "{carried}");
+    // The first is answered; then the source — the requester the terminals go back to —
+    // stops before the slow one's terminal.
+    let mut calls = calls.into_iter();
+    calls.next().unwrap().await.unwrap().unwrap();
+    c.nodes[0].shutdown().await;
+    let _ = calls.next().unwrap().await;
+    common::eventually("force stopped at the deadline", || {
+        terminal_stat(&c, 1, |s| &s.terminals_force_stopped) == 1
+    })
+    .await;
+    assert_eq!(terminal_stat(&c, 1, |s| &s.terminals_completed), 0);
+    let roots = linked_roots(&c, "f-1").await;
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    let (_, count, pending, pointer) = &roots[0];
+    assert_eq!(
+        (*count, *pending),
+        (carried, 1),
+        "every carried terminal recorded, the slow one unacknowledged"
+    );
+    let stored = zlink_store::RelocationStore::read(&**c.store(), &pointer.reference)
+        .await
+        .unwrap()
+        .expect("the root stays for the retention");
+    let manifest = zlink_protocol::generated::RelocationManifestV1::decode(&stored.bytes).unwrap();
+    assert_eq!(manifest.object_id, "f-1");
+    assert_eq!(manifest.inventory_digest, pointer.inventory_digest);
+    for chunk in &manifest.chunks {
+        assert!(
+            zlink_store::RelocationStore::read(&**c.store(), &chunk.reference)
+                .await
+                .unwrap()
+                .is_some(),
+            "chunk {} is kept",
+            chunk.reference
+        );
+    }
+    // The request ran once on the target.
+    let s: Tally = c.rts[1]
+        .request_to_instance_spot("tally", "f-1", &Read {}, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2]);
+    c.shutdown().await;
+}
+
+/// Issue 17 item 9: a published root that is found missing when the next version replaces it
+/// ends the unit `RelocationDataLost` — counted, the committed owner kept (no rollback), and
+/// the terminal that root replacement would have made durable is never relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_root_found_missing_is_relocation_data_lost_without_rollback() {
+    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    let asks = vec![
+        SlowAdd { ms: 0, seq: 1 },
+        SlowAdd { ms: 0, seq: 2 },
+        SlowAdd { ms: 1_500, seq: 3 },
+    ];
+    let (outcome, mut calls) =
+        move_with_carried_requests(&c, "d-1", asks, Duration::from_millis(4_000)).await;
+    assert_eq!(outcome, UnitOutcome::HandedOver);
+    // Carried: saved in the envelope or held and relayed; the first may still have run at the
+    // source before the capture paused the object.
+    let carried = carried_requests(&c);
+    assert!((2..=3).contains(&carried), "{carried}");
+    // The fast ones: published, relayed, acknowledged; the root records their acks.
+    calls.remove(0).await.unwrap().unwrap();
+    calls.remove(0).await.unwrap().unwrap();
+    let t0 = std::time::Instant::now();
+    let pointer = loop {
+        let roots = linked_roots(&c, "d-1").await;
+        if let [(_, count, 0, p)] = roots.as_slice()
+            && *count == carried - 1
+        {
+            break p.clone();
+        }
+        assert!(t0.elapsed() < WAIT, "the acks were not recorded: {roots:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // Lose the published root while the slow request runs.
+    assert!(
+        zlink_store::RelocationStore::delete(&**c.store(), &pointer.reference)
+            .await
+            .unwrap()
+    );
+    common::eventually("RelocationDataLost", || {
+        terminal_stat(&c, 1, |s| &s.terminals_data_lost) == 1
+    })
+    .await;
+    let slow = calls.remove(0).await.unwrap();
+    assert!(slow.is_err(), "its terminal was never relayed: {slow:?}");
+    assert_eq!(owner_of(&c, "d-1").await, "node-1", "no rollback");
     c.shutdown().await;
 }

@@ -248,6 +248,9 @@ pub struct RelocationSection {
     /// 5 s shorter than `message_follow_ms`, so a cached route to an old owner expires before
     /// the detour closes.
     pub route_cache_max_age_ms: u64,
+    /// How long the terminal root of a unit's carried requests stays in the Relocation Store
+    /// (a `ForceStopped` one is kept that long; issue 17 item 9).
+    pub terminal_retention_ms: u64,
 }
 
 impl Default for RelocationSection {
@@ -265,6 +268,7 @@ impl Default for RelocationSection {
             node_in_flight_budget_bytes: 0,
             maintenance_wave: String::new(),
             route_cache_max_age_ms: ms(defaults::ROUTE_CACHE_MAX_AGE),
+            terminal_retention_ms: ms(defaults::TERMINAL_RETENTION),
         }
     }
 }
@@ -475,6 +479,7 @@ pub const FIELDS: &[&str] = &[
     "relocation.node_in_flight_budget_bytes",
     "relocation.maintenance_wave",
     "relocation.route_cache_max_age_ms",
+    "relocation.terminal_retention_ms",
     "stream.listen",
     "stream.max_message_size",
     "stream.max_connections",
@@ -721,6 +726,9 @@ impl HostConfig {
             }
             "relocation.route_cache_max_age_ms" => {
                 self.relocation.route_cache_max_age_ms = parse_num(var, field, raw)?;
+            }
+            "relocation.terminal_retention_ms" => {
+                self.relocation.terminal_retention_ms = parse_num(var, field, raw)?;
             }
             "drain_deadline_ms" => self.drain_deadline_ms = parse_num(var, field, raw)?,
             "application_version" => self.application_version = parse_num(var, field, raw)?,
@@ -1098,6 +1106,12 @@ impl HostConfig {
             "relocation.route_cache_max_age_ms",
             r.route_cache_max_age_ms,
             0,
+            MAX_INTERVAL_MS,
+        )?;
+        check_range(
+            "relocation.terminal_retention_ms",
+            r.terminal_retention_ms,
+            1,
             MAX_INTERVAL_MS,
         )?;
         if r.maintenance_wave.len() > 255 {

@@ -797,6 +797,8 @@ async fn start_node(host: &Arc<Host>) -> Result<(), HostError> {
                     in_flight_budget: r.in_flight_budget_bytes,
                     node_in_flight_budget: r.node_in_flight_budget_bytes,
                     session_seal_wait: zlink::config::defaults::SESSION_SEAL_ANSWER_WAIT,
+                    terminal_retention: Duration::from_millis(r.terminal_retention_ms),
+                    carried_request_deadline: Duration::from_secs(60),
                     fault: None,
                 });
                 let limits = c.capacity_limits();

@@ -113,6 +113,10 @@ const _: () = assert!(JOB_QUEUE_PAUSE_PERCENT <= 100);
 /// clock step between a host's timer and the store's clock plus one store round trip.
 pub const FENCING_MARGIN: Duration = Duration::from_secs(2);
 
+/// `relocation.terminal_retention_ms`: how long a terminal root of carried requests stays in
+/// the Relocation Store (issue 17 item 9; a `ForceStopped` one is kept that long).
+pub const TERMINAL_RETENTION: Duration = Duration::from_millis(300_000);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,8 @@
 //!
 //! - [`capacity`] — whether a node has room for a unit: the source's target filter and the
 //!   target's check at Prepare.
+//! - [`terminals`] — the target's ledger of a unit's carried requests: each terminal durable
+//!   (a published root) before it is relayed, `Completed` / `ForceStopped` / `DataLost`.
 //! - [`target`] — the target's assembly of one object's payload from its chunks against the
 //!   Prepare's manifest (ordinal, length and CRC-32C checks; no partial restore).
 //!
@@ -32,3 +34,4 @@ pub mod relay;
 pub mod session_legs;
 pub mod source;
 pub mod target;
+pub mod terminals;

@@ -30,10 +30,10 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
-    CommandBody, LeaseFence, NodeFence, RelocationCutover, RelocationData, RelocationEnvelopeV1,
+    CommandBody, NodeFence, RelocationCutover, RelocationData, RelocationEnvelopeV1,
     RelocationFailed, RelocationFailureReason, RelocationPolicy, RelocationPrepare,
-    RelocationReady, RelocationStage, RelocationState, ReplyRelay, ReplyRelayAck, RequestHeader,
-    RouteFence, RuntimeState, SessionRef, TerminalStatus,
+    RelocationReady, RelocationStage, RelocationState, ReplyRelayAck, RequestHeader, RouteFence,
+    RuntimeState, SessionRef,
 };
 use zlink_protocol::record::{Leg as WireLeg, Record, WireContext};
 use zlink_store::StoreError;
@@ -120,6 +120,8 @@ struct CarriedIn {
     payload: TypedPayload,
     metadata: Option<zlink_protocol::metadata::Metadata>,
     request: Option<(RequestHeader, NodeFence, u64)>,
+    /// The ObjectGeneration the record's route names.
+    object_generation: u64,
 }
 
 /// Decode one carried record (a Spot / Actor send or request): the object it names, and the
@@ -149,6 +151,7 @@ fn decode_carried(
             payload: record.payload.unwrap_or_default(),
             metadata: record.metadata,
             request: request.map(|h| (h, source, route.owner_lease_generation)),
+            object_generation: route.object_generation,
         },
     ))
 }
@@ -403,21 +406,14 @@ impl<S: ObjectStore> Inner<S> {
 
     /// A `replyRelayAck` (46): the relayed terminal arrived.
     pub(super) fn on_reply_relay_ack(&self, a: ReplyRelayAck) {
-        let k = (
+        let known = self.carried_acked(
             a.relocation_id,
-            a.operation_id.high,
-            a.operation_id.low,
-            a.reply_route_id,
+            (a.operation_id.high, a.operation_id.low, a.reply_route_id),
         );
-        match self.relocations.acks().remove(&k) {
-            Some(tx) => {
-                let _ = tx.send(());
-            }
-            None => {
-                self.relocations
-                    .unknown_records
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+        if !known {
+            self.relocations
+                .unknown_records
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -461,14 +457,19 @@ impl<S: ObjectStore> Inner<S> {
                         tracing::warn!(error = %e, "a relayed message was refused");
                     }
                 }
-                Some((header, source, lease)) => match obj.request_start(c.payload, c.metadata) {
-                    Ok(rx) => self.relay_terminal(relocation_id, header, source, lease, rx),
-                    Err(e) => {
-                        let (tx, rx) = oneshot::channel();
-                        let _ = tx.send(Err(e));
-                        self.relay_terminal(relocation_id, header, source, lease, rx);
+                Some((header, source, lease)) => {
+                    let lead = (kind, id, c.object_generation);
+                    match obj.request_start(c.payload, c.metadata) {
+                        Ok(rx) => {
+                            self.relay_terminal(relocation_id, lead, header, source, lease, rx)
+                        }
+                        Err(e) => {
+                            let (tx, rx) = oneshot::channel();
+                            let _ = tx.send(Err(e));
+                            self.relay_terminal(relocation_id, lead, header, source, lease, rx);
+                        }
                     }
-                },
+                }
             },
             Err(why) => {
                 self.relocations
@@ -479,11 +480,13 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    /// Send the terminal of a carried request back to the node that carries its caller, as a
-    /// `replyRelay` (33), until it is acknowledged (46) or the request's deadline passes.
+    /// A carried request entered `relocation_id`'s unit (object `lead`): its terminal, once
+    /// `rx` has it, goes through the unit's terminal ledger — durable in a published root
+    /// first, then relayed (33) until acknowledged (46); see [`super::terminals`].
     fn relay_terminal(
         &self,
         relocation_id: [u8; 16],
+        lead: (zlink_store::types::ObjectKind, String, u64),
         header: RequestHeader,
         source: NodeFence,
         lease_generation: u64,
@@ -492,58 +495,14 @@ impl<S: ObjectStore> Inner<S> {
         let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
+        let Some(unit) = self.carried_accepted(relocation_id, lead, header.deadline_unix_ms) else {
+            return;
+        };
         tokio::spawn(async move {
             let result = rx
                 .await
                 .unwrap_or_else(|_| Err(CallError::new(ErrorKind::Unavailable, "object closed")));
-            let (status, detail, payload) = match result {
-                Ok(p) => (TerminalStatus::Ok, String::new(), Some(p)),
-                Err(e) => (
-                    e.kind().to_status(),
-                    e.detail().chars().take(1024).collect(),
-                    None,
-                ),
-            };
-            let body = ReplyRelay {
-                relocation_id,
-                source_lease: LeaseFence {
-                    owner_node: source.clone(),
-                    owner_lease_generation: lease_generation,
-                },
-                operation_id: header.operation_id.clone(),
-                reply_route_id: header.reply_route_id,
-                correlation_id: header.correlation_id.clone(),
-                status,
-                detail,
-            };
-            let k = (
-                relocation_id,
-                header.operation_id.high,
-                header.operation_id.low,
-                header.reply_route_id,
-            );
-            let (ack_tx, mut ack_rx) = oneshot::channel();
-            this.relocations.acks().insert(k, ack_tx);
-            loop {
-                let _ = this.mesh.relocation_record(
-                    &source,
-                    Leg::Request,
-                    CommandBody::ReplyRelay(body.clone()),
-                    payload.clone(),
-                );
-                this.relocations
-                    .reply_relays_sent
-                    .fetch_add(1, Ordering::Relaxed);
-                tokio::select! {
-                    _ = &mut ack_rx => break,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-                if super::now_unix_ms() >= header.deadline_unix_ms {
-                    this.relocations.acks().remove(&k);
-                    tracing::warn!("a relayed terminal was not acknowledged by its deadline");
-                    break;
-                }
-            }
+            this.carried_terminal(&unit, &header, source, lease_generation, result);
         });
     }
 
@@ -620,7 +579,8 @@ impl<S: ObjectStore> Inner<S> {
                 None => Work::Send(c.payload, c.metadata),
                 Some((header, source, lease)) => {
                     let (tx, rx) = oneshot::channel();
-                    self.relay_terminal(unit.id, header, source, lease, rx);
+                    let lead = (m.kind, m.id_str.clone(), m.route.object_generation);
+                    self.relay_terminal(unit.id, lead, header, source, lease, rx);
                     Work::Request(c.payload, c.metadata, tx)
                 }
             };

@@ -82,6 +82,8 @@ mod relocations;
 mod remote;
 mod removal;
 mod sessions;
+mod terminals;
+pub use terminals::linked_terminal_roots;
 
 pub use sessions::{
     BIND_TIMEOUT, BindingTombstone, BindingTombstoneAck, Disconnected, REPLACED_CLOSE_DELAY,

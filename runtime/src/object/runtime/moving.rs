@@ -206,9 +206,11 @@ fn carried_record(
         .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))
 }
 
-/// The deadline a carried request keeps on this node: the relocation's, at least a minute.
-fn carried_deadline_unix_ms() -> u64 {
-    super::now_unix_ms().saturating_add(60_000)
+/// The deadline a carried request keeps on this node: `carried` from now
+/// ([`RelocationSettings::carried_request_deadline`](super::RelocationSettings), a minute by
+/// default).
+fn carried_deadline_unix_ms(carried: Duration) -> u64 {
+    super::now_unix_ms().saturating_add(super::millis(carried))
 }
 
 impl<S: ObjectStore> Inner<S> {
@@ -292,10 +294,11 @@ impl<S: ObjectStore> Inner<S> {
                 ));
             }
             let (ptx, prx) = oneshot::channel();
-            let header = match self
-                .mesh
-                .carry_request(target, ptx, carried_deadline_unix_ms())
-            {
+            let header = match self.mesh.carry_request(
+                target,
+                ptx,
+                carried_deadline_unix_ms(self.relocations.settings().carried_request_deadline),
+            ) {
                 Ok((h, k)) => {
                     carried_requests.push((
                         item.seq,
@@ -857,10 +860,13 @@ impl<S: ObjectStore> Inner<S> {
                 None => (None, None),
                 Some(reply) => {
                     let (ptx, prx) = oneshot::channel();
-                    match self
-                        .mesh
-                        .carry_request(&target, ptx, carried_deadline_unix_ms())
-                    {
+                    match self.mesh.carry_request(
+                        &target,
+                        ptx,
+                        carried_deadline_unix_ms(
+                            self.relocations.settings().carried_request_deadline,
+                        ),
+                    ) {
                         Ok((h, k)) => (
                             Some(h),
                             Some((
@@ -1265,10 +1271,11 @@ impl<S: ObjectStore> Inner<S> {
             None => None,
             Some(reply) => {
                 let (ptx, prx) = oneshot::channel();
-                match self
-                    .mesh
-                    .carry_request(target, ptx, carried_deadline_unix_ms())
-                {
+                match self.mesh.carry_request(
+                    target,
+                    ptx,
+                    carried_deadline_unix_ms(self.relocations.settings().carried_request_deadline),
+                ) {
                     Ok((h, _)) => {
                         forward(prx, reply);
                         Some(h)

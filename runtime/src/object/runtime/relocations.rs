@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use zlink_store::types::{CapacityLimits, CapacityUse};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use zlink_store::types::AuthorityKey;
 
 use super::arriving::Arriving;
@@ -38,6 +38,13 @@ pub struct RelocationSettings {
     /// How long a source waits for the 43 answers to its 42s (issue 19 item 7) before the unit
     /// fails ([`defaults::SESSION_SEAL_ANSWER_WAIT`]; never past the relocation deadline).
     pub session_seal_wait: Duration,
+    /// `relocation.terminal_retention_ms`: how long a terminal root of carried requests is
+    /// kept in the Relocation Store (a `ForceStopped` one stays that long).
+    pub terminal_retention: Duration,
+    /// How long a request carried into a unit may take on its new owner, from its capture:
+    /// the deadline its proxy on this node keeps, and so the last deadline of the target's
+    /// terminal ledger (a minute by default).
+    pub carried_request_deadline: Duration,
     /// Fault injection for tests (`None` in production): what the source corrupts in the
     /// transfers it sends.
     #[doc(hidden)]
@@ -80,6 +87,8 @@ impl Default for RelocationSettings {
             in_flight_budget: defaults::RELOCATION_IN_FLIGHT_PAYLOAD_BUDGET,
             node_in_flight_budget: 0,
             session_seal_wait: defaults::SESSION_SEAL_ANSWER_WAIT,
+            terminal_retention: defaults::TERMINAL_RETENTION,
+            carried_request_deadline: Duration::from_secs(60),
             fault: None,
         }
     }
@@ -90,6 +99,16 @@ impl Default for RelocationSettings {
 pub struct RelocationStats {
     /// Units this node refused at Prepare for want of capacity (target).
     pub capacity_refusals: AtomicU64,
+    /// Terminal roots of carried requests written, verified and linked (target).
+    pub terminal_roots_published: AtomicU64,
+    /// Units whose carried requests all ended and were acknowledged; root released (target).
+    pub terminals_completed: AtomicU64,
+    /// Units with terminals unacknowledged at their last deadline; root kept (target).
+    pub terminals_force_stopped: AtomicU64,
+    /// Units whose published terminal root was missing or corrupt: `RelocationDataLost`.
+    pub terminals_data_lost: AtomicU64,
+    /// Units whose carried requests met a unit that did not commit here (nothing kept).
+    pub terminals_abandoned: AtomicU64,
     /// Units whose transfer was sent (this node as source).
     pub moves_started: AtomicU64,
     /// Not-yet-run items carried in envelopes (source).
@@ -188,9 +207,6 @@ pub(super) struct TemporaryQueue {
     pub(super) lease_generation: u64,
 }
 
-/// A relayed terminal's identity: (relocation, operation high, low, reply route).
-pub(super) type RelayKey = ([u8; 16], u64, u64, u64);
-
 /// A unit's payload in the in-flight budgets (see [`Relocations::hold_payload`]): released
 /// when the target answered its Prepares, or on drop.
 pub(super) struct BudgetHold<'a> {
@@ -220,9 +236,6 @@ pub(super) struct Relocations {
     answers: Mutex<HashMap<[u8; 16], mpsc::UnboundedSender<PrepareAnswer>>>,
     pub(super) arriving: Mutex<HashMap<[u8; 16], Arc<Arriving>>>,
     pub(super) temporary: Mutex<HashMap<AuthorityKey, TemporaryQueue>>,
-    /// Relayed terminals waiting for their `replyRelayAck` (46), by (relocation, operation
-    /// high, low, reply route).
-    pub(super) acks: Mutex<HashMap<RelayKey, oneshot::Sender<()>>>,
     /// This host relocates (or relocated): it takes no unit and no new object.
     relocating: AtomicBool,
     /// Units moving away from here, or followed after their handover: not units of a new
@@ -250,6 +263,8 @@ pub(super) struct Relocations {
     /// This node's capacity limits (0 = unlimited) and the capacity of the units arriving
     /// here and not committed yet (the target's check at Prepare).
     capacity: Mutex<(CapacityLimits, CapacityUse)>,
+    /// The open terminal ledgers of units that carried requests here, by RelocationId.
+    terminals: Mutex<HashMap<[u8; 16], Arc<super::terminals::UnitTerminals>>>,
 }
 
 /// Capacity held for one arriving unit until its commit ended (either way); released on drop.
@@ -283,6 +298,12 @@ impl Relocations {
 
     pub(super) fn set_settings(&self, s: RelocationSettings) {
         *lock(&self.settings) = s;
+    }
+
+    pub(super) fn terminals(
+        &self,
+    ) -> MutexGuard<'_, HashMap<[u8; 16], Arc<super::terminals::UnitTerminals>>> {
+        lock(&self.terminals)
     }
 
     /// This node's capacity limits.
@@ -347,10 +368,6 @@ impl Relocations {
 
     pub(super) fn temporary(&self) -> MutexGuard<'_, HashMap<AuthorityKey, TemporaryQueue>> {
         lock(&self.temporary)
-    }
-
-    pub(super) fn acks(&self) -> MutexGuard<'_, HashMap<RelayKey, oneshot::Sender<()>>> {
-        lock(&self.acks)
     }
 
     pub(super) fn mark(&self, relocation_id: [u8; 16], step: TimelineStep, at: std::time::Instant) {
