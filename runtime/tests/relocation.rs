@@ -2421,54 +2421,55 @@ async fn carried_requests_complete_through_a_durable_root_that_is_released_at_th
         .request_to_instance_spot("tally", "k-1", &Read {}, T)
         .await
         .unwrap();
-    assert_eq!(
-        s.seqs,
-        vec![0, 1, 2, 3],
-        "each carried request ran once, in order"
-    );
+    // Pipelined requests may reorder across a move (wire §10): each ran once.
+    let mut ran = s.seqs.clone();
+    ran.sort_unstable();
+    assert_eq!(ran, vec![0, 1, 2, 3], "each carried request ran once");
     c.shutdown().await;
 }
 
-/// Issue 17 item 9: a carried request whose requester is gone before its terminal (the
-/// relocation source carried it and stopped) is never acknowledged: at its last deadline the
-/// unit ends `ForceStopped`, and the root — the terminal with its reply — stays linked and
-/// readable for the retention, with TerminalCompletionCount 1 and PendingRelayCount 1.
+/// Issue 17 item 9: carried terminals that are never acknowledged (every 33 lost, by
+/// failpoint) end the unit `ForceStopped` at its last deadline, and the root — each terminal
+/// with its reply — stays linked and readable for the retention, with TerminalCompletionCount
+/// = PendingRelayCount = the requests carried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unacknowledged_terminal_is_force_stopped_and_its_root_stays() {
+async fn unacknowledged_terminals_are_force_stopped_and_their_root_stays() {
     let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
-    for rt in &c.rts {
+    for (i, rt) in c.rts.iter().enumerate() {
         rt.set_relocation_settings(zlink::object::runtime::RelocationSettings {
             cutover_wait: Duration::from_millis(50),
             carried_request_deadline: Duration::from_millis(1_500),
+            fault: (i == 1).then_some(zlink::object::runtime::TransferFault::DropReplyRelays),
             ..zlink::object::runtime::RelocationSettings::default()
         });
     }
-    // The first may still run at the source before the capture pauses the object; the slow
-    // one is carried.
-    let asks = vec![SlowAdd { ms: 0, seq: 1 }, SlowAdd { ms: 600, seq: 2 }];
+    let asks = vec![SlowAdd { ms: 0, seq: 1 }, SlowAdd { ms: 300, seq: 2 }];
     let (outcome, calls) =
         move_with_carried_requests(&c, "f-1", asks, Duration::from_millis(1_500)).await;
     assert_eq!(outcome, UnitOutcome::HandedOver);
-    let carried = carried_requests(&c);
-    assert!((1..=2).contains(&carried), "{carried}");
-    // The first is answered; then the source — the requester the terminals go back to —
-    // stops before the slow one's terminal.
-    let mut calls = calls.into_iter();
-    calls.next().unwrap().await.unwrap().unwrap();
-    c.nodes[0].shutdown().await;
-    let _ = calls.next().unwrap().await;
+    for call in calls {
+        // A carried one ends at its deadline (its terminal never came back).
+        let _ = call.await.unwrap();
+    }
     common::eventually("force stopped at the deadline", || {
         terminal_stat(&c, 1, |s| &s.terminals_force_stopped) == 1
     })
     .await;
+    let carried = terminal_stat(&c, 1, |s| &s.carried_accepted);
+    assert!((1..=2).contains(&carried), "{carried}");
     assert_eq!(terminal_stat(&c, 1, |s| &s.terminals_completed), 0);
+    assert_eq!(
+        terminal_stat(&c, 1, |s| &s.reply_relays_sent),
+        0,
+        "every 33 lost"
+    );
     let roots = linked_roots(&c, "f-1").await;
     assert_eq!(roots.len(), 1, "{roots:?}");
     let (_, count, pending, pointer) = &roots[0];
     assert_eq!(
         (*count, *pending),
-        (carried, 1),
-        "every carried terminal recorded, the slow one unacknowledged"
+        (carried, carried),
+        "every carried terminal recorded, none acknowledged"
     );
     let stored = zlink_store::RelocationStore::read(&**c.store(), &pointer.reference)
         .await
@@ -2487,12 +2488,14 @@ async fn an_unacknowledged_terminal_is_force_stopped_and_its_root_stays() {
             chunk.reference
         );
     }
-    // The request ran once on the target.
+    // Each request ran once.
     let s: Tally = c.rts[1]
         .request_to_instance_spot("tally", "f-1", &Read {}, T)
         .await
         .unwrap();
-    assert_eq!(s.seqs, vec![0, 1, 2]);
+    let mut ran = s.seqs.clone();
+    ran.sort_unstable();
+    assert_eq!(ran, vec![0, 1, 2]);
     c.shutdown().await;
 }
 

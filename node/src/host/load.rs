@@ -229,6 +229,18 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// The final read of `id` failed for good: a failed call, counted by kind.
+    fn read_failed(&mut self, id: &str, e: &CallError) {
+        self.failed_calls += 1;
+        *self
+            .error_kinds
+            .entry(format!("{:?}", e.kind()))
+            .or_default() += 1;
+        if self.errors.len() < 5 {
+            self.errors.push(format!("read {id}: {e}"));
+        }
+    }
+
     /// Everything that makes the run fail (empty: every message reached its ID exactly once).
     pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -754,14 +766,7 @@ async fn drive(
                 Ok(t) if lost(&t) == 0 || Instant::now() >= settle_until => break Some(t),
                 Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                 Err(e) if Instant::now() >= settle_until => {
-                    report.failed_calls += 1;
-                    *report
-                        .error_kinds
-                        .entry(format!("{:?}", e.kind()))
-                        .or_default() += 1;
-                    if report.errors.len() < 5 {
-                        report.errors.push(format!("read {id}: {e}"));
-                    }
+                    report.read_failed(&id, &e);
                     break None;
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -869,16 +874,6 @@ async fn check_rooms(
 ) {
     let players = targets.players();
     let mut lines = vec![0u64; sent.len().saturating_sub(players)];
-    let note = |report: &mut LoadReport, id: &str, e: CallError| {
-        report.failed_calls += 1;
-        *report
-            .error_kinds
-            .entry(format!("{:?}", e.kind()))
-            .or_default() += 1;
-        if report.errors.len() < 5 {
-            report.errors.push(format!("read {id}: {e}"));
-        }
-    };
     for (r, heard) in lines.iter_mut().enumerate() {
         let i = players + r;
         let id = targets.id(i);
@@ -907,7 +902,7 @@ async fn check_rooms(
                 }
             }
             Err(e) => {
-                note(report, &id, e);
+                report.read_failed(&id, &e);
                 unread(id, sent[i], failed[i])
             }
         };
@@ -954,7 +949,7 @@ async fn check_rooms(
                 }
             }
             Err(e) => {
-                note(report, &id, e);
+                report.read_failed(&id, &e);
                 unread(id, sent[i], failed[i])
             }
         };

@@ -38,8 +38,9 @@ pub enum Retired {
     ForceStopped,
     /// The published root was missing or corrupt (`RelocationDataLost`).
     DataLost,
-    /// The unit never became this node's (its commit did not happen here): nothing to keep;
-    /// the source restores its requests.
+    /// The unit's object is not this node's when a publish links (its commit did not happen
+    /// here, or it moved on): nothing can be kept here; terminals not relayed yet go out as
+    /// they are ([`TerminalLedger::unrelayed`]).
     Abandoned,
 }
 
@@ -160,6 +161,16 @@ impl<K: Ord + Clone> TerminalLedger<K> {
     /// The terminals a root of the current state holds, with their ack state.
     pub fn entries(&self) -> impl Iterator<Item = (&K, bool)> {
         self.entries.iter().map(|(k, e)| (k, e.acked))
+    }
+
+    /// Terminals not relayed yet (an `Abandoned` unit's shell relays them as they are, best
+    /// effort: there is no row here to make them durable in).
+    pub fn unrelayed(&self) -> Vec<K> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| !e.relayed && !e.acked)
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     fn complete(&self) -> bool {

@@ -769,7 +769,8 @@ impl<S: ObjectStore> Inner<S> {
                         | super::TransferFault::WrongLength
                         | super::TransferFault::DropFollowNotices
                         | super::TransferFault::DropSessionRoutes
-                        | super::TransferFault::DropSealAnswers,
+                        | super::TransferFault::DropSealAnswers
+                        | super::TransferFault::DropReplyRelays,
                     )
                     | None => (0..b.chunks.len()).collect(),
                 };

@@ -74,6 +74,9 @@ pub enum TransferFault {
     /// session owner (the seal is installed all the same): the relocation source's wait ends
     /// without an answer.
     DropSealAnswers,
+    /// Lose every `replyRelay` (33) this node would send as a relocation target: no carried
+    /// terminal is ever acknowledged.
+    DropReplyRelays,
 }
 
 impl Default for RelocationSettings {
@@ -99,6 +102,8 @@ impl Default for RelocationSettings {
 pub struct RelocationStats {
     /// Units this node refused at Prepare for want of capacity (target).
     pub capacity_refusals: AtomicU64,
+    /// Carried requests taken into a unit's queue here (target).
+    pub carried_accepted: AtomicU64,
     /// Terminal roots of carried requests written, verified and linked (target).
     pub terminal_roots_published: AtomicU64,
     /// Units whose carried requests all ended and were acknowledged; root released (target).

@@ -194,6 +194,9 @@ impl<S: ObjectStore> Inner<S> {
         deadline_unix_ms: u64,
     ) -> Option<Arc<UnitTerminals>> {
         let unit = self.unit_terminals(relocation_id, lead)?;
+        self.relocations
+            .carried_accepted
+            .fetch_add(1, Ordering::Relaxed);
         let actions = {
             let mut st = unit.lock();
             st.last_deadline_ms = st.last_deadline_ms.max(deadline_unix_ms);
@@ -290,6 +293,12 @@ impl<S: ObjectStore> Inner<S> {
 
     /// Send terminal `k`'s 33 until its ack, or until the ledger retires.
     fn relay_durable(&self, unit: &Arc<UnitTerminals>, k: TermKey) {
+        self.relay_until(unit, k, None);
+    }
+
+    /// Send terminal `k`'s 33 until its ack, or until the ledger retires — or, with
+    /// `until_unix_ms` (an abandoned ledger's best-effort relays), until that time.
+    fn relay_until(&self, unit: &Arc<UnitTerminals>, k: TermKey, until_unix_ms: Option<u64>) {
         let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
@@ -304,33 +313,53 @@ impl<S: ObjectStore> Inner<S> {
         let mut retired = unit.retired.subscribe();
         tokio::spawn(async move {
             loop {
-                let _ = this.mesh.relocation_record(
-                    &t.source,
-                    Leg::Request,
-                    CommandBody::ReplyRelay(t.body.clone()),
-                    t.payload.clone(),
-                );
-                this.relocations
-                    .reply_relays_sent
-                    .fetch_add(1, Ordering::Relaxed);
-                tokio::select! {
-                    _ = &mut ack_rx => return,
-                    _ = retired.wait_for(Option::is_some) => return,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                let dropped = this.relocations.settings().fault
+                    == Some(super::TransferFault::DropReplyRelays);
+                if !dropped {
+                    let _ = this.mesh.relocation_record(
+                        &t.source,
+                        Leg::Request,
+                        CommandBody::ReplyRelay(t.body.clone()),
+                        t.payload.clone(),
+                    );
+                    this.relocations
+                        .reply_relays_sent
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                match until_unix_ms {
+                    None => tokio::select! {
+                        _ = &mut ack_rx => return,
+                        _ = retired.wait_for(Option::is_some) => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    },
+                    Some(until) => {
+                        tokio::select! {
+                            _ = &mut ack_rx => return,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                        if super::now_unix_ms() >= until {
+                            return;
+                        }
+                    }
                 }
             }
         });
     }
 
     fn retire(&self, unit: &Arc<UnitTerminals>, r: Retired) {
-        {
-            let mut map = self.relocations.terminals();
-            if map
-                .get(&unit.relocation_id)
-                .is_some_and(|u| Arc::ptr_eq(u, unit))
-            {
-                map.remove(&unit.relocation_id);
+        if r == Retired::Abandoned {
+            // Its best-effort relays still take acks: forget it when they end.
+            let until = unit.lock().last_deadline_ms;
+            if let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) {
+                let unit = Arc::clone(unit);
+                tokio::spawn(async move {
+                    let left = until.saturating_sub(super::now_unix_ms());
+                    tokio::time::sleep(Duration::from_millis(left)).await;
+                    this.forget_terminals(&unit);
+                });
             }
+        } else {
+            self.forget_terminals(unit);
         }
         let _ = unit.retired.send(Some(r));
         let stats = &self.relocations;
@@ -345,7 +374,19 @@ impl<S: ObjectStore> Inner<S> {
                     .terminals_force_stopped
                     .fetch_add(1, Ordering::Relaxed)
             }
-            Retired::Abandoned => stats.terminals_abandoned.fetch_add(1, Ordering::Relaxed),
+            Retired::Abandoned => {
+                // No row here to make them durable in: what was not relayed goes as it is,
+                // until acknowledged or the unit's last deadline (the behaviour before the
+                // ledger).
+                let (unrelayed, until) = {
+                    let st = unit.lock();
+                    (st.ledger.unrelayed(), st.last_deadline_ms)
+                };
+                for k in unrelayed {
+                    self.relay_until(unit, k, Some(until));
+                }
+                stats.terminals_abandoned.fetch_add(1, Ordering::Relaxed)
+            }
             Retired::DataLost => {
                 tracing::error!(
                     relocation = %unit.hex_id(),
@@ -354,6 +395,16 @@ impl<S: ObjectStore> Inner<S> {
                 stats.terminals_data_lost.fetch_add(1, Ordering::Relaxed)
             }
         };
+    }
+
+    fn forget_terminals(&self, unit: &Arc<UnitTerminals>) {
+        let mut map = self.relocations.terminals();
+        if map
+            .get(&unit.relocation_id)
+            .is_some_and(|u| Arc::ptr_eq(u, unit))
+        {
+            map.remove(&unit.relocation_id);
+        }
     }
 
     /// Wait for the unit's last deadline (it may grow), plus the retransmission window, then
