@@ -212,7 +212,8 @@ impl<K: Ord + Clone> TerminalLedger<K> {
                 }
                 self.in_flight = None;
                 self.durable = v;
-                if self.clearing && !self.dirty {
+                // Still complete: no request was accepted meanwhile.
+                if self.clearing && !self.dirty && self.complete() {
                     self.retired = Some(Retired::Completed);
                     out.push(LedgerAction::Retire(Retired::Completed));
                     return out;
@@ -366,6 +367,24 @@ mod tests {
     }
 
     #[test]
+    fn a_request_accepted_during_the_clearing_publish_keeps_the_ledger_open() {
+        let mut l = TerminalLedger::new();
+        l.handle(E::Accepted);
+        l.handle(E::Terminal(1));
+        l.handle(E::Published(1));
+        assert_eq!(l.handle(E::Acked(1)), vec![publish(2, 1, 0, true)]);
+        assert_eq!(l.handle(E::Accepted), vec![], "nothing to publish yet");
+        assert_eq!(
+            l.handle(E::Published(2)),
+            vec![],
+            "not complete any more: not retired"
+        );
+        assert_eq!(l.retired(), None);
+        assert_eq!(l.handle(E::Terminal(2)), vec![publish(3, 2, 1, false)]);
+        assert_eq!(l.handle(E::Published(3)), vec![A::Relay(2)]);
+    }
+
+    #[test]
     fn an_ack_during_the_clearing_publish_keeps_it_and_a_late_terminal_reopens_it() {
         let mut l = TerminalLedger::new();
         l.handle(E::Accepted);
@@ -394,10 +413,12 @@ mod tests {
         #[test]
         fn relays_follow_durability_and_completion_needs_every_ack(
             n in 1u32..6,
-            steps in proptest::collection::vec((0u8..4, 0u32..6), 0..80),
+            steps in proptest::collection::vec((0u8..5, 0u32..6), 0..80),
         ) {
             let mut l: TerminalLedger<u32> = TerminalLedger::new();
-            for _ in 0..n { l.handle(E::Accepted); }
+            // Requests are accepted along the way too (a late relay), not only at the start.
+            let mut accepted = 1u32;
+            l.handle(E::Accepted);
             let mut in_flight: Option<u64> = None;
             let mut relayed = std::collections::BTreeSet::new();
             let mut terminal = std::collections::BTreeSet::new();
@@ -424,9 +445,21 @@ mod tests {
                 Ok(())
             };
             for (what, k) in steps {
-                let k = k % n;
+                let k = k % accepted;
                 let e = match what {
-                    0 => { terminal.insert(k); E::Terminal(k) }
+                    4 if accepted < n => {
+                        accepted += 1;
+                        // A completed ledger takes nothing more: the shell opens a new one.
+                        if l.retired() == Some(Retired::Completed) {
+                            l = TerminalLedger::new();
+                            in_flight = None;
+                        }
+                        E::Accepted
+                    }
+                    4 => continue,
+                    // A request ends once.
+                    0 if terminal.insert(k) => E::Terminal(k),
+                    0 => continue,
                     1 if relayed.contains(&k) => E::Acked(k),
                     1 => continue,
                     2 => match in_flight.take() { Some(v) => E::Published(v), None => continue },
@@ -434,7 +467,15 @@ mod tests {
                 };
                 run(&mut l, e, &mut in_flight, &terminal, &mut relayed, &mut published_with)?;
             }
-            // Drain: answer terminals, acks and publishes until nothing moves.
+            // Drain: accept the rest, answer terminals, acks and publishes until nothing moves.
+            while accepted < n {
+                accepted += 1;
+                if l.retired() == Some(Retired::Completed) {
+                    l = TerminalLedger::new();
+                    in_flight = None;
+                }
+                run(&mut l, E::Accepted, &mut in_flight, &terminal, &mut relayed, &mut published_with)?;
+            }
             for k in 0..n {
                 if !terminal.contains(&k) {
                     terminal.insert(k);

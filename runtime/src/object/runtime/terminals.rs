@@ -193,17 +193,29 @@ impl<S: ObjectStore> Inner<S> {
         lead: (StoreKind, String, u64),
         deadline_unix_ms: u64,
     ) -> Option<Arc<UnitTerminals>> {
-        let unit = self.unit_terminals(relocation_id, lead)?;
         self.relocations
             .carried_accepted
             .fetch_add(1, Ordering::Relaxed);
-        let actions = {
-            let mut st = unit.lock();
-            st.last_deadline_ms = st.last_deadline_ms.max(deadline_unix_ms);
-            st.ledger.handle(LedgerEvent::Accepted)
-        };
-        self.perform(&unit, actions);
-        Some(unit)
+        loop {
+            let unit = self.unit_terminals(relocation_id, lead.clone())?;
+            let actions = {
+                let mut st = unit.lock();
+                if st.ledger.retired().is_some() {
+                    // It ended between the lookup and now: this request opens a new one.
+                    None
+                } else {
+                    st.last_deadline_ms = st.last_deadline_ms.max(deadline_unix_ms);
+                    Some(st.ledger.handle(LedgerEvent::Accepted))
+                }
+            };
+            match actions {
+                Some(actions) => {
+                    self.perform(&unit, actions);
+                    return Some(unit);
+                }
+                None => self.forget_terminals(&unit),
+            }
+        }
     }
 
     /// The carried request `header` from `source` (relayed back under the requester's lease
@@ -254,6 +266,14 @@ impl<S: ObjectStore> Inner<S> {
             st.ledger.handle(LedgerEvent::Terminal(key))
         };
         self.perform(unit, actions);
+        let abandoned = {
+            let st = unit.lock();
+            (st.ledger.retired() == Some(Retired::Abandoned)).then_some(st.last_deadline_ms)
+        };
+        if let Some(until) = abandoned {
+            // A terminal after the ledger was abandoned: no row here to keep it in either.
+            self.relay_until(unit, key, Some(until));
+        }
     }
 
     /// A `replyRelayAck` (46) of relocation `relocation_id`; whether a ledger knew it.
