@@ -6,19 +6,24 @@
 //! until `replyRelayAck` (46). The target keeps, per unit, one ledger:
 //!
 //! ```text
-//!   Accepted ──► (terminal) ──► durable ──► relayed … acked
-//!                    │              ▲
-//!                    └─ Publish ────┘  (a new immutable root, then the Preserve CAS of
-//!                                       TerminalCompletionCount / PendingRelayCount)
+//!   Accepted ──► Terminal ──► relayed (33) … acked (46)
+//!                   │                          │
+//!                   └──── Publish ◄────────────┘   (a new immutable root, then the Preserve
+//!                                                   CAS of TerminalCompletionCount /
+//!                                                   PendingRelayCount)
 //! ```
 //!
+//! - A terminal is relayed (33) at once; its record and delivery state go into the unit's
+//!   root **(ours:** wire §11 orders the root before the counts' CAS, not before the relay; a
+//!   relay that waited for the store cost a third of the callers' throughput while units move,
+//!   and nothing reads a root back yet**)**.
 //! - Every change of the terminal or delivery state (a terminal, an ack) makes the ledger
 //!   dirty; it asks for **one** publish at a time of the latest state (coalesced per unit): the
 //!   shell writes and verifies a new ZRM1/ZRD1 root, links its ZRP1 pointer with the counts by
 //!   a Preserve CAS, and reports `Published`.
-//! - A terminal is relayed (33) only once a published version holds it (durable first).
 //! - `Completed` iff accepted = terminals and pending (relayed, not acked) = 0: a last publish
-//!   clears the root reference, then the ledger retires.
+//!   clears the root reference, then the ledger retires — only if nothing was accepted
+//!   meanwhile.
 //! - At its last deadline with work pending it retires `ForceStopped`: the root and its reply
 //!   bytes stay for the retention.
 //! - A published root found missing or corrupt retires it `DataLost` (non-retriable, no
@@ -80,7 +85,7 @@ pub enum LedgerAction<K> {
         /// Release the root reference (the unit is complete).
         clear: bool,
     },
-    /// Send `K`'s terminal (33) until it is acknowledged; it is durable now.
+    /// Send `K`'s terminal (33) until it is acknowledged.
     Relay(K),
     /// The ledger ended.
     Retire(Retired),
@@ -88,9 +93,6 @@ pub enum LedgerAction<K> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
-    /// The version that first holds this terminal.
-    version: u64,
-    relayed: bool,
     acked: bool,
 }
 
@@ -103,8 +105,6 @@ pub struct TerminalLedger<K: Ord + Clone> {
     next_version: u64,
     /// The publish in flight.
     in_flight: Option<u64>,
-    /// The latest linked version.
-    durable: u64,
     /// Whether the state changed since the latest publish was issued.
     dirty: bool,
     /// Whether the publish in flight releases the root.
@@ -119,7 +119,6 @@ impl<K: Ord + Clone> Default for TerminalLedger<K> {
             entries: BTreeMap::new(),
             next_version: 1,
             in_flight: None,
-            durable: 0,
             dirty: false,
             clearing: false,
             retired: None,
@@ -163,14 +162,16 @@ impl<K: Ord + Clone> TerminalLedger<K> {
         self.entries.iter().map(|(k, e)| (k, e.acked))
     }
 
-    /// Terminals not relayed yet (an `Abandoned` unit's shell relays them as they are, best
-    /// effort: there is no row here to make them durable in).
-    pub fn unrelayed(&self) -> Vec<K> {
-        self.entries
-            .iter()
-            .filter(|(_, e)| !e.relayed && !e.acked)
-            .map(|(k, _)| k.clone())
-            .collect()
+    /// The publish in flight, `version`, starts now (the shell waits a moment first, so what
+    /// happened meanwhile joins it): its TerminalCompletionCount, PendingRelayCount and whether
+    /// it releases the root, from the state now. `None` when `version` is not in flight.
+    pub fn refresh(&mut self, version: u64) -> Option<(u64, u64, bool)> {
+        if self.retired.is_some() || self.in_flight != Some(version) {
+            return None;
+        }
+        self.dirty = false;
+        self.clearing = self.complete();
+        Some((self.terminals(), self.pending(), self.clearing))
     }
 
     fn complete(&self) -> bool {
@@ -187,15 +188,9 @@ impl<K: Ord + Clone> TerminalLedger<K> {
             LedgerEvent::Accepted => self.accepted += 1,
             LedgerEvent::Terminal(k) => {
                 if !self.entries.contains_key(&k) {
-                    self.entries.insert(
-                        k,
-                        Entry {
-                            version: self.next_version,
-                            relayed: false,
-                            acked: false,
-                        },
-                    );
+                    self.entries.insert(k.clone(), Entry { acked: false });
                     self.dirty = true;
+                    out.push(LedgerAction::Relay(k));
                 }
             }
             LedgerEvent::Acked(k) => {
@@ -211,7 +206,6 @@ impl<K: Ord + Clone> TerminalLedger<K> {
                     return out;
                 }
                 self.in_flight = None;
-                self.durable = v;
                 // Still complete: no request was accepted meanwhile.
                 if self.clearing && !self.dirty && self.complete() {
                     self.retired = Some(Retired::Completed);
@@ -219,12 +213,6 @@ impl<K: Ord + Clone> TerminalLedger<K> {
                     return out;
                 }
                 self.clearing = false;
-                for (k, e) in &mut self.entries {
-                    if e.version <= v && !e.relayed && !e.acked {
-                        e.relayed = true;
-                        out.push(LedgerAction::Relay(k.clone()));
-                    }
-                }
             }
             LedgerEvent::PublishFailed(v) => {
                 if self.in_flight == Some(v) {
@@ -289,11 +277,15 @@ mod tests {
     }
 
     #[test]
-    fn a_terminal_is_published_before_it_is_relayed_and_an_ack_completes_the_unit() {
+    fn a_terminal_is_relayed_at_once_and_published_and_an_ack_completes_the_unit() {
         let mut l = TerminalLedger::new();
         assert_eq!(l.handle(E::Accepted), vec![]);
-        assert_eq!(l.handle(E::Terminal(7)), vec![publish(1, 1, 1, false)]);
-        assert_eq!(l.handle(E::Published(1)), vec![A::Relay(7)]);
+        assert_eq!(
+            l.handle(E::Terminal(7)),
+            vec![A::Relay(7), publish(1, 1, 1, false)]
+        );
+        assert_eq!(l.handle(E::Terminal(7)), vec![], "one terminal per request");
+        assert_eq!(l.handle(E::Published(1)), vec![]);
         assert_eq!(l.handle(E::Acked(7)), vec![publish(2, 1, 0, true)]);
         assert_eq!(
             l.handle(E::Published(2)),
@@ -309,17 +301,24 @@ mod tests {
         for _ in 0..3 {
             l.handle(E::Accepted);
         }
-        assert_eq!(l.handle(E::Terminal(1)), vec![publish(1, 1, 1, false)]);
-        assert_eq!(l.handle(E::Terminal(2)), vec![], "one publish at a time");
-        assert_eq!(l.handle(E::Terminal(3)), vec![]);
-        // Version 1 held only terminal 1: only it is relayed; the rest go in version 2.
+        assert_eq!(
+            l.handle(E::Terminal(1)),
+            vec![A::Relay(1), publish(1, 1, 1, false)]
+        );
+        assert_eq!(
+            l.handle(E::Terminal(2)),
+            vec![A::Relay(2)],
+            "one publish at a time"
+        );
+        assert_eq!(l.handle(E::Terminal(3)), vec![A::Relay(3)]);
+        assert_eq!(l.handle(E::Acked(1)), vec![]);
         assert_eq!(
             l.handle(E::Published(1)),
-            vec![A::Relay(1), publish(2, 3, 3, false)]
+            vec![publish(2, 3, 2, false)],
+            "the next publish holds everything since"
         );
-        assert_eq!(l.handle(E::Published(2)), vec![A::Relay(2), A::Relay(3)]);
+        assert_eq!(l.handle(E::Published(2)), vec![]);
         assert_eq!(l.handle(E::Published(2)), vec![], "a repeated answer");
-        assert_eq!(l.handle(E::Acked(1)), vec![publish(3, 3, 2, false)]);
     }
 
     #[test]
@@ -329,7 +328,7 @@ mod tests {
         l.handle(E::Accepted);
         l.handle(E::Terminal(1));
         assert_eq!(l.handle(E::PublishFailed(1)), vec![publish(2, 1, 1, false)]);
-        assert_eq!(l.handle(E::Published(2)), vec![A::Relay(1)]);
+        assert_eq!(l.handle(E::Published(2)), vec![]);
         // Acked, but one accepted request has no terminal yet: not complete.
         assert_eq!(l.handle(E::Acked(1)), vec![publish(3, 1, 0, false)]);
         assert_eq!(l.handle(E::Published(3)), vec![]);
@@ -360,10 +359,32 @@ mod tests {
         l.handle(E::Terminal(1));
         assert_eq!(l.handle(E::Abandoned), vec![A::Retire(Retired::Abandoned)]);
         assert_eq!(
-            l.handle(E::Published(1)),
+            l.handle(E::Terminal(2)),
             vec![],
-            "nothing relayed for a unit not ours"
+            "a retired ledger takes nothing"
         );
+    }
+
+    #[test]
+    fn what_happens_before_a_publish_starts_joins_it() {
+        let mut l = TerminalLedger::new();
+        l.handle(E::Accepted);
+        assert_eq!(
+            l.handle(E::Terminal(1)),
+            vec![A::Relay(1), publish(1, 1, 1, false)]
+        );
+        assert_eq!(l.handle(E::Acked(1)), vec![], "joins the publish in flight");
+        assert_eq!(
+            l.refresh(1),
+            Some((1, 0, true)),
+            "it releases the root at once"
+        );
+        assert_eq!(l.refresh(2), None, "not in flight");
+        assert_eq!(
+            l.handle(E::Published(1)),
+            vec![A::Retire(Retired::Completed)]
+        );
+        assert_eq!(l.refresh(1), None, "retired");
     }
 
     #[test]
@@ -380,63 +401,55 @@ mod tests {
             "not complete any more: not retired"
         );
         assert_eq!(l.retired(), None);
-        assert_eq!(l.handle(E::Terminal(2)), vec![publish(3, 2, 1, false)]);
-        assert_eq!(l.handle(E::Published(3)), vec![A::Relay(2)]);
+        assert_eq!(
+            l.handle(E::Terminal(2)),
+            vec![A::Relay(2), publish(3, 2, 1, false)]
+        );
     }
 
     #[test]
-    fn an_ack_during_the_clearing_publish_keeps_it_and_a_late_terminal_reopens_it() {
+    fn a_terminal_during_the_clearing_publish_reopens_it() {
         let mut l = TerminalLedger::new();
         l.handle(E::Accepted);
         l.handle(E::Terminal(1));
         l.handle(E::Published(1));
         assert_eq!(l.handle(E::Acked(1)), vec![publish(2, 1, 0, true)]);
-        // Another carried request arrives while the clearing publish is in flight.
         l.handle(E::Accepted);
-        assert_eq!(l.handle(E::Terminal(2)), vec![]);
+        assert_eq!(l.handle(E::Terminal(2)), vec![A::Relay(2)]);
         assert_eq!(
             l.handle(E::Published(2)),
             vec![publish(3, 2, 1, false)],
             "not retired: the state changed meanwhile"
         );
-        assert_eq!(
-            l.handle(E::Published(3)),
-            vec![A::Relay(2)],
-            "durable in version 3"
-        );
     }
 
     proptest! {
-        /// Whatever the order of terminals, acks, publish answers and failures: a terminal is
-        /// relayed at most once and only after a publish that holds it, and the ledger completes
-        /// exactly when every accepted request is terminal and acknowledged.
+        /// Whatever the order of acceptances, terminals, acks, publish answers and failures:
+        /// each terminal is relayed exactly once, one publish is in flight at a time, and the
+        /// ledger completes exactly when every accepted request is terminal and acknowledged
+        /// (a completed ledger takes nothing more; the shell opens a new one).
         #[test]
-        fn relays_follow_durability_and_completion_needs_every_ack(
+        fn each_terminal_is_relayed_once_and_completion_needs_every_ack(
             n in 1u32..6,
             steps in proptest::collection::vec((0u8..5, 0u32..6), 0..80),
         ) {
             let mut l: TerminalLedger<u32> = TerminalLedger::new();
-            // Requests are accepted along the way too (a late relay), not only at the start.
             let mut accepted = 1u32;
             l.handle(E::Accepted);
             let mut in_flight: Option<u64> = None;
             let mut relayed = std::collections::BTreeSet::new();
             let mut terminal = std::collections::BTreeSet::new();
-            let mut published_with: BTreeMap<u64, std::collections::BTreeSet<u32>> = BTreeMap::new();
             let run = |l: &mut TerminalLedger<u32>, e: E<u32>, in_flight: &mut Option<u64>,
-                           terminal: &std::collections::BTreeSet<u32>, relayed: &mut std::collections::BTreeSet<u32>,
-                           published_with: &mut BTreeMap<u64, std::collections::BTreeSet<u32>>| {
-                let durable_at = match &e { E::Published(v) => Some(*v), _ => None };
+                       relayed: &mut std::collections::BTreeSet<u32>| {
+                let is_terminal = matches!(e, E::Terminal(_));
                 for a in l.handle(e) {
                     match a {
                         A::Publish { version, .. } => {
                             prop_assert!(in_flight.is_none(), "one publish at a time");
                             *in_flight = Some(version);
-                            published_with.insert(version, terminal.clone());
                         }
                         A::Relay(k) => {
-                            let v = durable_at.expect("relayed only on a publish answer");
-                            prop_assert!(published_with[&v].contains(&k), "relayed before durable");
+                            prop_assert!(is_terminal, "relayed only at its terminal");
                             prop_assert!(relayed.insert(k), "relayed twice");
                         }
                         A::Retire(_) => {}
@@ -444,20 +457,21 @@ mod tests {
                 }
                 Ok(())
             };
+            let renew = |l: &mut TerminalLedger<u32>, in_flight: &mut Option<u64>| {
+                if l.retired() == Some(Retired::Completed) {
+                    *l = TerminalLedger::new();
+                    *in_flight = None;
+                }
+            };
             for (what, k) in steps {
                 let k = k % accepted;
                 let e = match what {
                     4 if accepted < n => {
                         accepted += 1;
-                        // A completed ledger takes nothing more: the shell opens a new one.
-                        if l.retired() == Some(Retired::Completed) {
-                            l = TerminalLedger::new();
-                            in_flight = None;
-                        }
+                        renew(&mut l, &mut in_flight);
                         E::Accepted
                     }
                     4 => continue,
-                    // A request ends once.
                     0 if terminal.insert(k) => E::Terminal(k),
                     0 => continue,
                     1 if relayed.contains(&k) => E::Acked(k),
@@ -465,30 +479,25 @@ mod tests {
                     2 => match in_flight.take() { Some(v) => E::Published(v), None => continue },
                     _ => match in_flight.take() { Some(v) => E::PublishFailed(v), None => continue },
                 };
-                run(&mut l, e, &mut in_flight, &terminal, &mut relayed, &mut published_with)?;
+                run(&mut l, e, &mut in_flight, &mut relayed)?;
             }
-            // Drain: accept the rest, answer terminals, acks and publishes until nothing moves.
             while accepted < n {
                 accepted += 1;
-                if l.retired() == Some(Retired::Completed) {
-                    l = TerminalLedger::new();
-                    in_flight = None;
-                }
-                run(&mut l, E::Accepted, &mut in_flight, &terminal, &mut relayed, &mut published_with)?;
+                renew(&mut l, &mut in_flight);
+                run(&mut l, E::Accepted, &mut in_flight, &mut relayed)?;
             }
             for k in 0..n {
-                if !terminal.contains(&k) {
-                    terminal.insert(k);
-                    run(&mut l, E::Terminal(k), &mut in_flight, &terminal, &mut relayed, &mut published_with)?;
+                if terminal.insert(k) {
+                    run(&mut l, E::Terminal(k), &mut in_flight, &mut relayed)?;
                 }
             }
             for _ in 0..(4 * n + 8) {
                 if let Some(v) = in_flight.take() {
-                    run(&mut l, E::Published(v), &mut in_flight, &terminal, &mut relayed, &mut published_with)?;
+                    run(&mut l, E::Published(v), &mut in_flight, &mut relayed)?;
                 }
                 let unacked: Vec<u32> = relayed.iter().copied().filter(|k| !l.is_acked(k)).collect();
                 for k in unacked {
-                    run(&mut l, E::Acked(k), &mut in_flight, &terminal, &mut relayed, &mut published_with)?;
+                    run(&mut l, E::Acked(k), &mut in_flight, &mut relayed)?;
                 }
             }
             prop_assert_eq!(l.retired(), Some(Retired::Completed));

@@ -1,7 +1,7 @@
 //! The target's shell of [`TerminalLedger`] (issue 17 item 9; wire §11): carried requests of a
-//! unit, their terminals made durable in an immutable Relocation Store root before they are
-//! relayed (33), the root linked with the counts by a Preserve CAS, released once every
-//! terminal is acknowledged (46).
+//! unit, their terminals relayed (33) and recorded in an immutable Relocation Store root, the
+//! root linked with the counts by a Preserve CAS, released once every terminal is
+//! acknowledged (46).
 //!
 //! **The root (ours, wire §11 leaves its content to us):** version `v` of relocation `R` is a
 //! ZRM1 manifest at `terminals/<R hex>/<v>` over ZRD1 chunks at `terminals/<R hex>/<v>/<i>`
@@ -46,6 +46,11 @@ const ROOT_CHUNK: usize = 256 * 1024;
 
 /// The pause before a publish the store did not take is tried again.
 const PUBLISH_RETRY: Duration = Duration::from_millis(100);
+
+/// How long a publish waits before it takes the ledger's state, so a terminal and its ack —
+/// usually a round trip apart — go into one publish, and a unit whose requests are all
+/// answered and acknowledged by then writes no root at all (**ours**).
+const PUBLISH_COALESCE: Duration = Duration::from_millis(20);
 
 /// One terminal: the 33 body and its reply payload.
 #[derive(Debug, Clone)]
@@ -219,7 +224,8 @@ impl<S: ObjectStore> Inner<S> {
     }
 
     /// The carried request `header` from `source` (relayed back under the requester's lease
-    /// generation `lease_generation`) ended with `result`: durable first, then relayed.
+    /// generation `lease_generation`) ended with `result`: relayed at once, recorded in the
+    /// unit's next root.
     pub(super) fn carried_terminal(
         &self,
         unit: &Arc<UnitTerminals>,
@@ -253,7 +259,7 @@ impl<S: ObjectStore> Inner<S> {
             status,
             detail,
         };
-        let actions = {
+        let (actions, retired) = {
             let mut st = unit.lock();
             st.terminals.insert(
                 key,
@@ -263,16 +269,13 @@ impl<S: ObjectStore> Inner<S> {
                     source,
                 },
             );
-            st.ledger.handle(LedgerEvent::Terminal(key))
+            let retired = st.ledger.retired().is_some();
+            (st.ledger.handle(LedgerEvent::Terminal(key)), retired)
         };
         self.perform(unit, actions);
-        let abandoned = {
-            let st = unit.lock();
-            (st.ledger.retired() == Some(Retired::Abandoned)).then_some(st.last_deadline_ms)
-        };
-        if let Some(until) = abandoned {
-            // A terminal after the ledger was abandoned: no row here to keep it in either.
-            self.relay_until(unit, key, Some(until));
+        if retired {
+            // A terminal after its ledger ended (no root to keep it in): relayed all the same.
+            self.relay(unit, key);
         }
     }
 
@@ -305,20 +308,15 @@ impl<S: ObjectStore> Inner<S> {
                 } => {
                     let _ = unit.publish_tx.send((version, terminals, pending, clear));
                 }
-                LedgerAction::Relay(k) => self.relay_durable(unit, k),
+                LedgerAction::Relay(k) => self.relay(unit, k),
                 LedgerAction::Retire(r) => self.retire(unit, r),
             }
         }
     }
 
-    /// Send terminal `k`'s 33 until its ack, or until the ledger retires.
-    fn relay_durable(&self, unit: &Arc<UnitTerminals>, k: TermKey) {
-        self.relay_until(unit, k, None);
-    }
-
-    /// Send terminal `k`'s 33 until its ack, or until the ledger retires — or, with
-    /// `until_unix_ms` (an abandoned ledger's best-effort relays), until that time.
-    fn relay_until(&self, unit: &Arc<UnitTerminals>, k: TermKey, until_unix_ms: Option<u64>) {
+    /// Send terminal `k`'s 33 until its ack (46), or until the unit's last deadline plus the
+    /// retransmission window (when its ledger retires `ForceStopped`).
+    fn relay(&self, unit: &Arc<UnitTerminals>, k: TermKey) {
         let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
@@ -330,7 +328,7 @@ impl<S: ObjectStore> Inner<S> {
         }) else {
             return;
         };
-        let mut retired = unit.retired.subscribe();
+        let unit = Arc::clone(unit);
         tokio::spawn(async move {
             loop {
                 let dropped = this.relocations.settings().fault
@@ -346,40 +344,37 @@ impl<S: ObjectStore> Inner<S> {
                         .reply_relays_sent
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                match until_unix_ms {
-                    None => tokio::select! {
-                        _ = &mut ack_rx => return,
-                        _ = retired.wait_for(Option::is_some) => return,
-                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    },
-                    Some(until) => {
-                        tokio::select! {
-                            _ = &mut ack_rx => return,
-                            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        }
-                        if super::now_unix_ms() >= until {
-                            return;
-                        }
-                    }
+                tokio::select! {
+                    _ = &mut ack_rx => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                let window = this.relocations.settings().cutover_wait;
+                let until = unit
+                    .lock()
+                    .last_deadline_ms
+                    .saturating_add(super::millis(window));
+                if super::now_unix_ms() >= until {
+                    return;
                 }
             }
         });
     }
 
     fn retire(&self, unit: &Arc<UnitTerminals>, r: Retired) {
-        if r == Retired::Abandoned {
-            // Its best-effort relays still take acks: forget it when they end.
-            let until = unit.lock().last_deadline_ms;
-            if let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) {
-                let unit = Arc::clone(unit);
-                tokio::spawn(async move {
-                    let left = until.saturating_sub(super::now_unix_ms());
-                    tokio::time::sleep(Duration::from_millis(left)).await;
-                    this.forget_terminals(&unit);
-                });
+        match r {
+            Retired::Completed | Retired::ForceStopped => self.forget_terminals(unit),
+            Retired::DataLost | Retired::Abandoned => {
+                // Its relays go on and still take acks: forget it at its last deadline.
+                let until = unit.lock().last_deadline_ms;
+                if let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) {
+                    let unit = Arc::clone(unit);
+                    tokio::spawn(async move {
+                        let left = until.saturating_sub(super::now_unix_ms());
+                        tokio::time::sleep(Duration::from_millis(left)).await;
+                        this.forget_terminals(&unit);
+                    });
+                }
             }
-        } else {
-            self.forget_terminals(unit);
         }
         let _ = unit.retired.send(Some(r));
         let stats = &self.relocations;
@@ -394,19 +389,7 @@ impl<S: ObjectStore> Inner<S> {
                     .terminals_force_stopped
                     .fetch_add(1, Ordering::Relaxed)
             }
-            Retired::Abandoned => {
-                // No row here to make them durable in: what was not relayed goes as it is,
-                // until acknowledged or the unit's last deadline (the behaviour before the
-                // ledger).
-                let (unrelayed, until) = {
-                    let st = unit.lock();
-                    (st.ledger.unrelayed(), st.last_deadline_ms)
-                };
-                for k in unrelayed {
-                    self.relay_until(unit, k, Some(until));
-                }
-                stats.terminals_abandoned.fetch_add(1, Ordering::Relaxed)
-            }
+            Retired::Abandoned => stats.terminals_abandoned.fetch_add(1, Ordering::Relaxed),
             Retired::DataLost => {
                 tracing::error!(
                     relocation = %unit.hex_id(),
@@ -462,8 +445,12 @@ impl<S: ObjectStore> Inner<S> {
                 n = rx.recv() => n,
                 _ = retired.wait_for(Option::is_some) => None,
             };
-            let Some((version, terminals, pending, clear)) = next else {
+            let Some((version, ..)) = next else {
                 break;
+            };
+            tokio::time::sleep(PUBLISH_COALESCE).await;
+            let Some((terminals, pending, clear)) = unit.lock().ledger.refresh(version) else {
+                continue;
             };
             let event = match self
                 .publish(&unit, version, terminals, pending, clear)
@@ -522,6 +509,10 @@ impl<S: ObjectStore> Inner<S> {
                 inventory_digest(st.ledger.entries()),
             )
         };
+        if clear && previous.is_none() {
+            // Nothing was ever linked: nothing to release.
+            return Ok(());
+        }
         if let Some((_, p)) = &previous {
             self.verify_root(p).await?;
         }
