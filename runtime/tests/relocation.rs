@@ -2446,6 +2446,7 @@ async fn unacknowledged_terminals_are_force_stopped_and_their_root_stays() {
         rt.set_relocation_settings(zlink::object::runtime::RelocationSettings {
             cutover_wait: Duration::from_millis(50),
             carried_request_deadline: Duration::from_millis(1_500),
+            terminal_retention: Duration::from_secs(3),
             fault: (i == 1).then_some(zlink::object::runtime::TransferFault::DropReplyRelays),
             ..zlink::object::runtime::RelocationSettings::default()
         });
@@ -2503,6 +2504,19 @@ async fn unacknowledged_terminals_are_force_stopped_and_their_root_stays() {
     let mut ran = s.seqs.clone();
     ran.sort_unstable();
     assert_eq!(ran, vec![0, 1, 2]);
+    // At the end of its retention (3 s here) the root is unlinked, then deleted.
+    common::eventually("the kept root released after its retention", || {
+        terminal_stat(&c, 1, |s| &s.terminal_roots_expired) == 1
+    })
+    .await;
+    assert!(linked_roots(&c, "f-1").await.is_empty());
+    assert!(
+        zlink_store::RelocationStore::read(&**c.store(), &pointer.reference)
+            .await
+            .unwrap()
+            .is_none(),
+        "the root is deleted"
+    );
     c.shutdown().await;
 }
 

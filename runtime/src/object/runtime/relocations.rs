@@ -114,6 +114,8 @@ pub struct RelocationStats {
     pub terminals_data_lost: AtomicU64,
     /// Units whose carried requests met a unit that did not commit here (nothing kept).
     pub terminals_abandoned: AtomicU64,
+    /// Kept (`ForceStopped`) terminal roots unlinked and deleted at the end of their retention.
+    pub terminal_roots_expired: AtomicU64,
     /// Units whose transfer was sent (this node as source).
     pub moves_started: AtomicU64,
     /// Not-yet-run items carried in envelopes (source).

@@ -362,7 +362,20 @@ impl<S: ObjectStore> Inner<S> {
 
     fn retire(&self, unit: &Arc<UnitTerminals>, r: Retired) {
         match r {
-            Retired::Completed | Retired::ForceStopped => self.forget_terminals(unit),
+            Retired::Completed => self.forget_terminals(unit),
+            Retired::ForceStopped => {
+                self.forget_terminals(unit);
+                // The root and its reference stay for the retention, then both go (authority
+                // releases the reference before the record is deleted).
+                if let Some(this) = self.this.get().and_then(std::sync::Weak::upgrade) {
+                    let unit = Arc::clone(unit);
+                    let retention = self.relocations.settings().terminal_retention;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(retention).await;
+                        this.release_kept_root(&unit).await;
+                    });
+                }
+            }
             Retired::DataLost | Retired::Abandoned => {
                 // Its relays go on and still take acks: forget it at its last deadline.
                 let until = unit.lock().last_deadline_ms;
@@ -398,6 +411,30 @@ impl<S: ObjectStore> Inner<S> {
                 stats.terminals_data_lost.fetch_add(1, Ordering::Relaxed)
             }
         };
+    }
+
+    /// A `ForceStopped` unit's retention ended: unlink its root (if the object is still this
+    /// node's) and delete it.
+    async fn release_kept_root(&self, unit: &UnitTerminals) {
+        let Some((_, p)) = unit.lock().published.clone() else {
+            return;
+        };
+        let (terminals, pending) = {
+            let st = unit.lock();
+            (st.ledger.terminals(), st.ledger.pending())
+        };
+        match self.link_root(unit, None, terminals, pending).await {
+            Ok(()) => {
+                self.delete_root(&p).await;
+                unit.lock().published = None;
+                self.relocations
+                    .terminal_roots_expired
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(relocation = %unit.hex_id(), error = %e, "a kept terminal root could not be unlinked at the end of its retention; it expires in the store");
+            }
+        }
     }
 
     fn forget_terminals(&self, unit: &Arc<UnitTerminals>) {
