@@ -163,6 +163,7 @@ impl<S: ObjectStore> Inner<S> {
         &self,
         relocation_id: [u8; 16],
         lead: (StoreKind, String, u64),
+        first_deadline_ms: u64,
     ) -> Option<Arc<UnitTerminals>> {
         let this = self.this.get().and_then(std::sync::Weak::upgrade)?;
         let mut map = self.relocations.terminals();
@@ -177,7 +178,8 @@ impl<S: ObjectStore> Inner<S> {
                 ledger: TerminalLedger::new(),
                 terminals: BTreeMap::new(),
                 published: None,
-                last_deadline_ms: 0,
+                // Set before the deadline watch starts: it must never see an empty deadline.
+                last_deadline_ms: first_deadline_ms,
                 acks: HashMap::new(),
             }),
             publish_tx,
@@ -202,7 +204,7 @@ impl<S: ObjectStore> Inner<S> {
             .carried_accepted
             .fetch_add(1, Ordering::Relaxed);
         loop {
-            let unit = self.unit_terminals(relocation_id, lead.clone())?;
+            let unit = self.unit_terminals(relocation_id, lead.clone(), deadline_unix_ms)?;
             let actions = {
                 let mut st = unit.lock();
                 if st.ledger.retired().is_some() {
@@ -453,21 +455,31 @@ impl<S: ObjectStore> Inner<S> {
         let mut retired = unit.retired.subscribe();
         loop {
             let window = self.relocations.settings().cutover_wait;
-            let due = unit
-                .lock()
-                .last_deadline_ms
-                .saturating_add(super::millis(window));
+            let deadline = unit.lock().last_deadline_ms;
+            let due = deadline.saturating_add(super::millis(window));
             let now = super::now_unix_ms();
-            if now >= due {
-                break;
+            if now < due {
+                tokio::select! {
+                    _ = retired.wait_for(Option::is_some) => return,
+                    () = tokio::time::sleep(Duration::from_millis(due - now)) => {}
+                }
+                continue;
             }
-            tokio::select! {
-                _ = retired.wait_for(Option::is_some) => return,
-                () = tokio::time::sleep(Duration::from_millis(due - now)) => {}
+            let actions = unit.lock().ledger.handle(LedgerEvent::DeadlinePassed);
+            self.perform(&unit, actions);
+            // Complete at the deadline, its clearing publish retires it — unless a request
+            // with a later deadline was accepted meanwhile: then watch that one.
+            let (retired_now, later) = {
+                let st = unit.lock();
+                (
+                    st.ledger.retired().is_some(),
+                    st.last_deadline_ms > deadline,
+                )
+            };
+            if retired_now || !later {
+                return;
             }
         }
-        let actions = unit.lock().ledger.handle(LedgerEvent::DeadlinePassed);
-        self.perform(&unit, actions);
     }
 
     /// Publish the ledger's versions one at a time, in order.
