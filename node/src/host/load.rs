@@ -525,30 +525,18 @@ async fn call(
     let id = targets.id(op.target);
     let start = Instant::now();
     let source = cfg.source.clone();
+    let add = || Add {
+        source: cfg.source.clone(),
+        seq: op.seq,
+        by: 1,
+    };
     let result = match (targets.kind(op.target), op.kind) {
         (Target::Counter, OpKind::Request) => rt
-            .request_to_instance_spot::<Add, Total>(
-                COUNTER,
-                &id,
-                &Add {
-                    source,
-                    seq: op.seq,
-                    by: 1,
-                },
-                cfg.request_timeout,
-            )
+            .request_to_instance_spot::<Add, Total>(COUNTER, &id, &add(), cfg.request_timeout)
             .await
             .map(Some),
         (Target::Counter, _) => rt
-            .send_to_instance_spot(
-                COUNTER,
-                &id,
-                &Add {
-                    source,
-                    seq: op.seq,
-                    by: 1,
-                },
-            )
+            .send_to_instance_spot(COUNTER, &id, &add())
             .await
             .map(|()| None),
         (Target::Player { .. }, OpKind::Request) => rt

@@ -330,11 +330,10 @@ impl Relocations {
         need: Need,
     ) -> Result<CapacityHold<'_>, (CapacityLimits, CapacityUse)> {
         let mut c = lock(&self.capacity);
-        let used = Need {
-            actors: c.1.actors,
-            spots: c.1.spots,
-        }
-        .add_to(stored);
+        let used = CapacityUse {
+            actors: stored.actors.saturating_add(c.1.actors),
+            spots: stored.spots.saturating_add(c.1.spots),
+        };
         if !fits(c.0, used, need) {
             return Err((c.0, used));
         }

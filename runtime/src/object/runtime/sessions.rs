@@ -971,7 +971,7 @@ impl<S: ObjectStore> Inner<S> {
     /// Tell the previous Actor owner of a rebind of session `id` to forget the retired
     /// binding `p` ([`BindingTombstone`]), waiting at most `timeout` for its answer. An owner
     /// lifecycle that is not admitted holds nothing any more: that counts as acknowledged.
-    async fn bury(&self, id: SessionId, p: &BindingRoute, timeout: Duration) -> Burial {
+    async fn bury(&self, id: SessionId, p: &BindingRoute, timeout: Duration) {
         let t = BindingTombstone {
             actor_id: p.actor.actor_id().to_owned(),
             object_generation: p.actor.object_generation(),
@@ -1017,7 +1017,6 @@ impl<S: ObjectStore> Inner<S> {
             Burial::Unacked => &stats.tombstones_unacked,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        burial
     }
 
     /// Submit a relay on `route` with the session's tail (local Actor owner or the mesh).

@@ -63,8 +63,8 @@ struct Terminal {
 struct State {
     ledger: TerminalLedger<TermKey>,
     terminals: BTreeMap<TermKey, Terminal>,
-    /// The root version linked in authority now, with its pointer.
-    published: Option<(u64, RelocationRootPointer)>,
+    /// The root linked in authority now.
+    published: Option<RelocationRootPointer>,
     /// The latest deadline of an accepted request (unix ms).
     last_deadline_ms: u64,
     /// Per relayed terminal, how to stop its resend loop.
@@ -77,7 +77,9 @@ pub(super) struct UnitTerminals {
     /// The object whose authority row links the root.
     lead: (StoreKind, String, u64),
     state: std::sync::Mutex<State>,
-    publish_tx: mpsc::UnboundedSender<(u64, u64, u64, bool)>,
+    /// The versions to publish, in order (the worker takes the ledger's state when it starts
+    /// one: [`TerminalLedger::refresh`]).
+    publish_tx: mpsc::UnboundedSender<u64>,
     retired: tokio::sync::watch::Sender<Option<Retired>>,
 }
 
@@ -302,13 +304,8 @@ impl<S: ObjectStore> Inner<S> {
     fn perform(&self, unit: &Arc<UnitTerminals>, actions: Vec<LedgerAction<TermKey>>) {
         for a in actions {
             match a {
-                LedgerAction::Publish {
-                    version,
-                    terminals,
-                    pending,
-                    clear,
-                } => {
-                    let _ = unit.publish_tx.send((version, terminals, pending, clear));
+                LedgerAction::Publish { version, .. } => {
+                    let _ = unit.publish_tx.send(version);
                 }
                 LedgerAction::Relay(k) => self.relay(unit, k),
                 LedgerAction::Retire(r) => self.retire(unit, r),
@@ -418,7 +415,7 @@ impl<S: ObjectStore> Inner<S> {
     /// A `ForceStopped` unit's retention ended: unlink its root (if the object is still this
     /// node's) and delete it.
     async fn release_kept_root(&self, unit: &UnitTerminals) {
-        let Some((_, p)) = unit.lock().published.clone() else {
+        let Some(p) = unit.lock().published.clone() else {
             return;
         };
         let (terminals, pending) = {
@@ -486,7 +483,7 @@ impl<S: ObjectStore> Inner<S> {
     async fn publish_worker(
         self: Arc<Self>,
         unit: Arc<UnitTerminals>,
-        mut rx: mpsc::UnboundedReceiver<(u64, u64, u64, bool)>,
+        mut rx: mpsc::UnboundedReceiver<u64>,
     ) {
         let mut retired = unit.retired.subscribe();
         loop {
@@ -494,7 +491,7 @@ impl<S: ObjectStore> Inner<S> {
                 n = rx.recv() => n,
                 _ = retired.wait_for(Option::is_some) => None,
             };
-            let Some((version, ..)) = next else {
+            let Some(version) = next else {
                 break;
             };
             tokio::time::sleep(PUBLISH_COALESCE).await;
@@ -562,7 +559,7 @@ impl<S: ObjectStore> Inner<S> {
             // Nothing was ever linked: nothing to release.
             return Ok(());
         }
-        if let Some((_, p)) = &previous {
+        if let Some(p) = &previous {
             self.verify_root(p).await?;
         }
         let link = if clear {
@@ -582,10 +579,10 @@ impl<S: ObjectStore> Inner<S> {
                 _ => Verify::Store(e.to_string()),
             });
         }
-        if let Some((_, p)) = &previous {
+        if let Some(p) = &previous {
             self.delete_root(p).await;
         }
-        unit.lock().published = link.map(|p| (version, p));
+        unit.lock().published = link;
         Ok(())
     }
 
