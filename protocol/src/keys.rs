@@ -17,6 +17,7 @@
 //! can never smuggle a Redis Cluster hash tag into its key.
 
 use crate::ids::{IdError, validate_actor_id, validate_spot_id};
+use std::fmt::Write as _;
 
 /// Version tag that starts every authority key.
 pub const AUTHORITY_KEY_VERSION: &str = "zla1";
@@ -48,8 +49,21 @@ fn is_unreserved(b: u8) -> bool {
 /// Percent-encode `id` as the key encoding does: unreserved bytes literally, every other byte as
 /// `%XX` with uppercase hex.
 pub fn percent_encode(id: &str) -> String {
+    let mut out = String::with_capacity(encoded_len(id));
+    push_percent_encoded(&mut out, id);
+    out
+}
+
+/// The length of `id` once percent-encoded.
+fn encoded_len(id: &str) -> usize {
+    id.bytes()
+        .map(|b| if is_unreserved(b) { 1 } else { 3 })
+        .sum()
+}
+
+/// Appends the percent-encoding of `id` to `out` (see [`percent_encode`]).
+fn push_percent_encoded(out: &mut String, id: &str) {
     const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(id.len());
     for b in id.bytes() {
         if is_unreserved(b) {
             out.push(char::from(b));
@@ -59,7 +73,6 @@ pub fn percent_encode(id: &str) -> String {
             out.push(char::from(DIGITS[usize::from(b & 0x0F)]));
         }
     }
-    out
 }
 
 /// Decode the canonical percent-encoding produced by [`percent_encode`]: literal unreserved bytes
@@ -120,12 +133,21 @@ pub fn authority_key(kind: ObjectKindKey, id: &str) -> Result<String, IdError> {
         ObjectKindKey::Actor => validate_actor_id(id)?,
         ObjectKindKey::Spot => validate_spot_id(id)?,
     }
-    Ok(format!(
-        "{AUTHORITY_KEY_VERSION}:{}:{}:{}",
-        kind.tag(),
-        id.len(),
-        percent_encode(id)
-    ))
+    // One allocation of the exact size: this runs on every ID-addressed call and admission
+    // (runtime/tests/allocations.rs counts them).
+    let len = id.len();
+    let len_digits = len.checked_ilog10().unwrap_or(0) as usize + 1;
+    let mut key = String::with_capacity(
+        AUTHORITY_KEY_VERSION.len() + 3 + kind.tag().len_utf8() + len_digits + encoded_len(id),
+    );
+    key.push_str(AUTHORITY_KEY_VERSION);
+    key.push(':');
+    key.push(kind.tag());
+    key.push(':');
+    // Writing to a String cannot fail, and fits in the capacity reserved above.
+    let _ = write!(key, "{len}:");
+    push_percent_encoded(&mut key, id);
+    Ok(key)
 }
 
 /// `zla1:a:<byte-length>:<encoded-ActorId>`.

@@ -438,7 +438,7 @@ async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadl
     let look = || zlink::mesh::handler::encode_json(&Look).unwrap();
     let caller = &c.nodes[1];
     caller
-        .object_request(&route, look(), None, T)
+        .object_request(route.clone(), look(), None, T)
         .await
         .unwrap();
     assert!(owner.admission_open());
@@ -461,7 +461,7 @@ async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadl
         "{closed_after:?}"
     );
     let err = caller
-        .object_request(&route, look(), None, T)
+        .object_request(route.clone(), look(), None, T)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");

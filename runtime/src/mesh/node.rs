@@ -423,7 +423,19 @@ impl MeshNode {
         &self.inner.owner_id
     }
 
-    /// The owner lease token, when the node runs with a store.
+    /// The generation of this host's current owner lease, when the node runs with a store
+    /// (target admission compares only this; no clone of the token).
+    pub fn owner_lease_generation(&self) -> Option<u64> {
+        self.inner
+            .lease
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|t| t.lease_generation)
+    }
+
+    /// This host's current owner lease token, if it holds one (a clone: use
+    /// [`MeshNode::owner_lease_generation`] where the generation is all that is compared).
     pub fn owner_token(&self) -> Option<OwnerToken> {
         self.inner
             .lease
@@ -874,19 +886,19 @@ impl MeshNode {
     /// `InvalidOperation` (encoding).
     pub async fn object_send(
         &self,
-        route: &RouteFence,
+        route: RouteFence,
         payload: TypedPayload,
         metadata: Option<Metadata>,
     ) -> Result<(), CallError> {
         self.check_open()?;
-        let conn = self.owner_conn(route)?;
+        let conn = self.owner_conn(&route)?;
         let body = match route.object_kind {
             zlink_protocol::generated::ObjectKind::Actor => CommandBody::ActorSend(ActorSend {
-                route: route.clone(),
+                route,
                 source: self.inner.fence(),
             }),
             zlink_protocol::generated::ObjectKind::Spot => CommandBody::SpotSend(SpotSend {
-                route: route.clone(),
+                route,
                 source: self.inner.fence(),
             }),
         };
@@ -901,14 +913,13 @@ impl MeshNode {
     /// As [`MeshNode::request`]; `StaleRoute` when the owner no longer holds the route.
     pub async fn object_request(
         &self,
-        route: &RouteFence,
+        route: RouteFence,
         payload: TypedPayload,
         metadata: Option<Metadata>,
         timeout: Duration,
     ) -> Result<TypedPayload, CallError> {
         self.check_open()?;
-        let conn = self.owner_conn(route)?;
-        let route = route.clone();
+        let conn = self.owner_conn(&route)?;
         self.request_on(
             conn,
             move |request, source, _target| match route.object_kind {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use zlink_protocol::codec::Writer;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{ChannelRole, NodeDescriptor, NodeFence, RuntimeState};
 use zlink_protocol::record::{Record, WireContext};
@@ -27,6 +28,10 @@ use crate::jobs::JobQueue;
 use crate::select::SmoothWeighted;
 use crate::transport::header::Packed;
 use crate::transport::pump::PumpHandle;
+
+/// Room reserved for frame 0 of an application record (head, fences, tails): most are shorter,
+/// a longer one grows the buffer once.
+const FRAME0_ESTIMATE: usize = 160;
 
 pub(crate) type Waker = oneshot::Sender<Result<TypedPayload, CallError>>;
 
@@ -303,23 +308,59 @@ impl Inner {
             Leg::Request => zlink_protocol::record::Leg::Request,
             Leg::Reply => zlink_protocol::record::Leg::Reply,
         };
-        let frames = record
-            .encode(WireContext::route_mesh(wire_leg))
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        self.send_frames(conn, leg, frames).await
+        let msg = self.encode_packed(record, WireContext::route_mesh(wire_leg))?;
+        self.send_packed(conn, leg, msg).await
     }
 
-    /// Send the encoded frames of a flow-controlled application record on `conn`.
-    pub(crate) async fn send_frames(
-        &self,
-        conn: &ConnRef,
-        leg: Leg,
-        frames: Vec<Vec<u8>>,
-    ) -> Result<(), CallError> {
-        let msg = Packed::stamped_from_frames(&frames).ok_or_else(|| {
-            CallError::new(ErrorKind::InvalidOperation, "record frame over 4 GiB")
-        })?;
-        self.send_packed(conn, leg, msg).await
+    /// Encode `record` straight into a [`Packed::stamped`] message in a buffer of the pump's
+    /// pool: the same checks and bytes as [`Record::encode`], without a buffer per frame and a
+    /// copy of each into the message (runtime/tests/allocations.rs counts the difference).
+    fn encode_packed(&self, record: &Record, ctx: WireContext) -> Result<Packed, CallError> {
+        fn write_frame(
+            buf: &mut Vec<u8>,
+            encode: impl FnOnce(&mut Writer) -> zlink_protocol::error::Result<()>,
+        ) -> zlink_protocol::error::Result<()> {
+            let mut w = Writer::from_vec(std::mem::take(buf));
+            let r = encode(&mut w);
+            *buf = w.into_vec();
+            r
+        }
+        let invalid = |e: zlink_protocol::error::ProtocolError| {
+            CallError::new(ErrorKind::InvalidOperation, e.to_string())
+        };
+        let too_large = || CallError::new(ErrorKind::InvalidOperation, "record frame over 4 GiB");
+        let capacity = 4
+            + FRAME0_ESTIMATE
+            + record.metadata.as_ref().map_or(0, |m| 4 + m.encoded_len())
+            + record.payload.as_ref().map_or(0, |p| 4 + p.encoded_len());
+        let mut msg = Packed::stamped_in(self.pump.buffer(), capacity);
+        // A record has at most three frames, so `push_with` only says no to a frame over 4 GiB.
+        if !msg
+            .push_with(|buf| write_frame(buf, |w| record.encode_frame0(ctx, w)))
+            .map_err(invalid)?
+        {
+            return Err(too_large());
+        }
+        if let Some(m) = &record.metadata
+            && !msg
+                .push_with(|buf| {
+                    write_frame(buf, |w| {
+                        m.encode_into(w);
+                        Ok(())
+                    })
+                })
+                .map_err(invalid)?
+        {
+            return Err(too_large());
+        }
+        if let Some(p) = &record.payload
+            && !msg
+                .push_with(|buf| write_frame(buf, |w| p.encode_into(w)))
+                .map_err(invalid)?
+        {
+            return Err(too_large());
+        }
+        Ok(msg)
     }
 
     /// Send a flow-controlled application record, already in a [`Packed::stamped`] message.

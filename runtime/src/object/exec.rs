@@ -411,9 +411,8 @@ impl<S> Shared<S> {
 /// What a handler sees: the object's state and its turn.
 pub struct Ctx<S> {
     shared: Arc<Shared<S>>,
-    ender: Arc<Mutex<Option<Ender>>>,
-    gate: Arc<Mutex<TurnGate>>,
-    metadata: Arc<Metadata>,
+    /// The turn's own state, one allocation per turn for all three parts.
+    turn: Arc<Turn>,
     /// This job called `relocation_ready().defer()` while a move was prepared (`None` unless
     /// the object is an `ApplicationSignaled` SpotWide User Spot: no allocation per turn for
     /// every other object).
@@ -424,12 +423,18 @@ impl<S> Clone for Ctx<S> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
-            ender: Arc::clone(&self.ender),
-            gate: Arc::clone(&self.gate),
-            metadata: Arc::clone(&self.metadata),
+            turn: Arc::clone(&self.turn),
             deferred: self.deferred.clone(),
         }
     }
+}
+
+/// What one turn's handler and its clones share: who ends the turn, the gate it holds, and the
+/// record's metadata.
+struct Turn {
+    ender: Mutex<Option<Ender>>,
+    gate: Mutex<TurnGate>,
+    metadata: Metadata,
 }
 
 /// An `ApplicationSignaled` move's boundary state (see `Shared::relocation`).
@@ -532,7 +537,7 @@ impl<S: Send + 'static> Ctx<S> {
     /// ticks and messages sent without metadata). The same contract holds for a local and a
     /// remote owner.
     pub fn metadata(&self) -> &Metadata {
-        &self.metadata
+        &self.turn.metadata
     }
 
     /// The relocation boundary of an `ApplicationSignaled` SpotWide User Spot:
@@ -550,7 +555,7 @@ impl<S: Send + 'static> Ctx<S> {
     /// state is never touched by two of them; a handler panic ends as `HandlerFailed`.
     pub fn state(&self) -> MutexGuard<'_, S> {
         assert!(
-            lock(&self.ender).is_some(),
+            lock(&self.turn.ender).is_some(),
             "object state used outside the object's turn (inside yield_on, or after the handler \
              returned)"
         );
@@ -570,7 +575,7 @@ impl<S: Send + 'static> Ctx<S> {
     /// # Errors
     /// `InvalidOperation` anywhere else (the turn is kept; `fut` is not polled).
     pub async fn yield_on<F: Future>(&self, fut: F) -> Result<F::Output, CallError> {
-        if lock(&self.ender).is_none() {
+        if lock(&self.turn.ender).is_none() {
             return Err(CallError::new(
                 ErrorKind::InvalidOperation,
                 "Yield needs the handler's turn (not inside another Yield, nor after the handler \
@@ -579,7 +584,7 @@ impl<S: Send + 'static> Ctx<S> {
         }
         if self.shared.mode != ExecMode::Yielding {
             let (gate, guard) = {
-                let mut g = lock(&self.gate);
+                let mut g = lock(&self.turn.gate);
                 (g.gate.clone(), g.guard.take())
             };
             let (Some(gate), Some(guard)) = (gate, guard) else {
@@ -593,7 +598,7 @@ impl<S: Send + 'static> Ctx<S> {
             drop(guard);
             let out = fut.await;
             let guard = gate.lock_owned().await;
-            lock(&self.gate).guard = Some(guard);
+            lock(&self.turn.gate).guard = Some(guard);
             return Ok(out);
         }
         let token = self
@@ -622,8 +627,8 @@ impl<S: Send + 'static> Ctx<S> {
             .await
             .map_err(|_| CallError::new(ErrorKind::ShuttingDown, "object closed"))?;
         guard.armed = false;
-        *lock(&self.gate) = gate;
-        *lock(&self.ender) = Some(ender);
+        *lock(&self.turn.gate) = gate;
+        *lock(&self.turn.ender) = Some(ender);
         Ok(out)
     }
 
@@ -674,11 +679,11 @@ impl<S: Send + 'static> Ctx<S> {
     fn end_turn(&self, how: TurnEnd) {
         // The gate goes back first, so the next turn (or another member) can take it.
         {
-            let mut g = lock(&self.gate);
+            let mut g = lock(&self.turn.gate);
             drop(g.guard.take());
             g.gate = None;
         }
-        if let Some(tx) = lock(&self.ender).take() {
+        if let Some(tx) = lock(&self.turn.ender).take() {
             let _ = tx.send(how);
         }
     }
@@ -704,7 +709,7 @@ impl<S: Send + 'static> crate::object::ObjectCalls for Ctx<S> {
             .caller
             .as_ref()
             .and_then(std::sync::Weak::upgrade);
-        let gate = Arc::clone(&self.gate);
+        let turn = Arc::clone(&self.turn);
         let id = id.to_owned();
         async move {
             let caller = caller.ok_or_else(|| {
@@ -716,7 +721,7 @@ impl<S: Send + 'static> crate::object::ObjectCalls for Ctx<S> {
             // Read when first polled, not when built: a call wrapped in `yield_on` runs after
             // the turn gave its gate back.
             let held = {
-                let g = lock(&gate);
+                let g = lock(&turn.gate);
                 g.guard.as_ref().and(g.gate.clone())
             };
             caller.call_object(kind, id, payload, timeout, held).await
@@ -1619,20 +1624,22 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                 let (tx, rx) = oneshot::channel();
                 let ctx = Ctx {
                     shared: Arc::clone(&sh),
-                    ender: Arc::new(Mutex::new(Some(tx))),
-                    gate: Arc::new(Mutex::new(gate)),
-                    metadata: Arc::new(item.metadata().cloned().unwrap_or_else(Metadata::empty)),
+                    turn: Arc::new(Turn {
+                        ender: Mutex::new(Some(tx)),
+                        gate: Mutex::new(gate),
+                        metadata: item.metadata().cloned().unwrap_or_else(Metadata::empty),
+                    }),
                     deferred: sh
                         .app_signaled
                         .load(Ordering::Acquire)
                         .then(|| Arc::new(AtomicBool::new(false))),
                 };
-                let held = Arc::clone(&ctx.gate);
+                let held = Arc::clone(&ctx.turn);
                 sh.stats.turns.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(run_work(ctx, item));
                 wait_turn(&sh, rx).await;
                 // A handler that ended without ending its turn still gives the gate back.
-                drop(lock(&held).guard.take());
+                drop(lock(&held.gate).guard.take());
             }
             Some(Picked::Resume(token)) => {
                 let Some(gate) = take_gate(&sh).await else {

@@ -22,6 +22,7 @@
 //! - An older read that finishes late never replaces a newer entry (lower StoreVersion).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zlink_store::types::{AuthorityKey, NodeRef, OwnerToken, StoreTime};
@@ -169,7 +170,9 @@ impl Default for CacheConfig {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    route: ReadyRoute,
+    /// Shared with every caller of [`RouteCache::get`]: a hit clones a pointer, not the route's
+    /// strings (runtime/tests/allocations.rs counts them).
+    route: Arc<ReadyRoute>,
     expires: Instant,
 }
 
@@ -235,19 +238,19 @@ impl RouteCache {
 
     /// The usable route of `key`, without counting a hit or a miss (a second look by the
     /// resolver within one lookup).
-    pub fn peek(&self, key: &AuthorityKey, now: Instant) -> Option<ReadyRoute> {
+    pub fn peek(&self, key: &AuthorityKey, now: Instant) -> Option<Arc<ReadyRoute>> {
         self.entries
             .get(key)
             .filter(|e| e.expires > now)
-            .map(|e| e.route.clone())
+            .map(|e| Arc::clone(&e.route))
     }
 
     /// The usable route of `key` (an expired entry is removed), counting a hit or a miss.
-    pub fn get(&mut self, key: &AuthorityKey, now: Instant) -> Option<ReadyRoute> {
+    pub fn get(&mut self, key: &AuthorityKey, now: Instant) -> Option<Arc<ReadyRoute>> {
         match self.entries.get(key) {
             Some(e) if e.expires > now => {
                 self.hits += 1;
-                Some(e.route.clone())
+                Some(Arc::clone(&e.route))
             }
             Some(_) => {
                 self.remove(key, Invalidation::Expired);
@@ -265,7 +268,12 @@ impl RouteCache {
     /// window is measured from there, which errs on the safe side). Returns the entry's expiry,
     /// or `None` when it is not cached: the cache is off, the admission window is already
     /// closed, or a newer route (higher StoreVersion) is cached.
-    pub fn insert(&mut self, route: ReadyRoute, read_at: Instant) -> Option<Instant> {
+    pub fn insert(
+        &mut self,
+        route: impl Into<Arc<ReadyRoute>>,
+        read_at: Instant,
+    ) -> Option<Instant> {
+        let route = route.into();
         if self.config.max_age.is_zero() {
             return None;
         }
@@ -433,7 +441,7 @@ mod tests {
         );
         assert_eq!(
             c.get(&long.key, now + Duration::from_millis(14_999)),
-            Some(long.clone())
+            Some(Arc::new(long.clone()))
         );
         assert_eq!(c.get(&long.key, now + Duration::from_secs(15)), None);
         // Lease 7 s ahead, margin 2 s: the entry ends 5 s after the read, never later.
@@ -553,9 +561,9 @@ mod tests {
             assert!(!c.message_follow(f), "{f:?}");
             assert!(!c.stale_route(f), "{f:?}");
         }
-        assert_eq!(c.get(&newer.key, now), Some(newer.clone()));
+        assert_eq!(c.get(&newer.key, now).as_deref(), Some(&newer));
         // A late read of the older version does not replace the newer entry.
         assert_eq!(c.insert(old, now), None);
-        assert_eq!(c.get(&newer.key, now), Some(newer));
+        assert_eq!(c.get(&newer.key, now).as_deref(), Some(&newer));
     }
 }

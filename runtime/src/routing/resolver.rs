@@ -62,7 +62,7 @@ pub enum UnavailableReason {
 #[derive(Debug, Clone)]
 pub enum Resolution {
     /// A Ready owner route with its authority and owner-lease fences.
-    ReadyRoute(ReadyRoute),
+    ReadyRoute(Arc<ReadyRoute>),
     /// No authority record exists.
     Missing,
     /// Authority exists, but its owner cannot be used now.
@@ -101,16 +101,18 @@ pub fn classify(read: RouteRead) -> Resolution {
         // A Relocating record is still owned (and admitted) by its source, which holds or
         // relays what arrives (routing §2.5).
         AuthorityState::Ready | AuthorityState::Relocating => match read.owner_lease {
-            Some(lease) if lease.token == snapshot.owner => Resolution::ReadyRoute(ReadyRoute {
-                key: snapshot.key.clone(),
-                object_generation: snapshot.object_generation,
-                authority_owner_generation: snapshot.authority_owner_generation,
-                store_version: snapshot.store_version,
-                owner: snapshot.owner.clone(),
-                owner_node: snapshot.owner_node.clone(),
-                lease_expires_at: lease.lease_expires_at,
-                store_now: snapshot.store_now,
-            }),
+            Some(lease) if lease.token == snapshot.owner => {
+                Resolution::ReadyRoute(Arc::new(ReadyRoute {
+                    key: snapshot.key.clone(),
+                    object_generation: snapshot.object_generation,
+                    authority_owner_generation: snapshot.authority_owner_generation,
+                    store_version: snapshot.store_version,
+                    owner: snapshot.owner.clone(),
+                    owner_node: snapshot.owner_node.clone(),
+                    lease_expires_at: lease.lease_expires_at,
+                    store_now: snapshot.store_now,
+                }))
+            }
             _ => unavailable(UnavailableReason::OwnerLeaseLost, snapshot),
         },
     }

@@ -35,14 +35,13 @@ impl<S: ObjectStore> Inner<S> {
             Resolution::StoreFailure(e) => return Err(store_error(e)),
         };
         let fence = route_fence(&route, kind, id);
-        let me = inner.mesh.fence();
-        let local = route.owner_node.rid == me.rid
-            && route.owner_node.lifecycle_generation == me.lifecycle_generation;
+        let local = route.owner_node.rid == inner.mesh.rid()
+            && route.owner_node.lifecycle_generation == inner.mesh.lifecycle_generation();
         let out = if local {
             inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
             let admitted = inner.admit(&fence);
             if admitted.is_ok() {
-                inner.notice_follow(&fence, &me, None, payload.payload.len());
+                inner.notice_follow(&fence, &inner.mesh.fence(), None, payload.payload.len());
             }
             match admitted {
                 Ok(obj) => match timeout {
@@ -68,12 +67,12 @@ impl<S: ObjectStore> Inner<S> {
             match timeout {
                 None => inner
                     .mesh
-                    .object_send(&fence, payload, metadata)
+                    .object_send(fence, payload, metadata)
                     .await
                     .map(|()| None),
                 Some(t) => inner
                     .mesh
-                    .object_request(&fence, payload, metadata, t)
+                    .object_request(fence, payload, metadata, t)
                     .await
                     .map(Some),
             }
@@ -180,10 +179,7 @@ impl<S: ObjectStore> Inner<S> {
                 ),
             ));
         }
-        let lease_ok = self
-            .mesh
-            .owner_token()
-            .is_some_and(|t| t.lease_generation == route.owner_lease_generation);
+        let lease_ok = self.mesh.owner_lease_generation() == Some(route.owner_lease_generation);
         if !lease_ok {
             return Err(stale(
                 "the route's owner lease is not this host's current lease",
