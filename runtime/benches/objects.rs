@@ -15,7 +15,13 @@
 //! * **local actor** — `b` calls its own Actor by ID (no mesh).
 //!
 //! Rounds interleave the three; per round the remote actor's p50 latency is divided by node
-//! direct's, and the median over rounds is reported. Target (issue "Spots and Actors"): remote
+//! direct's, and the median over rounds is reported.
+//!
+//! Then a **one-way flood** (issue 21): `a` sends `ZLINK_BENCH_FLOOD` (200,000) one-way 64 B
+//! messages as fast as admission lets it, node direct (`send_payload` to a counting raw handler
+//! on `b`) and to the remote Actor by ID (`send_to_actor`, counted by the Actor's handler); the
+//! time runs until `b` handled the last one. Per round the Actor rate is divided by node direct's,
+//! so a regression at either level shows. Target (issue "Spots and Actors"): remote
 //! actor hit path ≤ 1.3× node-direct latency; a miss exits with status 2. Every loop is bounded
 //! by its request count and `ZLINK_BENCH_LIMIT_SECS` (60).
 //!
@@ -47,6 +53,18 @@ const SECRET: &[u8] = b"bench-objects-secret-0123456789";
 const ECHO: &str = "bench.Echo";
 const TARGET: f64 = 1.3;
 const SIZE: usize = 64;
+const FLOOD: &str = "bench.Flood";
+
+/// One-way messages handled on `b`: [node direct, remote actor].
+static FLOODED: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Flood {
+    b: String,
+}
+impl JsonMessage for Flood {
+    const PACKET_NAME: &'static str = FLOOD;
+}
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Echo {
@@ -81,6 +99,10 @@ async fn node(rid: &str, store: &Arc<MemoryStore>) -> Arc<MeshNode> {
     }
     let mut h = Handlers::new();
     h.on_request_raw(ECHO, 64, |_, b| async move { Ok::<_, CallError>(b) });
+    h.on_send_raw(FLOOD, |_, _| async {
+        FLOODED[0].fetch_add(1, Ordering::Relaxed);
+        Ok::<_, CallError>(())
+    });
     Arc::new(
         MeshNode::start(c, h, Some(Arc::clone(store) as Arc<dyn DiscoveryBackend>))
             .await
@@ -96,6 +118,10 @@ fn registry() -> Registry {
         || {
             let mut h: ObjectHandlers<()> = ObjectHandlers::new();
             h.on_request(|_, e: Echo| async move { Ok::<_, CallError>(e) });
+            h.on_send(|_, _: Flood| async {
+                FLOODED[1].fetch_add(1, Ordering::Relaxed);
+                Ok::<_, CallError>(())
+            });
             h
         },
     )
@@ -142,6 +168,30 @@ impl World {
         .unwrap();
         rt_b.create_actor("echo", "echo-1", None).await.unwrap();
         Self { a, b, rt_a, rt_b }
+    }
+
+    /// `n` one-way 64 B messages from `a` to `b`, node direct or to the remote Actor; returns
+    /// messages/s until `b` handled the last one.
+    async fn flood(&self, actor: bool, n: usize) -> Result<f64, String> {
+        let counter = &FLOODED[usize::from(actor)];
+        let start = counter.load(Ordering::Relaxed);
+        let body = "x".repeat(SIZE);
+        let t0 = Instant::now();
+        for _ in 0..n {
+            if actor {
+                self.rt_a
+                    .send_to_actor("echo-1", &Flood { b: body.clone() })
+                    .await
+            } else {
+                let p = TypedPayload::new(FLOOD, RAW_CONTENT_TYPE, Bytes::from(body.clone()));
+                self.a.send_payload("bench-b", p, None).await
+            }
+            .map_err(|e| e.to_string())?;
+        }
+        while counter.load(Ordering::Relaxed) < start + n {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        Ok(n as f64 / t0.elapsed().as_secs_f64())
     }
 
     /// `flight` tasks issue requests until `n` are done; returns (req/s, p50 µs, p99 µs).
@@ -268,6 +318,51 @@ fn main() {
             );
         }
     }
+    let flood_n = env_or("ZLINK_BENCH_FLOOD", 200_000usize).max(10);
+    let bounded = |f: Result<Result<f64, String>, tokio::time::error::Elapsed>| match f {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            eprintln!("one-way flood: {e}");
+            std::process::exit(1);
+        }
+        Err(_) => {
+            eprintln!("one-way flood: over the {limit:?} limit");
+            std::process::exit(1);
+        }
+    };
+    for actor in [false, true] {
+        bounded(
+            rt.block_on(async { tokio::time::timeout(limit, w.flood(actor, flood_n / 10)).await }),
+        );
+    }
+    let (mut direct, mut actor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let d = bounded(
+            rt.block_on(async { tokio::time::timeout(limit, w.flood(false, flood_n)).await }),
+        );
+        let a = bounded(
+            rt.block_on(async { tokio::time::timeout(limit, w.flood(true, flood_n)).await }),
+        );
+        direct.push(d);
+        actor.push(a);
+        ratio.push(a / d);
+    }
+    let spread = |v: &Vec<f64>| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+        (median(v.clone()), lo, hi)
+    };
+    let (d, dl, dh) = spread(&direct);
+    let (a, al, ah) = spread(&actor);
+    let (r, rl, rh) = spread(&ratio);
+    println!("\none-way flood of {flood_n} × {SIZE} B, medians of {rounds} rounds (min–max)");
+    println!("| path | msg/s |");
+    println!("| --- | --- |");
+    println!("| node direct | {d:.0} ({dl:.0}–{dh:.0}) |");
+    println!("| remote actor | {a:.0} ({al:.0}–{ah:.0}) |");
+    println!("remote actor ÷ node direct (one-way flood): {r:.2} ({rl:.2}–{rh:.2})");
+
     let r = median(ratio_serial);
     println!("\nremote actor p50 ÷ node direct p50 (serial): {r:.2} (target ≤ {TARGET})");
     let reads = w
