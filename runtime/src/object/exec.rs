@@ -1689,7 +1689,9 @@ async fn take_gate<S>(sh: &Shared<S>) -> Option<TurnGate> {
 /// call; a request's reply is sent just after its turn completed), the rest of the work moves to
 /// a task of its own and the loop goes on with the next turn, as when every turn was spawned.
 /// A panic outside the handlers' own `catch_unwind` ends only this work, as it ended only its
-/// task before: the dropped ender completes the turn.
+/// task before: the dropped ender completes the turn. `close` waits for the loop, so for the
+/// turn in progress; an executor dropped without `close` aborts the loop and with it a handler
+/// still inside its turn (every runtime path closes its objects; the drop is the fallback).
 async fn run_turn<S: Send + 'static>(
     sh: &Shared<S>,
     ctx: Ctx<S>,
