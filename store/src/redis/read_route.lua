@@ -9,8 +9,18 @@ local raw = redis.call('GET', ARGV[1] .. 'a:' .. ARGV[2])
 if not raw then
   return {'ok', now}
 end
-local owner = cjson.decode(raw).owner
-local v = redis.call('HMGET', ARGV[1] .. 'l:' .. owner.ownerId, 'g', 'e')
+-- The owner ID without decoding the whole record (its payload can be large): records are
+-- written only by common.lua's enc_record, in a fixed key order where the first
+-- ',"owner":{"ownerId":"' is the record's owner (the fields before it are the percent-encoded
+-- key, the state and decimal generations, none of which can hold that text). The value is read
+-- at that place only; an ID with a JSON escape in it (a quote, a backslash, a slash) is decoded
+-- in full instead.
+local owner_at = string.find(raw, ',"owner":{"ownerId":"', 1, true)
+local owner_id = owner_at and string.match(raw, '^([^"\\]*)"', owner_at + 21)
+if not owner_id then
+  owner_id = cjson.decode(raw).owner.ownerId
+end
+local v = redis.call('HMGET', ARGV[1] .. 'l:' .. owner_id, 'g', 'e')
 if v[1] and tonumber(v[2]) > now then
   return {'ok', now, raw, v[1], tonumber(v[2])}
 end
