@@ -362,7 +362,19 @@ fn driver_main() {
         }
         for round in 1..=rounds {
             if flood_on {
+                let stats = node.pump_stats();
+                let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+                let before = [load(&stats.sent), load(&stats.received), load(&stats.wakeups), load(&stats.direct_sends)];
                 let e = bounded(limit, "flood", flood(&objects, messages)).await;
+                let after = [load(&stats.sent), load(&stats.received), load(&stats.wakeups), load(&stats.direct_sends)];
+                let per = |i: usize| (after[i] - before[i]) as f64 / messages as f64;
+                eprintln!(
+                    "bench-peers (zlink) flood, driver's pump per ping: {:.3} ZeroMQ messages sent, {:.3} received, {:.3} wake-ups, {:.3} direct sends",
+                    per(0),
+                    per(1),
+                    per(2),
+                    per(3)
+                );
                 let secs = e.as_secs_f64();
                 println!(
                     "{{\"side\":\"zlink\",\"workload\":\"flood\",\"round\":{round},\"messages\":{messages},\"elapsed_s\":{secs:.6},\"rate\":{:.1}}}",
