@@ -91,8 +91,10 @@ type LifecycleFn<S> = Arc<dyn Fn(Ctx<S>) -> BoxFuture<Result<(), CallError>> + S
 
 /// The typed handlers of one object type, by packet name.
 pub struct ObjectHandlers<S> {
-    sends: HashMap<String, SendFn<S>>,
-    requests: HashMap<String, RequestFn<S>>,
+    /// By packet name, looked up once per message: foldhash (seeded per process) rather than
+    /// SipHash; the maps hold only the application's own registrations, so no peer can grow them.
+    sends: foldhash::HashMap<String, SendFn<S>>,
+    requests: foldhash::HashMap<String, RequestFn<S>>,
     joined: Option<MemberFn<S>>,
     left: Option<MemberFn<S>>,
     ready_completed: Option<LifecycleFn<S>>,
@@ -101,8 +103,8 @@ pub struct ObjectHandlers<S> {
 impl<S> Default for ObjectHandlers<S> {
     fn default() -> Self {
         Self {
-            sends: HashMap::new(),
-            requests: HashMap::new(),
+            sends: foldhash::HashMap::default(),
+            requests: foldhash::HashMap::default(),
             joined: None,
             left: None,
             ready_completed: None,
