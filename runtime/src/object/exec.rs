@@ -1638,7 +1638,7 @@ async fn run<S: Send + 'static>(sh: Arc<Shared<S>>) {
                 };
                 let held = Arc::clone(&ctx.turn);
                 sh.stats.turns.fetch_add(1, Ordering::Relaxed);
-                run_turn(&sh, ctx, item, rx).await;
+                run_turn(&sh, &held, ctx, item, rx).await;
                 // A handler that ended without ending its turn still gives the gate back.
                 drop(lock(&held.gate).guard.take());
             }
@@ -1690,12 +1690,15 @@ async fn take_gate<S>(sh: &Shared<S>) -> Option<TurnGate> {
 /// ends while the work goes on (a `Yield` hands the turn back while the handler waits for its
 /// call; a request's reply is sent just after its turn completed), the rest of the work moves to
 /// a task of its own and the loop goes on with the next turn, as when every turn was spawned.
-/// A panic outside the handlers' own `catch_unwind` ends only this work, as it ended only its
-/// task before: the dropped ender completes the turn. `close` waits for the loop, so for the
+/// A panic outside the handlers' own `catch_unwind` (the synchronous part of a membership or
+/// relocation callback) ends only this work, and the turn it never ended is completed here:
+/// the loop holds the turn's state (`turn`) itself, so the ender must be dropped by hand.
+/// `close` waits for the loop, so for the
 /// turn in progress; an executor dropped without `close` aborts the loop and with it a handler
 /// still inside its turn (every runtime path closes its objects; the drop is the fallback).
 async fn run_turn<S: Send + 'static>(
     sh: &Shared<S>,
+    turn: &Turn,
     ctx: Ctx<S>,
     item: Work,
     mut ended: oneshot::Receiver<TurnEnd>,
@@ -1703,7 +1706,12 @@ async fn run_turn<S: Send + 'static>(
     let mut work = Box::pin(AssertUnwindSafe(run_work(ctx, item)).catch_unwind());
     tokio::select! {
         biased;
-        _ = &mut work => wait_turn(sh, ended).await,
+        _ = &mut work => {
+            // The work is over. A turn it did not end (it panicked before `end_turn`) ends
+            // now: its ender, still in `turn`, is dropped, and the receiver sees the turn gone.
+            drop(lock(&turn.ender).take());
+            wait_turn(sh, ended).await;
+        }
         end = &mut ended => {
             tokio::spawn(work);
             match end {
@@ -2087,6 +2095,38 @@ mod tests {
         assert_eq!(seen.log, vec!["a"], "the captured request kept its place");
         assert_eq!(log_of(&exec).await, vec!["a", "b"]);
         exec.close().await;
+    }
+
+    /// Review finding (issue 21, inline turns): a membership callback that panics in its
+    /// synchronous part — outside the handlers' `catch_unwind` — ends its turn; the object
+    /// keeps serving, in order, and closes.
+    #[tokio::test]
+    async fn a_callback_that_panics_before_its_future_exists_does_not_stop_the_object() {
+        let objects = Objects::new();
+        let k = key("panicky");
+        objects.open(&k, 1).unwrap();
+        objects.mark_ready(&k, 1).unwrap();
+        let mut h = handlers();
+        h.on_member_joined(|_ctx, actor: String| {
+            assert!(actor != "boom", "the callback refuses {actor}");
+            async { Ok(()) }
+        });
+        let exec = ObjectExecutor::start_bound(
+            Binding::new(Arc::clone(&objects), k.clone(), 1),
+            vec![],
+            h,
+            ExecMode::Serial,
+        );
+        exec.send(&Note { s: "before".into() }).unwrap();
+        exec.notify_member(true, "boom".into()).unwrap();
+        exec.send(&Note { s: "after".into() }).unwrap();
+        let log = tokio::time::timeout(Duration::from_secs(5), log_of(&exec))
+            .await
+            .expect("the object still serves after the panicking callback");
+        assert_eq!(log, vec!["before", "after"]);
+        tokio::time::timeout(Duration::from_secs(5), exec.close())
+            .await
+            .expect("close returns");
     }
 
     #[tokio::test]
