@@ -140,7 +140,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy)]
 struct Snapshot {
     counts: [u64; 4],
     bytes: [u64; 4],

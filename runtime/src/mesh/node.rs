@@ -17,7 +17,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use zlink_protocol::codec::Writer;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
     ActorRequest, ActorSend, ChannelRequest, ChannelRole, ChannelSend, CommandBody, NodeDescriptor,
@@ -616,13 +615,7 @@ impl MeshNode {
                 4 + head.len() + 4 + payload.encoded_len(),
             );
             msg.push(&head);
-            msg.push_with(|buf| {
-                let mut w = Writer::from_vec(std::mem::take(buf));
-                let r = payload.encode_into(&mut w);
-                *buf = w.into_vec();
-                r
-            })
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+            super::state::push_encoded(&mut msg, |w| payload.encode_into(w))?;
             return self.inner.send_packed(&conn, Leg::Send, msg).await;
         }
         let mut record = Record::new(CommandBody::NodeSend(NodeSend {

@@ -33,6 +33,33 @@ use crate::transport::pump::PumpHandle;
 /// a longer one grows the buffer once.
 const FRAME0_ESTIMATE: usize = 160;
 
+/// Append one frame to `msg`, written by `encode` straight into the message's buffer.
+///
+/// # Errors
+/// `InvalidOperation` for what `encode` refuses, or for a frame over 4 GiB (or past the 255th,
+/// which no record reaches).
+pub(crate) fn push_encoded(
+    msg: &mut Packed,
+    encode: impl FnOnce(&mut Writer) -> zlink_protocol::error::Result<()>,
+) -> Result<(), CallError> {
+    let appended = msg
+        .push_with(|buf| {
+            let mut w = Writer::from_vec(std::mem::take(buf));
+            let r = encode(&mut w);
+            *buf = w.into_vec();
+            r
+        })
+        .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    if appended {
+        Ok(())
+    } else {
+        Err(CallError::new(
+            ErrorKind::InvalidOperation,
+            "record frame over 4 GiB",
+        ))
+    }
+}
+
 pub(crate) type Waker = oneshot::Sender<Result<TypedPayload, CallError>>;
 
 /// Counters of a node (Prometheus names in `docs/architecture.md`).
@@ -316,49 +343,20 @@ impl Inner {
     /// pool: the same checks and bytes as [`Record::encode`], without a buffer per frame and a
     /// copy of each into the message (runtime/tests/allocations.rs counts the difference).
     fn encode_packed(&self, record: &Record, ctx: WireContext) -> Result<Packed, CallError> {
-        fn write_frame(
-            buf: &mut Vec<u8>,
-            encode: impl FnOnce(&mut Writer) -> zlink_protocol::error::Result<()>,
-        ) -> zlink_protocol::error::Result<()> {
-            let mut w = Writer::from_vec(std::mem::take(buf));
-            let r = encode(&mut w);
-            *buf = w.into_vec();
-            r
-        }
-        let invalid = |e: zlink_protocol::error::ProtocolError| {
-            CallError::new(ErrorKind::InvalidOperation, e.to_string())
-        };
-        let too_large = || CallError::new(ErrorKind::InvalidOperation, "record frame over 4 GiB");
         let capacity = 4
             + FRAME0_ESTIMATE
             + record.metadata.as_ref().map_or(0, |m| 4 + m.encoded_len())
             + record.payload.as_ref().map_or(0, |p| 4 + p.encoded_len());
         let mut msg = Packed::stamped_in(self.pump.buffer(), capacity);
-        // A record has at most three frames, so `push_with` only says no to a frame over 4 GiB.
-        if !msg
-            .push_with(|buf| write_frame(buf, |w| record.encode_frame0(ctx, w)))
-            .map_err(invalid)?
-        {
-            return Err(too_large());
+        push_encoded(&mut msg, |w| record.encode_frame0(ctx, w))?;
+        if let Some(m) = &record.metadata {
+            push_encoded(&mut msg, |w| {
+                m.encode_into(w);
+                Ok(())
+            })?;
         }
-        if let Some(m) = &record.metadata
-            && !msg
-                .push_with(|buf| {
-                    write_frame(buf, |w| {
-                        m.encode_into(w);
-                        Ok(())
-                    })
-                })
-                .map_err(invalid)?
-        {
-            return Err(too_large());
-        }
-        if let Some(p) = &record.payload
-            && !msg
-                .push_with(|buf| write_frame(buf, |w| p.encode_into(w)))
-                .map_err(invalid)?
-        {
-            return Err(too_large());
+        if let Some(p) = &record.payload {
+            push_encoded(&mut msg, |w| p.encode_into(w))?;
         }
         Ok(msg)
     }

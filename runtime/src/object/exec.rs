@@ -1714,19 +1714,19 @@ async fn run_turn<S: Send + 'static>(
         }
         end = &mut ended => {
             tokio::spawn(work);
-            match end {
-                Ok(TurnEnd::Yielded) => {}
-                Ok(TurnEnd::Complete) | Err(_) => {
-                    let _ = sh.with_queue(|q| q.complete());
-                }
-            }
+            turn_ended(sh, end);
         }
     }
 }
 
 /// Wait until the running turn completes (free the queue) or yields (already freed).
 async fn wait_turn<S>(sh: &Shared<S>, rx: oneshot::Receiver<TurnEnd>) {
-    match rx.await {
+    turn_ended(sh, rx.await);
+}
+
+/// A turn ended: completed, or its ender dropped (free the queue), or yielded (already freed).
+fn turn_ended<S>(sh: &Shared<S>, end: Result<TurnEnd, oneshot::error::RecvError>) {
+    match end {
         Ok(TurnEnd::Yielded) => {}
         Ok(TurnEnd::Complete) | Err(_) => {
             let _ = sh.with_queue(|q| q.complete());
