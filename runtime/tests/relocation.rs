@@ -408,10 +408,20 @@ async fn instance_spots_move_with_state_queue_timers_and_calls_in_flight() {
         ids.len() as u64 * 5,
         "the five queued sends of each tally travelled in its envelope"
     );
+    // The sends during the seals were relayed; each later request took the old route
+    // (followed) unless a notice at its tally's handover had dropped the caller's route first
+    // (docs/architecture.md, "notify": the caller is a recent recipient once one of its calls
+    // was followed).
     assert!(
-        stats.relayed.load(Ordering::Relaxed) + stats.followed.load(Ordering::Relaxed)
+        stats.relayed.load(Ordering::Relaxed) >= ids.len() as u64,
+        "the sends made during the seals were relayed"
+    );
+    assert!(
+        stats.relayed.load(Ordering::Relaxed)
+            + stats.followed.load(Ordering::Relaxed)
+            + stats.follow_notices_at_handover.load(Ordering::Relaxed)
             >= 2 * ids.len() as u64,
-        "the calls made during the moves were relayed or followed"
+        "the calls made during the moves were relayed, followed, or sent on after a handover notice"
     );
     c.shutdown().await;
 }
@@ -916,6 +926,89 @@ async fn a_three_hop_chain_is_fixed_by_one_notification() {
         misses_before + 1,
         "after the notice the caller resolved once and then hit the new route"
     );
+    c.shutdown().await;
+}
+
+/// Ours (docs/architecture.md, "Message Follow"): a peer that was sent a `messageFollow`
+/// lately is told of the next handover at once, not at its first followed record. Node 2 cached
+/// the routes of two tallies on node 0; the first moves and node 2's call to it is followed
+/// (and node 2 notified); when the second moves, node 0 notifies node 2 at the handover, so its
+/// call to the second goes straight to node 1 — nothing followed, nothing lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_notified_lately_hears_of_the_next_handover_before_it_calls() {
+    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    for id in ["hn-1", "hn-2"] {
+        let _: Tally = c.rts[2]
+            .request_to_instance_spot("tally", id, &Add { seq: 0 }, T)
+            .await
+            .unwrap();
+        assert_eq!(owner_of(&c, id).await, "node-0");
+        // Cache the route (the activation itself caches nothing).
+        let _: Tally = c.rts[2]
+            .request_to_instance_spot("tally", id, &Read {}, T)
+            .await
+            .unwrap();
+    }
+    open_targets(&c).await;
+    async fn move_one(c: &Cluster, id: &str) {
+        let unit: Vec<_> = c.rts[0]
+            .relocation_units()
+            .into_iter()
+            .filter(|u| u.id == id)
+            .collect();
+        assert_eq!(unit.len(), 1, "{id} is a unit of node 0");
+        let reports = c.rts[0]
+            .relocate_units(&unit, &plan_to("node-1"), |_, _| {})
+            .await;
+        assert_eq!(
+            outcomes(&reports),
+            vec![(id.into(), UnitOutcome::HandedOver)]
+        );
+    }
+    let source = c.rts[0].relocation_stats();
+    let caller = c.rts[2].relocation_stats();
+    move_one(&c, "hn-1").await;
+    assert_eq!(source.follow_notices_at_handover.load(Ordering::Relaxed), 0);
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "hn-1", &Add { seq: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1]);
+    assert_eq!(
+        source.followed.load(Ordering::Relaxed),
+        1,
+        "the old route was used once"
+    );
+    assert_eq!(source.follow_notices_sent.load(Ordering::Relaxed), 1);
+
+    move_one(&c, "hn-2").await;
+    assert_eq!(
+        source.follow_notices_at_handover.load(Ordering::Relaxed),
+        1,
+        "node 2 was notified at the handover of hn-2"
+    );
+    assert_eq!(source.follow_notices_sent.load(Ordering::Relaxed), 2);
+    let t0 = std::time::Instant::now();
+    while caller.follow_notices_applied.load(Ordering::Relaxed) < 2 {
+        assert!(
+            t0.elapsed() < WAIT,
+            "the handover notice never reached node 2"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", "hn-2", &Add { seq: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1]);
+    assert_eq!(
+        source.followed.load(Ordering::Relaxed),
+        1,
+        "the call to hn-2 went straight to node 1"
+    );
+    assert_eq!(owner_of(&c, "hn-2").await, "node-1");
+    // No second notice for the same stale route when a record does come by (suppressed).
+    assert_eq!(source.follow_notices_sent.load(Ordering::Relaxed), 2);
     c.shutdown().await;
 }
 

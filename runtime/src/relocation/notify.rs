@@ -170,6 +170,63 @@ impl Suppression {
     }
 }
 
+/// Most peers [`RecentRecipients`] remembers.
+pub const RECENT_RECIPIENTS_MAX: usize = 8;
+
+/// The peers this node sent a `messageFollow` to lately (**ours**, docs/architecture.md
+/// "Message Follow"): when a later unit is handed over, the old owner notifies them at once
+/// instead of at their first followed record, since a peer that sent to one moved object of a
+/// relocation usually sends to the next ones too (game rooms and zones are called by a few
+/// gateway nodes). Each such record would otherwise take the follow path — old owner, new
+/// owner, a relayed terminal and its ack — and be answered several hops later. A notice to a
+/// peer without that route cached changes nothing there (routing §2.5: only an equal route is
+/// dropped). Pure (`now_ms` is an input) and bounded: the [`RECENT_RECIPIENTS_MAX`] most
+/// recent peers, so a moved object costs at most that many extra notices.
+#[derive(Debug, Default)]
+pub struct RecentRecipients {
+    /// (rid, lifecycle generation) → when it was last sent a notice.
+    last: HashMap<(String, u64), u64>,
+}
+
+impl RecentRecipients {
+    /// A notice went to `peer` at `now_ms`.
+    pub fn noted(&mut self, peer: &NodeFence, now_ms: u64) {
+        let key = (peer.rid.clone(), peer.lifecycle_generation);
+        if let Some(t) = self.last.get_mut(&key) {
+            *t = (*t).max(now_ms);
+            return;
+        }
+        if self.last.len() >= RECENT_RECIPIENTS_MAX
+            && let Some(oldest) = self
+                .last
+                .iter()
+                .min_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)))
+                .map(|(k, _)| k.clone())
+        {
+            self.last.remove(&oldest);
+        }
+        self.last.insert(key, now_ms);
+    }
+
+    /// The peers noted within `window_ms` before `now_ms`, by RID; older ones are forgotten.
+    pub fn within(&mut self, now_ms: u64, window_ms: u64) -> Vec<NodeFence> {
+        self.last
+            .retain(|_, t| t.saturating_add(window_ms) > now_ms);
+        let mut out: Vec<NodeFence> = self
+            .last
+            .keys()
+            .map(|(rid, lifecycle_generation)| NodeFence {
+                rid: rid.clone(),
+                lifecycle_generation: *lifecycle_generation,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (a.rid.as_str(), a.lifecycle_generation).cmp(&(b.rid.as_str(), b.lifecycle_generation))
+        });
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,5 +372,51 @@ mod tests {
         assert_eq!(s.len(), MAX_ENTRIES);
         s.sweep(1_000);
         assert_eq!(s.len(), 1, "only the entry still in flight stays");
+    }
+
+    fn peer(rid: &str, lifecycle_generation: u64) -> NodeFence {
+        NodeFence {
+            rid: rid.into(),
+            lifecycle_generation,
+        }
+    }
+
+    #[test]
+    fn recent_recipients_are_the_peers_noted_within_the_window() {
+        let mut r = RecentRecipients::default();
+        assert!(r.within(0, 1_000).is_empty());
+        r.noted(&peer("b", 1), 100);
+        r.noted(&peer("a", 1), 200);
+        // A new lifecycle of a peer is another recipient.
+        r.noted(&peer("a", 2), 300);
+        assert_eq!(
+            r.within(300, 1_000),
+            vec![peer("a", 1), peer("a", 2), peer("b", 1)]
+        );
+        // Noting again moves a peer's time on: b stays, a/1 lapses at 200 + 1,000.
+        r.noted(&peer("b", 1), 900);
+        assert_eq!(r.within(1_200, 1_000), vec![peer("a", 2), peer("b", 1)]);
+        assert_eq!(r.within(1_900, 1_000), Vec::<NodeFence>::new());
+        // Lapsed peers were forgotten, not only hidden.
+        assert!(r.last.is_empty());
+    }
+
+    #[test]
+    fn recent_recipients_keep_the_most_recent_peers_only() {
+        let mut r = RecentRecipients::default();
+        for i in 0..(RECENT_RECIPIENTS_MAX as u64 + 3) {
+            r.noted(&peer(&format!("p{i:02}"), 1), 10 * i);
+        }
+        let kept = r.within(1_000, 10_000);
+        assert_eq!(kept.len(), RECENT_RECIPIENTS_MAX);
+        // The three oldest went.
+        assert!(
+            kept.iter()
+                .all(|p| !["p00", "p01", "p02"].contains(&p.rid.as_str()))
+        );
+        assert!(kept.iter().any(|p| p.rid == "p10"));
+        // An earlier time never moves a peer's time back.
+        r.noted(&peer("p10", 1), 0);
+        assert_eq!(r.within(100 + 10_000 - 1, 10_000), vec![peer("p10", 1)]);
     }
 }

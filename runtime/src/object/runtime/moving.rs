@@ -1162,6 +1162,12 @@ impl<S: ObjectStore> Inner<S> {
                         );
                     }
                 }
+                self.notice_at_handover(
+                    &parts
+                        .iter()
+                        .map(|p| (p.key.clone(), p.route.clone()))
+                        .collect::<Vec<_>>(),
+                );
                 // Message Follow: arrivals on the old routes keep going to the target.
                 let this = Arc::clone(&self);
                 let follow = parts;
@@ -1357,6 +1363,21 @@ impl<S: ObjectStore> Inner<S> {
             self.resolver.cache().message_follow(&fence);
             return;
         }
+        self.send_follow_notice(route, source, &f, request, queue_count, queue_bytes);
+    }
+
+    /// Send `recipient` a `messageFollow` that `route` is replaced by `f`'s new route, unless
+    /// the suppression table says one went already; a sent one notes the recipient as recent.
+    fn send_follow_notice(
+        &self,
+        route: &RouteFence,
+        recipient: &NodeFence,
+        f: &super::relocations::FollowNotice,
+        request: Option<&RequestHeader>,
+        queue_count: u64,
+        queue_bytes: u64,
+    ) -> bool {
+        let source = recipient;
         let now = Instant::now();
         let now_ms = u64::try_from(now.duration_since(self.relocations.epoch()).as_millis())
             .unwrap_or(u64::MAX);
@@ -1366,13 +1387,19 @@ impl<S: ObjectStore> Inner<S> {
             .suppression_lock()
             .followed(nk.clone(), now_ms);
         if decision == crate::relocation::notify::Decision::Suppress {
-            return;
+            return false;
         }
         let (operation_id, reply_route_id) = match request {
             Some(h) => (h.operation_id.clone(), h.reply_route_id),
             None => match self.mesh.request_identity() {
                 Ok((o, r, _)) => (o, r),
-                Err(_) => return,
+                Err(_) => {
+                    // Nothing went: the key must not stay in flight.
+                    self.relocations
+                        .suppression_lock()
+                        .submitted(&nk, false, now_ms);
+                    return false;
+                }
             },
         };
         let body = zlink_protocol::generated::MessageFollow {
@@ -1408,6 +1435,11 @@ impl<S: ObjectStore> Inner<S> {
                 .follow_notices_sent
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        if ok {
+            self.relocations
+                .recent_recipients_lock()
+                .noted(recipient, now_ms);
+        }
         let until_ms = u64::try_from(
             f.until
                 .saturating_duration_since(self.relocations.epoch())
@@ -1417,6 +1449,49 @@ impl<S: ObjectStore> Inner<S> {
         self.relocations
             .suppression_lock()
             .submitted(&nk, ok, until_ms);
+        ok && !lost
+    }
+
+    /// A unit was just handed over: the peers sent a `messageFollow` lately (for other
+    /// objects) get one for each of its objects now, and this node's own cached routes to them
+    /// go, instead of each waiting for its first followed record (see
+    /// [`RecentRecipients`](crate::relocation::notify::RecentRecipients)). The suppression
+    /// table keeps a later followed record from notifying the same peer again.
+    fn notice_at_handover(&self, routes: &[(AuthorityKey, RouteFence)]) {
+        let now_ms = u64::try_from(
+            Instant::now()
+                .duration_since(self.relocations.epoch())
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        let window = super::millis(self.relocations.settings().message_follow);
+        let peers = self
+            .relocations
+            .recent_recipients_lock()
+            .within(now_ms, window);
+        let me = self.mesh.fence();
+        for (key, route) in routes {
+            let Some(f) = self.relocations.follows_lock().get(key).cloned() else {
+                continue;
+            };
+            self.resolver
+                .cache()
+                .message_follow(&crate::routing::RouteFence {
+                    key: key.clone(),
+                    object_generation: route.object_generation,
+                    authority_owner_generation: route.authority_owner_generation,
+                    owner_rid: route.target_node.rid.clone(),
+                    owner_lifecycle_generation: route.target_node.lifecycle_generation,
+                    owner_lease_generation: route.owner_lease_generation,
+                });
+            for peer in peers.iter().filter(|p| **p != me) {
+                if self.send_follow_notice(route, peer, &f, None, 0, 0) {
+                    self.relocations
+                        .follow_notices_at_handover
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// A `messageFollow` (50) from the old owner its source route names (checked by the

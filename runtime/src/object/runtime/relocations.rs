@@ -147,6 +147,9 @@ pub struct RelocationStats {
     pub unknown_records: AtomicU64,
     /// `messageFollow` notices sent to senders on an old route (source).
     pub follow_notices_sent: AtomicU64,
+    /// Of those, the ones sent at a handover to a peer notified lately, before any record of
+    /// it was followed (source).
+    pub follow_notices_at_handover: AtomicU64,
     /// `messageFollow` notices received that removed a cached route here.
     pub follow_notices_applied: AtomicU64,
     /// The hop counts of the `messageFollow` notices received, summed (each is how many moves
@@ -263,6 +266,8 @@ pub(super) struct Relocations {
     follows_len: std::sync::atomic::AtomicUsize,
     /// One `messageFollow` per recipient and stale route (wire §3.1).
     pub(super) suppression: Mutex<crate::relocation::notify::Suppression>,
+    /// The peers sent a `messageFollow` lately: notified at once of later handovers.
+    recent_recipients: Mutex<crate::relocation::notify::RecentRecipients>,
     /// This node's Entry Spot fence, as last read (the Check of an Actor's commit).
     entry_fence: Mutex<Option<zlink_store::types::OwnerFence>>,
     pub(super) stats: RelocationStats,
@@ -540,6 +545,12 @@ impl Relocations {
         &self,
     ) -> MutexGuard<'_, crate::relocation::notify::Suppression> {
         lock(&self.suppression)
+    }
+
+    pub(super) fn recent_recipients_lock(
+        &self,
+    ) -> MutexGuard<'_, crate::relocation::notify::RecentRecipients> {
+        lock(&self.recent_recipients)
     }
 
     /// The time base of the suppression table's milliseconds.
