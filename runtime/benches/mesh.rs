@@ -24,6 +24,13 @@
 //! spawned onto it. Rounds interleave raw and zlink so both see the same machine load, and the
 //! ratio is taken per round (zlink ÷ raw of the same round), then its median is reported.
 //!
+//! Then, when the one-way workload runs, an **Actor-level one-way flood next to node direct**
+//! (issue 21 item 3; the code `benches/objects.rs` uses too): two store-backed MeshNodes with
+//! object runtimes, `a` sending the one-way count of each size to an echo Actor on `b` by global
+//! ID and, in the same round, node direct to a counting raw handler on `b`; the per-round ratio
+//! Actor ÷ node direct, so a regression at either level shows (no target of its own: issue 21's
+//! peer goals are `scripts/bench-peers`').
+//!
 //! Every loop is bounded by its message count, every blocking socket call by a 5 s timeout, and
 //! every measurement by `ZLINK_BENCH_LIMIT_SECS` (60): a measurement past its limit aborts the
 //! run with exit status 1. A run whose medians miss the targets (one-way ≥ 0.5 of raw, serial
@@ -35,6 +42,8 @@
 //! profiling), `ZLINK_BENCH_SIZE` (`64` or `1024`: run one payload size).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // benchmark binary
+
+mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -634,6 +643,16 @@ fn main() {
     let mesh = Arc::clone(&bench.mesh);
     bench.rt.block_on(async move { mesh.shutdown().await });
 
+    if workloads.contains(&Workload::OneWay) {
+        actor_flood(
+            &bench.rt,
+            rounds,
+            &sizes,
+            |size| count(Workload::OneWay, size),
+            limit,
+        );
+    }
+
     // The issue's targets, on the medians above: the run fails when one is missed.
     let mut missed = Vec::new();
     for (si, &size) in sizes.iter().enumerate() {
@@ -671,6 +690,62 @@ fn main() {
         eprintln!("mesh bench: target missed: {}", missed.join("; "));
         std::process::exit(2);
     }
+}
+
+/// The Actor-level one-way flood next to node direct (see the module docs): prints its table.
+fn actor_flood(
+    rt: &tokio::runtime::Runtime,
+    rounds: usize,
+    sizes: &[usize],
+    count: impl Fn(usize) -> usize,
+    limit: Duration,
+) {
+    let w = rt.block_on(common::World::start());
+    let flood = |actor: bool, n: usize, size: usize| match rt
+        .block_on(async { tokio::time::timeout(limit, w.flood(actor, n, size)).await })
+    {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            eprintln!("actor flood: {e}");
+            std::process::exit(1);
+        }
+        Err(_) => {
+            eprintln!("actor flood: over the {limit:?} limit");
+            std::process::exit(1);
+        }
+    };
+    for &size in sizes {
+        for actor in [false, true] {
+            flood(actor, count(size) / 10, size);
+        }
+    }
+    println!();
+    println!(
+        "| payload | one-way flood | node direct msg/s median (min–max) | Actor by ID msg/s median (min–max) | Actor ÷ node direct |"
+    );
+    println!("| ---: | --- | ---: | ---: | ---: |");
+    for &size in sizes {
+        let n = count(size);
+        let (mut direct, mut actor) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let d = flood(false, n, size);
+            let a = flood(true, n, size);
+            eprintln!(
+                "round {}/{rounds} actor flood {size:>4} B: node direct {d:>9.0} msg/s, Actor {a:>9.0} msg/s",
+                round + 1
+            );
+            direct.push(d);
+            actor.push(a);
+        }
+        let ratio = direct.iter().zip(&actor).map(|(d, a)| a / d).collect();
+        println!(
+            "| {size} B | {n} messages | {} | {} | **{}** |",
+            fmt_spread(spread(direct), 0),
+            fmt_spread(spread(actor), 0),
+            fmt_spread(spread(ratio), 2)
+        );
+    }
+    rt.block_on(w.shutdown());
 }
 
 /// One-way throughput target: zlink ÷ raw, median of the rounds.

@@ -30,109 +30,26 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // benchmark binary
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zlink::call::error::CallError;
-use zlink::mesh::auth::MeshSecret;
-use zlink::mesh::discovery::DiscoveryBackend;
+use common::{ECHO, Echo, World};
 use zlink::mesh::handler::{JSON_CONTENT_TYPE, RAW_CONTENT_TYPE};
-use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig, RidConfig};
 use zlink::object::ObjectCalls;
-use zlink::object::exec::ObjectHandlers;
-use zlink::object::registry::{FactoryInput, Registry};
-use zlink::object::runtime::ObjectRuntime;
-use zlink::routing::CacheConfig;
 use zlink_protocol::envelope::TypedPayload;
-use zlink_store::MemoryStore;
-use zlink_store::clock::SystemClock;
 
-const SECRET: &[u8] = b"bench-objects-secret-0123456789";
-const ECHO: &str = "bench.Echo";
 const TARGET: f64 = 1.3;
 const SIZE: usize = 64;
-const FLOOD: &str = "bench.Flood";
-
-/// One-way messages handled on `b`: [node direct, remote actor].
-static FLOODED: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Flood {
-    b: String,
-}
-impl JsonMessage for Flood {
-    const PACKET_NAME: &'static str = FLOOD;
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Echo {
-    b: String,
-}
-impl JsonMessage for Echo {
-    const PACKET_NAME: &'static str = ECHO;
-}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-struct World {
-    a: Arc<MeshNode>,
-    b: Arc<MeshNode>,
-    rt_a: ObjectRuntime<MemoryStore>,
-    rt_b: ObjectRuntime<MemoryStore>,
-}
-
-async fn node(rid: &str, store: &Arc<MemoryStore>) -> Arc<MeshNode> {
-    let mut c = MeshNodeConfig::new("bench", MeshSecret::from_bytes(SECRET).unwrap());
-    c.rid = RidConfig::Fixed(rid.into());
-    c.object_capabilities = registry().capabilities();
-    c.entry_spot_prefix = Some(rid.into());
-    // Actors are placed on `bench-b` only (weight 0 on `bench-a`), so `a`'s calls are remote.
-    if rid == "bench-a" {
-        c.placement_weight = 0;
-    }
-    let mut h = Handlers::new();
-    h.on_request_raw(ECHO, 64, |_, b| async move { Ok::<_, CallError>(b) });
-    h.on_send_raw(FLOOD, |_, _| async {
-        FLOODED[0].fetch_add(1, Ordering::Relaxed);
-        Ok::<_, CallError>(())
-    });
-    Arc::new(
-        MeshNode::start(c, h, Some(Arc::clone(store) as Arc<dyn DiscoveryBackend>))
-            .await
-            .unwrap(),
-    )
-}
-
-fn registry() -> Registry {
-    let mut r = Registry::new();
-    r.actor(
-        "echo",
-        |_: FactoryInput| async { Ok(()) },
-        || {
-            let mut h: ObjectHandlers<()> = ObjectHandlers::new();
-            h.on_request(|_, e: Echo| async move { Ok::<_, CallError>(e) });
-            h.on_send(|_, _: Flood| async {
-                FLOODED[1].fetch_add(1, Ordering::Relaxed);
-                Ok::<_, CallError>(())
-            });
-            h
-        },
-    )
-    .register();
-    r.entry_spot(
-        "entry",
-        |_: FactoryInput| async { Ok(()) },
-        ObjectHandlers::new,
-    )
-    .register();
-    r
 }
 
 #[derive(Clone, Copy)]
@@ -143,57 +60,6 @@ enum Path {
 }
 
 impl World {
-    async fn start() -> Self {
-        let store = Arc::new(MemoryStore::new(SystemClock));
-        let a = node("bench-a", &store).await;
-        let b = node("bench-b", &store).await;
-        a.wait_ready("bench-b", Duration::from_secs(10))
-            .await
-            .unwrap();
-        let rt_a = ObjectRuntime::start(
-            Arc::clone(&a),
-            Arc::clone(&store),
-            registry(),
-            CacheConfig::default(),
-        )
-        .await
-        .unwrap();
-        let rt_b = ObjectRuntime::start(
-            Arc::clone(&b),
-            Arc::clone(&store),
-            registry(),
-            CacheConfig::default(),
-        )
-        .await
-        .unwrap();
-        rt_b.create_actor("echo", "echo-1", None).await.unwrap();
-        Self { a, b, rt_a, rt_b }
-    }
-
-    /// `n` one-way 64 B messages from `a` to `b`, node direct or to the remote Actor; returns
-    /// messages/s until `b` handled the last one.
-    async fn flood(&self, actor: bool, n: usize) -> Result<f64, String> {
-        let counter = &FLOODED[usize::from(actor)];
-        let start = counter.load(Ordering::Relaxed);
-        let body = "x".repeat(SIZE);
-        let t0 = Instant::now();
-        for _ in 0..n {
-            if actor {
-                self.rt_a
-                    .send_to_actor("echo-1", &Flood { b: body.clone() })
-                    .await
-            } else {
-                let p = TypedPayload::new(FLOOD, RAW_CONTENT_TYPE, Bytes::from(body.clone()));
-                self.a.send_payload("bench-b", p, None).await
-            }
-            .map_err(|e| e.to_string())?;
-        }
-        while counter.load(Ordering::Relaxed) < start + n {
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
-        Ok(n as f64 / t0.elapsed().as_secs_f64())
-    }
-
     /// `flight` tasks issue requests until `n` are done; returns (req/s, p50 µs, p99 µs).
     async fn run(
         self: &Arc<Self>,
@@ -331,18 +197,20 @@ fn main() {
         }
     };
     for actor in [false, true] {
-        bounded(
-            rt.block_on(async { tokio::time::timeout(limit, w.flood(actor, flood_n / 10)).await }),
-        );
+        bounded(rt.block_on(async {
+            tokio::time::timeout(limit, w.flood(actor, flood_n / 10, SIZE)).await
+        }));
     }
     let (mut direct, mut actor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let d = bounded(
-            rt.block_on(async { tokio::time::timeout(limit, w.flood(false, flood_n)).await }),
-        );
-        let a = bounded(
-            rt.block_on(async { tokio::time::timeout(limit, w.flood(true, flood_n)).await }),
-        );
+        let d =
+            bounded(rt.block_on(async {
+                tokio::time::timeout(limit, w.flood(false, flood_n, SIZE)).await
+            }));
+        let a =
+            bounded(rt.block_on(async {
+                tokio::time::timeout(limit, w.flood(true, flood_n, SIZE)).await
+            }));
         direct.push(d);
         actor.push(a);
         ratio.push(a / d);
