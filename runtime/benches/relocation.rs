@@ -607,7 +607,7 @@ async fn throughput_round(out: &mut Outcome) -> f64 {
         ));
         let [t, r, s] = stages(&w);
         out.lines.push(format!(
-            "median µs: sealed → transferred {t:.0}, → ready {r:.0}, → switched {s:.0}"
+            "median µs per step: seal → transfer {t:.0}, transfer → ready {r:.0}, ready → switch {s:.0}"
         ));
         for (i, rt) in w.rts.iter().enumerate() {
             let r = rt.relocation_stats();
