@@ -701,19 +701,7 @@ fn actor_flood(
     limit: Duration,
 ) {
     let w = rt.block_on(common::World::start());
-    let flood = |actor: bool, n: usize, size: usize| match rt
-        .block_on(async { tokio::time::timeout(limit, w.flood(actor, n, size)).await })
-    {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            eprintln!("actor flood: {e}");
-            std::process::exit(1);
-        }
-        Err(_) => {
-            eprintln!("actor flood: over the {limit:?} limit");
-            std::process::exit(1);
-        }
-    };
+    let flood = |actor, n, size| w.flood_or_exit(rt, actor, n, size, limit);
     for &size in sizes {
         for actor in [false, true] {
             flood(actor, count(size) / 10, size);

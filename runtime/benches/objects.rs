@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{ECHO, Echo, World};
-use zlink::mesh::handler::{JSON_CONTENT_TYPE, RAW_CONTENT_TYPE};
+use zlink::mesh::handler::RAW_CONTENT_TYPE;
 use zlink::object::ObjectCalls;
 use zlink_protocol::envelope::TypedPayload;
 
@@ -126,7 +126,6 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let _ = JSON_CONTENT_TYPE;
     let rounds = env_or("ZLINK_BENCH_ROUNDS", 5usize).max(1);
     let scale = env_or("ZLINK_BENCH_SCALE", 1.0f64).max(0.001);
     let workers = env_or("ZLINK_BENCH_WORKERS", 2usize).max(1);
@@ -185,32 +184,13 @@ fn main() {
         }
     }
     let flood_n = env_or("ZLINK_BENCH_FLOOD", 200_000usize).max(10);
-    let bounded = |f: Result<Result<f64, String>, tokio::time::error::Elapsed>| match f {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            eprintln!("one-way flood: {e}");
-            std::process::exit(1);
-        }
-        Err(_) => {
-            eprintln!("one-way flood: over the {limit:?} limit");
-            std::process::exit(1);
-        }
-    };
     for actor in [false, true] {
-        bounded(rt.block_on(async {
-            tokio::time::timeout(limit, w.flood(actor, flood_n / 10, SIZE)).await
-        }));
+        w.flood_or_exit(&rt, actor, flood_n / 10, SIZE, limit);
     }
     let (mut direct, mut actor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let d =
-            bounded(rt.block_on(async {
-                tokio::time::timeout(limit, w.flood(false, flood_n, SIZE)).await
-            }));
-        let a =
-            bounded(rt.block_on(async {
-                tokio::time::timeout(limit, w.flood(true, flood_n, SIZE)).await
-            }));
+        let d = w.flood_or_exit(&rt, false, flood_n, SIZE, limit);
+        let a = w.flood_or_exit(&rt, true, flood_n, SIZE, limit);
         direct.push(d);
         actor.push(a);
         ratio.push(a / d);

@@ -157,6 +157,29 @@ impl World {
         Ok(n as f64 / t0.elapsed().as_secs_f64())
     }
 
+    /// [`World::flood`] on `rt` within `limit`; a failure or the limit ends the bench
+    /// (exit status 1, as every bench loop here).
+    pub fn flood_or_exit(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        actor: bool,
+        n: usize,
+        size: usize,
+        limit: Duration,
+    ) -> f64 {
+        match rt.block_on(async { tokio::time::timeout(limit, self.flood(actor, n, size)).await }) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                eprintln!("one-way flood: {e}");
+                std::process::exit(1);
+            }
+            Err(_) => {
+                eprintln!("one-way flood: over the {limit:?} limit");
+                std::process::exit(1);
+            }
+        }
+    }
+
     pub async fn shutdown(&self) {
         self.rt_a.shutdown().await;
         self.rt_b.shutdown().await;

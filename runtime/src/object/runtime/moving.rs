@@ -1352,15 +1352,9 @@ impl<S: ObjectStore> Inner<S> {
             .fetch_add(payload_len as u64, std::sync::atomic::Ordering::Relaxed)
             + payload_len as u64;
         if *source == self.mesh.fence() {
-            let fence = crate::routing::RouteFence {
-                key,
-                object_generation: route.object_generation,
-                authority_owner_generation: route.authority_owner_generation,
-                owner_rid: route.target_node.rid.clone(),
-                owner_lifecycle_generation: route.target_node.lifecycle_generation,
-                owner_lease_generation: route.owner_lease_generation,
-            };
-            self.resolver.cache().message_follow(&fence);
+            self.resolver
+                .cache()
+                .message_follow(&cache_fence(key, route));
             return;
         }
         self.send_follow_notice(route, source, &f, request, queue_count, queue_bytes);
@@ -1377,11 +1371,10 @@ impl<S: ObjectStore> Inner<S> {
         queue_count: u64,
         queue_bytes: u64,
     ) -> bool {
-        let source = recipient;
         let now = Instant::now();
         let now_ms = u64::try_from(now.duration_since(self.relocations.epoch()).as_millis())
             .unwrap_or(u64::MAX);
-        let nk = crate::relocation::notify::NotifyKey::new(source, route, &f.new_route);
+        let nk = crate::relocation::notify::NotifyKey::new(recipient, route, &f.new_route);
         let decision = self
             .relocations
             .suppression_lock()
@@ -1428,7 +1421,7 @@ impl<S: ObjectStore> Inner<S> {
         let ok = lost
             || self
                 .mesh
-                .relocation_record(source, Leg::Send, CommandBody::MessageFollow(body), None)
+                .relocation_record(recipient, Leg::Send, CommandBody::MessageFollow(body), None)
                 .is_ok();
         if ok && !lost {
             self.relocations
@@ -1476,14 +1469,7 @@ impl<S: ObjectStore> Inner<S> {
             };
             self.resolver
                 .cache()
-                .message_follow(&crate::routing::RouteFence {
-                    key: key.clone(),
-                    object_generation: route.object_generation,
-                    authority_owner_generation: route.authority_owner_generation,
-                    owner_rid: route.target_node.rid.clone(),
-                    owner_lifecycle_generation: route.target_node.lifecycle_generation,
-                    owner_lease_generation: route.owner_lease_generation,
-                });
+                .message_follow(&cache_fence(key.clone(), route));
             for peer in peers.iter().filter(|p| **p != me) {
                 if self.send_follow_notice(route, peer, &f, None, 0, 0) {
                     self.relocations
@@ -1508,15 +1494,7 @@ impl<S: ObjectStore> Inner<S> {
         let Ok(key) = AuthorityKey::new(super::store_kind(r.object_kind), &r.object_id) else {
             return;
         };
-        let fence = crate::routing::RouteFence {
-            key,
-            object_generation: r.object_generation,
-            authority_owner_generation: r.authority_owner_generation,
-            owner_rid: r.target_node.rid.clone(),
-            owner_lifecycle_generation: r.target_node.lifecycle_generation,
-            owner_lease_generation: r.owner_lease_generation,
-        };
-        if self.resolver.cache().message_follow(&fence) {
+        if self.resolver.cache().message_follow(&cache_fence(key, r)) {
             self.relocations
                 .follow_notices_applied
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1661,6 +1639,18 @@ async fn any_arrived(intakes: &[Arc<Intake>]) {
         return std::future::pending().await;
     }
     let _ = futures::future::select_all(intakes.iter().map(|i| Box::pin(i.arrived()))).await;
+}
+
+/// The route cache's fence of `key` for the wire route `r` (what a `messageFollow` drops).
+fn cache_fence(key: AuthorityKey, r: &RouteFence) -> crate::routing::RouteFence {
+    crate::routing::RouteFence {
+        key,
+        object_generation: r.object_generation,
+        authority_owner_generation: r.authority_owner_generation,
+        owner_rid: r.target_node.rid.clone(),
+        owner_lifecycle_generation: r.target_node.lifecycle_generation,
+        owner_lease_generation: r.owner_lease_generation,
+    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
