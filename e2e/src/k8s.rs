@@ -96,7 +96,8 @@ static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 /// not required to run (neither `CI=true` nor `ZLINK_K8S_REQUIRED=1`). Panics when the control
 /// plane is required but cannot be built or started.
 pub fn control_plane() -> Option<&'static ControlPlane> {
-    match CONTROL_PLANE.get_or_init(|| start(Options::default()).map_err(|e| format!("{e:#}"))) {
+    match CONTROL_PLANE.get_or_init(|| start(Options::default(), &[]).map_err(|e| format!("{e:#}")))
+    {
         Ok(plane) => plane.as_ref(),
         Err(error) => panic!("could not start the Kubernetes control plane: {error}"),
     }
@@ -105,7 +106,8 @@ pub fn control_plane() -> Option<&'static ControlPlane> {
 /// Like [`control_plane`], with kube-controller-manager, kube-scheduler and an audit log
 /// ([`Options::FULL`]); one per test binary, shared by the tests that ask for it.
 pub fn full_control_plane() -> Option<&'static ControlPlane> {
-    match FULL_CONTROL_PLANE.get_or_init(|| start(Options::FULL).map_err(|e| format!("{e:#}"))) {
+    match FULL_CONTROL_PLANE.get_or_init(|| start(Options::FULL, &[]).map_err(|e| format!("{e:#}")))
+    {
         Ok(plane) => plane.as_ref(),
         Err(error) => panic!("could not start the Kubernetes control plane: {error}"),
     }
@@ -121,13 +123,25 @@ pub fn full_control_plane() -> Option<&'static ControlPlane> {
 /// # Errors
 /// When it cannot be started.
 pub fn own_control_plane(options: Options) -> anyhow::Result<Option<ControlPlane>> {
+    own_control_plane_with_env(options, &[])
+}
+
+/// Like [`own_control_plane`], with `env` set for `scripts/k8s-env` (its test switches, e.g.
+/// `ZLINK_K8S_FIRST_PORT_SCHEDULER`).
+///
+/// # Errors
+/// When it cannot be started.
+pub fn own_control_plane_with_env(
+    options: Options,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Option<ControlPlane>> {
     if std::env::var_os("ZLINK_E2E_KUBECONFIG").is_some() {
         eprintln!(
             "NOTICE: skipped: this test needs a control plane of its own, and ZLINK_E2E_KUBECONFIG names an external cluster"
         );
         return Ok(None);
     }
-    start(options)
+    start(options, env)
 }
 
 /// Whether a missing control plane fails the test rather than skipping it.
@@ -154,7 +168,7 @@ fn notice(message: &str) {
     let _ = writeln!(stderr, "zlink-e2e: {message}");
 }
 
-fn start(options: Options) -> anyhow::Result<Option<ControlPlane>> {
+fn start(options: Options, extra_env: &[(&str, &str)]) -> anyhow::Result<Option<ControlPlane>> {
     if let Some(path) = std::env::var_os("ZLINK_E2E_KUBECONFIG") {
         let kubeconfig = PathBuf::from(path);
         notice(&format!(
@@ -196,6 +210,7 @@ fn start(options: Options) -> anyhow::Result<Option<ControlPlane>> {
     };
     let mut command = Command::new(&script);
     command.env("ZLINK_K8S_COMPONENTS", components);
+    command.envs(extra_env.iter().copied());
     if options.audit_log {
         command.env("ZLINK_K8S_AUDIT_LOG", "1");
     } else {

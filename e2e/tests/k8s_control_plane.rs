@@ -8,7 +8,9 @@
 //! - the ServiceAccount controller makes `default` in a new namespace;
 //! - kube-scheduler binds a pod to a Node of the process kubelet (which does not bind here);
 //! - a restarted apiserver (a control plane of the test's own) keeps etcd's data, and the same
-//!   client works again.
+//!   client works again;
+//! - a server whose port another process holds starts again on another port (a control plane of
+//!   the test's own).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -251,5 +253,71 @@ async fn a_restarted_apiserver_keeps_its_data_and_clients_reconnect() -> anyhow:
         !std::path::Path::new(&env_dir).exists(),
         "{env_dir} is left after the control plane was dropped"
     );
+    Ok(())
+}
+
+/// A port another process takes between k8s-env's draw and the server's bind costs a start on
+/// another port, not the control plane. (CI of 2026-12-07 lost a run to it: kube-scheduler
+/// exited on "address already in use" while the /healthz check was answered from the port's
+/// holder, and the chart's pods were never scheduled.) The test holds three ports and hands them
+/// to the first start of etcd, kube-apiserver and kube-scheduler (`ZLINK_K8S_FIRST_PORT_*`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_whose_port_was_taken_start_again_on_another() -> anyhow::Result<()> {
+    let held = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ports = held
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port().to_string()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let env = [
+        ("ZLINK_K8S_FIRST_PORT_ETCD_CLIENT", ports[0].as_str()),
+        ("ZLINK_K8S_FIRST_PORT_APISERVER", ports[1].as_str()),
+        ("ZLINK_K8S_FIRST_PORT_SCHEDULER", ports[2].as_str()),
+    ];
+    let options = Options {
+        controllers: true,
+        audit_log: false,
+    };
+    let Some(plane) =
+        tokio::task::block_in_place(|| k8s::own_control_plane_with_env(options, &env))?
+    else {
+        return Ok(());
+    };
+    let server = plane
+        .env()
+        .get("ZLINK_K8S_SERVER")
+        .cloned()
+        .context("no ZLINK_K8S_SERVER")?;
+    ensure!(
+        !server.ends_with(&format!(":{}", ports[1])),
+        "the apiserver claims the held port: {server}"
+    );
+    let scheduler: u16 = plane
+        .env()
+        .get("ZLINK_K8S_SCHEDULER_PORT")
+        .context("no ZLINK_K8S_SCHEDULER_PORT")?
+        .parse()?;
+    ensure!(
+        scheduler.to_string() != ports[2],
+        "the scheduler claims the held port {scheduler}"
+    );
+    // kube-scheduler listens on the port it names.
+    std::net::TcpStream::connect(("127.0.0.1", scheduler))
+        .with_context(|| format!("connecting to kube-scheduler on {scheduler}"))?;
+    // The apiserver stores through its own etcd (not the held port): a write reads back.
+    let ns = plane.namespace("ports").await?;
+    let maps: Api<ConfigMap> = ns.api();
+    let map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "kept"}, "data": {"k": "v"},
+    }))?;
+    maps.create(&PostParams::default(), &map).await?;
+    let read = maps.get("kept").await?;
+    ensure!(
+        read.data.and_then(|d| d.get("k").cloned()).as_deref() == Some("v"),
+        "the ConfigMap did not read back"
+    );
+    tokio::task::block_in_place(|| drop(plane));
+    drop(held);
     Ok(())
 }
