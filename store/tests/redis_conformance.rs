@@ -75,3 +75,31 @@ async fn harness() -> Arc<RedisHarness> {
 }
 
 zlink_store::conformance_cases!(harness());
+
+/// The test servers themselves: a start whose port is already served by another
+/// `redis-server` (another test's, which a plain PING would accept) moves to another port, and
+/// the server it hands out is its own child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_server_never_takes_another_servers_port_for_its_own() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start_preferring(Some(first.port())).await;
+    assert_ne!(second.port(), first.port(), "both claim one port");
+    for server in [&first, &second] {
+        let mut admin = server.admin().await;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .map(|v| v.trim().parse::<u32>().unwrap());
+        assert_eq!(
+            pid,
+            server.pid(),
+            "port {} answered by another server",
+            server.port()
+        );
+    }
+}

@@ -1,6 +1,12 @@
 //! A throwaway `redis-server` for one test: a free loopback port, its own temporary directory,
 //! AOF on with `appendfsync always` (so a kill loses no acknowledged write), no RDB snapshots.
 //! Killed and its directory removed on drop.
+//!
+//! A port from `bind(127.0.0.1:0)` is free when drawn, not when redis-server binds it: another
+//! test's server (or an outgoing connection) can take it in between, and then a plain PING would
+//! be answered by *that* server. So a start counts only once the server on the port reports the
+//! pid of our child (`INFO server`), and a server that exits or is not ours is started again on
+//! another port (up to [`START_ATTEMPTS`] times).
 
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -11,6 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Starts on fresh ports before giving up.
+const START_ATTEMPTS: u32 = 5;
 
 /// A running (or stopped) test server.
 pub struct RedisServer {
@@ -48,6 +57,11 @@ fn free_port() -> u16 {
 impl RedisServer {
     /// Start a server and wait until it answers.
     pub async fn start() -> Self {
+        Self::start_preferring(None).await
+    }
+
+    /// Like [`RedisServer::start`], trying `port` first (tests hand it a port that is taken).
+    pub async fn start_preferring(port: Option<u16>) -> Self {
         require_redis_server();
         let dir = std::env::temp_dir().join(format!(
             "zlink-redis-{}-{}",
@@ -57,11 +71,34 @@ impl RedisServer {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let mut server = Self {
             child: None,
-            port: free_port(),
+            port: port.unwrap_or_else(free_port),
             dir,
         };
-        server.spawn().await;
-        server
+        for attempt in 1..=START_ATTEMPTS {
+            match server.spawn().await {
+                Ok(()) => return server,
+                Err(why) if attempt < START_ATTEMPTS => {
+                    eprintln!(
+                        "redis-server on port {}: {why}; starting it on another port (attempt {attempt} of {START_ATTEMPTS})",
+                        server.port
+                    );
+                    server.stop();
+                    server.port = free_port();
+                }
+                Err(why) => panic!("redis-server on port {}: {why}", server.port),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// The port it serves on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The pid of the running child, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -69,7 +106,7 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    async fn spawn(&mut self) {
+    async fn spawn(&mut self) -> Result<(), String> {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--dir", &self.dir.to_string_lossy()])
@@ -95,21 +132,42 @@ impl RedisServer {
             .spawn()
             .expect("spawn redis-server");
         self.child = Some(child);
-        self.wait_ready().await;
+        self.wait_ready().await
     }
 
-    async fn wait_ready(&self) {
+    /// Waits until the server on our port answers and is our child (its `process_id`).
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let client = redis::Client::open(self.url()).expect("url");
         for _ in 0..200 {
+            let child = self.child.as_mut().ok_or("not started")?;
+            let pid = child.id();
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "it exited ({status}); was the port taken? (log: {})",
+                    self.dir.join("redis.log").display()
+                ));
+            }
             if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
-                if pong.is_ok() {
-                    return;
+                let info: redis::RedisResult<String> =
+                    redis::cmd("INFO").arg("server").query_async(&mut c).await;
+                let answered = info.ok().and_then(|text| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix("process_id:"))
+                        .and_then(|v| v.trim().parse::<u32>().ok())
+                });
+                match answered {
+                    Some(p) if p == pid => return Ok(()),
+                    Some(other) => {
+                        return Err(format!(
+                            "the port is served by another redis-server (pid {other}, ours {pid})"
+                        ));
+                    }
+                    None => {}
                 }
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!("redis-server on port {} did not become ready", self.port);
+        Err("not ready within 5 s".to_owned())
     }
 
     /// Kill the server (SIGKILL: only what the AOF holds survives).
@@ -123,7 +181,9 @@ impl RedisServer {
     /// Start it again on the same port and directory (the AOF is replayed).
     pub async fn restart(&mut self) {
         self.stop();
-        self.spawn().await;
+        if let Err(why) = self.spawn().await {
+            panic!("redis-server restarted on port {}: {why}", self.port);
+        }
     }
 
     /// A plain connection for test controls.
