@@ -6,12 +6,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc::Receiver;
 use zlink::transport::header::{Packed, for_each_message};
-use zlink::transport::pump::{Pump, PumpConfig, PumpEvent};
+use zlink::transport::pump::{Inbound, Pump, PumpConfig, PumpEvent};
 
 /// The next event, with each batch expanded into one `Message` per message it holds.
-async fn next_message(rx: &mut Receiver<Vec<PumpEvent>>, buf: &mut Vec<PumpEvent>) -> PumpEvent {
+async fn next_message(rx: &mut Inbound, buf: &mut Vec<PumpEvent>) -> PumpEvent {
     loop {
         if !buf.is_empty() {
             return buf.remove(0);
@@ -42,7 +41,7 @@ async fn next_message(rx: &mut Receiver<Vec<PumpEvent>>, buf: &mut Vec<PumpEvent
     }
 }
 
-fn pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Receiver<Vec<PumpEvent>>) {
+fn pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Inbound) {
     let mut c = PumpConfig::new(id.as_bytes().to_vec(), "tcp://127.0.0.1:0".into());
     c.send_hwm = hwm;
     c.recv_hwm = hwm;
@@ -50,7 +49,7 @@ fn pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Receiver<Vec<PumpEvent
 }
 
 /// A pump that hands up one event per batch into a one-batch channel.
-fn slow_pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Receiver<Vec<PumpEvent>>) {
+fn slow_pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Inbound) {
     let mut c = PumpConfig::new(id.as_bytes().to_vec(), "tcp://127.0.0.1:0".into());
     c.send_hwm = hwm;
     c.recv_hwm = hwm;
@@ -60,7 +59,7 @@ fn slow_pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Receiver<Vec<Pump
 }
 
 /// Connect `a` to `b` and wait until `a` saw `b`'s probe (the pipe is up).
-async fn connect(a: &Pump, arx: &mut Receiver<Vec<PumpEvent>>, b: &Pump) {
+async fn connect(a: &Pump, arx: &mut Inbound, b: &Pump) {
     a.handle().connect(b.endpoint().to_owned());
     let mut buf = Vec::new();
     loop {

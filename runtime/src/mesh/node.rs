@@ -2,8 +2,9 @@
 //! and the node-direct send/request surface (glossary §1 "MeshNode", §7 "Node direct").
 //!
 //! Tasks of a running node:
-//! * the **pump thread** owning the ROUTER socket ([`crate::transport::pump`]);
-//! * the **reactor** task: consumes pump batches, runs the handshake, liveness ticks, credit,
+//! * the **pump thread** sending on the ROUTER socket ([`crate::transport::pump`]);
+//! * the **reactor** task: reads the socket ([`crate::transport::pump::Inbound`]) and the
+//!   pump's events, runs the handshake, liveness ticks, credit,
 //!   replies (terminal completions bypass the job queue) and discovery snapshots; it never
 //!   waits on application work;
 //! * the **dispatcher** task: takes a job-queue permit, then claims the next application

@@ -29,7 +29,7 @@ use super::peer::{HelloState, Intent, IntentKind, PeerEntry, PeerState};
 use crate::call::error::CallError;
 use crate::call::pending::{Delivered, PeerRef, ReplyFields};
 use crate::transport::header::{Header, Stamp, for_each_message_parts};
-use crate::transport::pump::{MonitorKind, PumpEvent};
+use crate::transport::pump::{Inbound, MonitorKind, PumpEvent};
 
 /// Receive chunk limit announced in `admit` (glossary §5 RelocationPayloadChunkLimit).
 const RECEIVE_CHUNK_LIMIT: u32 = 256 * 1024;
@@ -95,7 +95,7 @@ fn encode(record: &Record, leg: WireLeg) -> Option<Vec<Vec<u8>>> {
 
 pub(crate) async fn run(
     inner: Arc<Inner>,
-    mut pump_rx: mpsc::Receiver<Vec<PumpEvent>>,
+    mut pump_rx: Inbound,
     mut cmd_rx: mpsc::UnboundedReceiver<Cmd>,
     _ctx: zmq::Context,
 ) {

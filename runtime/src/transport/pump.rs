@@ -1,11 +1,11 @@
 //! The socket pump: one OS thread per ZeroMQ ROUTER socket (plus its monitor socket) that
-//! moves records between it and tokio in batches.
+//! moves outbound records to it in batches, and [`Inbound`], the tokio side that reads it.
 //!
 //! A ZeroMQ socket is not thread-safe: it may move between threads only across a full memory
 //! barrier. The socket therefore lives in a mutex (`Wire`, with the per-peer parked messages),
 //! and is used only by whoever holds it. The pump thread holds it while it works and releases
-//! it while it sleeps in `zmq::poll` on three things — the socket's `ZMQ_FD`, the socket
-//! monitor, and the read end of a wake-up pipe — and does no busy-spin:
+//! it while it sleeps in `zmq::poll` on two things — the socket monitor and the read end of a
+//! wake-up pipe — and does no busy-spin:
 //!
 //! * **Outbound**: producers push commands onto a mutex-guarded queue and write one byte to the
 //!   wake-up pipe only if the pump has not been woken since it last drained (so the pipe never
@@ -21,13 +21,17 @@
 //!   hand-off each way. One message per pump sleep may do so: the next ones wake the pump,
 //!   which batches them, so a stream of small messages keeps its batching. A producer only
 //!   *tries* the lock and sends with `DONTWAIT`; anything that does not go out at once is
-//!   queued for the pump as above. Because the socket's `ZMQ_FD` only
-//!   signals *changes*, whoever used the socket last checks `ZMQ_EVENTS` and wakes the pump
-//!   when a message is waiting.
-//! * **Inbound**: up to `batch` messages are read per wake-up and handed to tokio as one
-//!   `Vec<PumpEvent>` on a bounded channel (after the socket lock is released). When tokio
-//!   falls behind, the pump blocks on that channel; the socket then stops being read and
-//!   ZeroMQ's receive high-water mark and TCP push back on the senders.
+//!   queued for the pump as above.
+//! * **Inbound** is read by the consuming task itself ([`Inbound::recv`], the mesh reactor),
+//!   not by the pump thread: it waits on the socket's `ZMQ_FD` in tokio's reactor and reads up
+//!   to `batch` records per call under the socket lock. A received record so crosses one thread
+//!   hand-off fewer (libzmq's I/O thread → the reactor task, instead of → the pump thread →
+//!   the reactor task), a wake-up less on each leg of a request. Because the socket's `ZMQ_FD`
+//!   only signals *changes*, whoever used the socket last (a direct send, the pump's sends, the
+//!   reader itself) checks `ZMQ_EVENTS` and wakes the reader when a message is waiting. When
+//!   the reader falls behind, the socket is not read; ZeroMQ's receive high-water mark and TCP
+//!   push back on the senders. The pump's own events (monitor, unroutable) come on a bounded
+//!   channel that [`Inbound::recv`] serves first.
 //!
 //! Memory is bounded by: the outbound queue byte cap ([`PumpConfig::queue_cap_bytes`], data
 //! sends wait for room, control sends may exceed it by their own bounded count), ZeroMQ's
@@ -277,6 +281,9 @@ struct Shared {
     /// The socket and its parked messages. Lock order: `wire` before `queue`; a producer that
     /// holds `queue` only ever `try_lock`s `wire`.
     wire: Mutex<Wire>,
+    /// Wakes [`Inbound::recv`]: set by whoever touched the socket and found a message waiting
+    /// (that touch may have consumed the `ZMQ_FD` signal the reader waits on).
+    readable: Notify,
     woken: AtomicBool,
     wake_tx: Mutex<std::io::PipeWriter>,
     room: Notify,
@@ -290,7 +297,7 @@ struct Shared {
 pub struct PumpStats {
     /// Messages written to the socket.
     pub sent: AtomicU64,
-    /// Messages read from the socket.
+    /// ZeroMQ messages read from the socket (a batch counts once).
     pub received: AtomicU64,
     /// Sends refused as unroutable.
     pub unroutable: AtomicU64,
@@ -332,15 +339,12 @@ fn lock(m: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
 }
 
 impl Pump {
-    /// Create the socket, bind it, and start the pump thread. Inbound events arrive on the
-    /// returned receiver.
+    /// Create the socket, bind it, and start the pump thread. Inbound messages and events are
+    /// read with the returned [`Inbound`].
     ///
     /// # Errors
     /// [`PumpError`] when the socket cannot be created, configured or bound.
-    pub fn start(
-        ctx: &zmq::Context,
-        config: PumpConfig,
-    ) -> Result<(Self, mpsc::Receiver<Vec<PumpEvent>>), PumpError> {
+    pub fn start(ctx: &zmq::Context, config: PumpConfig) -> Result<(Self, Inbound), PumpError> {
         let socket = ctx.socket(zmq::ROUTER).map_err(zerr("socket"))?;
         socket
             .set_identity(&config.routing_id)
@@ -409,6 +413,7 @@ impl Pump {
                 parked: HashMap::new(),
                 parked_order: VecDeque::new(),
             }),
+            readable: Notify::new(),
             pool: Mutex::new(Vec::new()),
             direct_ok: AtomicBool::new(false),
             woken: AtomicBool::new(false),
@@ -420,7 +425,6 @@ impl Pump {
         });
         let socket_fd = wire_fd(&shared)?;
         let thread_shared = Arc::clone(&shared);
-        let batch = config.batch.max(1);
         let thread = std::thread::Builder::new()
             .name(pump_thread_name(&config.routing_id))
             .spawn(move || {
@@ -429,23 +433,28 @@ impl Pump {
                     wake_rx,
                     shared: thread_shared,
                     tx,
-                    batch,
                     spare: VecDeque::new(),
                     recycle: Vec::new(),
-                    socket_fd,
-                    rx_msg: zmq::Message::new(),
-                    rx_buf: BytesMut::with_capacity(RX_CHUNK),
                 };
                 pump.run();
                 pump.close();
             })?;
+        let inbound = Inbound {
+            shared: Arc::clone(&shared),
+            events: rx,
+            socket_fd: Some(socket_fd),
+            fd: None,
+            batch: config.batch.max(1),
+            rx_msg: zmq::Message::new(),
+            rx_buf: BytesMut::with_capacity(RX_CHUNK),
+        };
         Ok((
             Self {
                 handle: PumpHandle { shared },
                 endpoint,
                 thread: Some(thread),
             },
-            rx,
+            inbound,
         ))
     }
 
@@ -459,9 +468,9 @@ impl Pump {
         self.handle.clone()
     }
 
-    /// Stop the thread, close the socket and wait for both. Call it once the receiver of
-    /// inbound batches is being drained or is dropped: a pump blocked on a full inbound
-    /// channel stops only when the channel moves.
+    /// Stop the thread, close the socket and wait for both. Call it once the [`Inbound`] is
+    /// being read or is dropped: a pump blocked on its full event channel stops only when the
+    /// channel moves.
     pub fn stop(&mut self) {
         self.handle.push(Command::Stop, 0);
         if let Some(t) = self.thread.take() {
@@ -472,8 +481,8 @@ impl Pump {
 
 impl Drop for Pump {
     /// Signal the thread to stop without waiting for it: a drop may run on a runtime thread
-    /// that the pump is waiting for (full inbound channel), so joining here could deadlock. The
-    /// thread exits at its next wake-up or when the inbound receiver is dropped.
+    /// that the pump is waiting for (full event channel), so joining here could deadlock. The
+    /// thread exits at its next wake-up or when the [`Inbound`] is dropped.
     fn drop(&mut self) {
         if self.thread.take().is_some() {
             self.handle.push(Command::Stop, 0);
@@ -552,10 +561,13 @@ impl PumpHandle {
             && let Some(m) = msg.take()
         {
             let outcome = wire.try_send(&to, m.into_frame(), stats);
-            // This thread touched the socket last, so it re-arms the pump's wake-up if a
-            // message is waiting (see `Wire::readable`).
+            // This thread touched the socket last, so it wakes the reader if a message is
+            // waiting (see `Wire::readable`).
             let readable = wire.readable();
             drop(wire);
+            if readable {
+                self.shared.readable.notify_one();
+            }
             match outcome {
                 SendOutcome::Sent => {
                     stats.direct_sends.fetch_add(1, Ordering::Relaxed);
@@ -563,9 +575,6 @@ impl PumpHandle {
                     drop(q);
                     if data_bytes > 0 {
                         self.shared.room.notify_waiters();
-                    }
-                    if readable {
-                        self.wake();
                     }
                     return;
                 }
@@ -705,16 +714,10 @@ struct PumpThread {
     wake_rx: std::io::PipeReader,
     shared: Arc<Shared>,
     tx: mpsc::Sender<Vec<PumpEvent>>,
-    batch: usize,
     /// The command deque of the previous drain, kept for its capacity.
     spare: VecDeque<Command>,
     /// Buffers of messages copied into a batch, on their way back to the pool.
     recycle: Vec<Vec<u8>>,
-    /// The socket's `ZMQ_FD`: readable when its events may have changed (edge-style, so the
-    /// pump re-checks `ZMQ_EVENTS` before it sleeps).
-    socket_fd: std::os::fd::RawFd,
-    rx_msg: zmq::Message,
-    rx_buf: BytesMut,
 }
 
 /// The ROUTER socket and the messages parked for peers whose pipe is full.
@@ -859,7 +862,7 @@ impl Wire {
 
     /// Whether a message is waiting to be read. Also re-arms the socket's `ZMQ_FD`: after any
     /// operation on the socket its signal may have been consumed, so whoever touched the socket
-    /// last must look.
+    /// last must look, and wake the reader ([`Shared::readable`]) when this is true.
     fn readable(&self) -> bool {
         self.socket
             .as_ref()
@@ -897,24 +900,13 @@ impl PumpThread {
 
     fn run(&mut self) {
         let mut backoff_ms: i64 = 1;
-        // Whether the socket had a message waiting when the pump last looked: then it polls
-        // without sleeping.
-        let mut pending_in = true;
         let mut any_parked = false;
         loop {
-            let timeout = if pending_in {
-                0
-            } else if any_parked {
-                backoff_ms
-            } else {
-                -1
-            };
-            // About to sleep (or to look at the socket once more): the next message may go
-            // straight to the socket.
-            self.shared.direct_ok.store(!pending_in, Ordering::Release);
+            let timeout = if any_parked { backoff_ms } else { -1 };
+            // About to sleep: the next message may go straight to the socket.
+            self.shared.direct_ok.store(true, Ordering::Release);
             let (mon_in, wake_in) = {
                 let mut items = [
-                    zmq::PollItem::from_fd(self.socket_fd, zmq::POLLIN),
                     self.monitor.as_poll_item(zmq::POLLIN),
                     zmq::PollItem::from_fd(self.wake_rx.as_raw_fd(), zmq::POLLIN),
                 ];
@@ -922,7 +914,7 @@ impl PumpThread {
                     // EINTR: poll again.
                     continue;
                 }
-                (items[1].is_readable(), items[2].is_readable())
+                (items[0].is_readable(), items[1].is_readable())
             };
             self.shared.stats.wakeups.fetch_add(1, Ordering::Relaxed);
             let mut events = Vec::new();
@@ -949,16 +941,18 @@ impl PumpThread {
                     self.stop();
                     return;
                 }
-                // Always look: the socket's fd is edge-style, and a producer's direct send may
-                // have consumed its signal (it then wakes us through the pipe).
-                self.read_socket(&wire, &mut events);
-                pending_in = wire.readable();
+                // The sends above may have consumed the `ZMQ_FD` signal of an arrival.
+                let readable = wire.readable();
                 any_parked = !wire.parked.is_empty();
+                drop(wire);
+                if readable {
+                    shared.readable.notify_one();
+                }
             }
             if mon_in {
                 self.read_monitor(&mut events);
             }
-            // Never while holding the wire: a full inbound channel must not block producers'
+            // Never while holding the wire: a full event channel must not block producers'
             // direct sends.
             if !events.is_empty() && self.tx.blocking_send(events).is_err() {
                 // Receiver gone: the node is shutting down.
@@ -1052,71 +1046,6 @@ impl PumpThread {
         }
     }
 
-    /// Receive one multipart message. Small frames (routing identities, single records) are
-    /// copied into the shared receive buffer — one allocation per 64 KiB of traffic, frames
-    /// are slices of it; a large frame (a batch) becomes `Bytes` that own the ZeroMQ message
-    /// itself, so it is never copied. `None` when nothing is waiting.
-    fn recv_message(&mut self, socket: &zmq::Socket) -> Option<Vec<Bytes>> {
-        let mut frames = Vec::with_capacity(2);
-        loop {
-            let flags = if frames.is_empty() { zmq::DONTWAIT } else { 0 };
-            if socket.recv(&mut self.rx_msg, flags).is_err() {
-                if frames.is_empty() {
-                    return None;
-                }
-                // A multipart message arrives whole; an error mid-way ends it here.
-                break;
-            }
-            let more = self.rx_msg.get_more();
-            if self.rx_msg.len() >= OWNED_FRAME_BYTES {
-                let msg = std::mem::replace(&mut self.rx_msg, zmq::Message::new());
-                frames.push(Bytes::from_owner(ZmqFrame(msg)));
-            } else {
-                self.rx_buf.extend_from_slice(&self.rx_msg);
-                frames.push(self.rx_buf.split().freeze());
-                if self.rx_buf.capacity() < RX_CHUNK / 4 {
-                    self.rx_buf.reserve(RX_CHUNK);
-                }
-            }
-            if !more {
-                break;
-            }
-        }
-        Some(frames)
-    }
-
-    fn read_socket(&mut self, wire: &Wire, events: &mut Vec<PumpEvent>) {
-        let Some(socket) = &wire.socket else { return };
-        // Bounded by records handed up, not ZeroMQ messages: a batch holds up to 255 records.
-        let mut records = 0;
-        while records < self.batch {
-            let Some(mut frames) = self.recv_message(socket) else {
-                break;
-            };
-            if frames.is_empty() {
-                continue;
-            }
-            let from = frames.remove(0);
-            self.shared.stats.received.fetch_add(1, Ordering::Relaxed);
-            if let [frame] = frames.as_slice()
-                && let Ok(messages) = check_batch(frame)
-            {
-                records += messages;
-                let frame = frame.clone();
-                events.push(PumpEvent::Batch {
-                    from,
-                    frame,
-                    messages,
-                });
-                continue;
-            }
-            // Anything else — a plain message, or a malformed batch, which the reactor counts
-            // — is handed up whole.
-            records += 1;
-            events.push(PumpEvent::Message { from, frames });
-        }
-    }
-
     fn read_monitor(&mut self, events: &mut Vec<PumpEvent>) {
         while let Ok(parts) = self.monitor.recv_multipart(zmq::DONTWAIT) {
             let [head, addr] = parts.as_slice() else {
@@ -1147,4 +1076,214 @@ impl PumpThread {
             });
         }
     }
+}
+
+/// The socket's `ZMQ_FD`, duplicated: registered with tokio's reactor, and closed (after it was
+/// deregistered) when the [`Inbound`] goes, whenever libzmq closes its own.
+struct SignalFd(std::os::fd::OwnedFd);
+
+impl AsRawFd for SignalFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// The tokio side of a pump: the socket's inbound messages, read by the task that consumes
+/// them (see the module docs), and the pump thread's own events.
+pub struct Inbound {
+    shared: Arc<Shared>,
+    /// Monitor and unroutable events from the pump thread; closed when it stops.
+    events: mpsc::Receiver<Vec<PumpEvent>>,
+    /// The socket's `ZMQ_FD` (libzmq's), until `fd` is made on the first [`Inbound::recv`]
+    /// (which runs inside a runtime, as registering needs).
+    socket_fd: Option<std::os::fd::RawFd>,
+    fd: Option<tokio::io::unix::AsyncFd<SignalFd>>,
+    /// Records read per call at most.
+    batch: usize,
+    rx_msg: zmq::Message,
+    rx_buf: BytesMut,
+}
+
+impl std::fmt::Debug for Inbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbound")
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one look at the socket found.
+enum Look {
+    /// Records (and whether more are waiting).
+    Some(Vec<PumpEvent>, bool),
+    /// Nothing waiting.
+    Nothing,
+}
+
+impl Inbound {
+    /// The next events: up to `batch` records read from the socket, or the pump thread's
+    /// events (served first). `None` once the pump has stopped.
+    ///
+    /// Cancel-safe: the socket is read only in the poll that returns what it read.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime with I/O enabled.
+    pub async fn recv(&mut self) -> Option<Vec<PumpEvent>> {
+        if self.fd.is_none() {
+            self.fd = Some(self.register()?);
+        }
+        loop {
+            let fd = self.fd.as_ref()?;
+            tokio::select! {
+                biased;
+                events = self.events.recv() => return events,
+                ready = fd.readable() => {
+                    // An error means tokio's I/O driver is shutting down: so is the node.
+                    let mut guard = ready.ok()?;
+                    match Self::read(&self.shared, self.batch, &mut self.rx_msg, &mut self.rx_buf) {
+                        Look::Some(events, more) => {
+                            if !more {
+                                guard.clear_ready();
+                            }
+                            return Some(events);
+                        }
+                        Look::Nothing => guard.clear_ready(),
+                    }
+                }
+                () = self.shared.readable.notified() => {
+                    if let Look::Some(events, more) =
+                        Self::read(&self.shared, self.batch, &mut self.rx_msg, &mut self.rx_buf)
+                    {
+                        if more {
+                            // The fd's readiness may never have been set (the signal was
+                            // consumed elsewhere): the next call must look without it.
+                            self.shared.readable.notify_one();
+                        }
+                        return Some(events);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers a duplicate of the socket's `ZMQ_FD` with tokio. `None` when the pump has
+    /// stopped (the socket is closed) or the fd cannot be duplicated or registered (logged).
+    fn register(&mut self) -> Option<tokio::io::unix::AsyncFd<SignalFd>> {
+        let raw = self.socket_fd.take()?;
+        let wire = lock_wire(&self.shared);
+        wire.socket.as_ref()?;
+        // SAFETY: `raw` is the `ZMQ_FD` of the socket held in `wire`, which stays open at least
+        // while the lock is held; it is only borrowed to duplicate it.
+        #[allow(unsafe_code)]
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+        let owned = borrowed
+            .try_clone_to_owned()
+            .inspect_err(|e| tracing::error!(error = %e, "cannot duplicate the socket's ZMQ_FD: the node stops reading"))
+            .ok()?;
+        drop(wire);
+        // SAFETY: `SignalFd` owns the duplicate, so it stays open and the same for the whole
+        // life of the `AsyncFd`, which owns the `SignalFd`.
+        #[allow(unsafe_code)]
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                SignalFd(owned),
+                tokio::io::Interest::READABLE,
+            )
+        }
+        .inspect_err(|e| tracing::error!(error = %e, "cannot register the socket's ZMQ_FD: the node stops reading"))
+        .ok()?;
+        // Whatever arrived before the registration: look once.
+        self.shared.readable.notify_one();
+        Some(fd)
+    }
+
+    /// Reads up to `batch` records from the socket.
+    fn read(
+        shared: &Shared,
+        batch: usize,
+        rx_msg: &mut zmq::Message,
+        rx_buf: &mut BytesMut,
+    ) -> Look {
+        let wire = lock_wire(shared);
+        let Some(socket) = &wire.socket else {
+            return Look::Nothing;
+        };
+        let mut events = Vec::new();
+        // Bounded by records handed up, not ZeroMQ messages: a batch holds up to 255 records.
+        let mut records = 0;
+        while records < batch {
+            let Some(mut frames) = recv_message(socket, rx_msg, rx_buf) else {
+                break;
+            };
+            if frames.is_empty() {
+                continue;
+            }
+            let from = frames.remove(0);
+            shared.stats.received.fetch_add(1, Ordering::Relaxed);
+            if let [frame] = frames.as_slice()
+                && let Ok(messages) = check_batch(frame)
+            {
+                records += messages;
+                let frame = frame.clone();
+                events.push(PumpEvent::Batch {
+                    from,
+                    frame,
+                    messages,
+                });
+                continue;
+            }
+            // Anything else — a plain message, or a malformed batch, which the reactor counts
+            // — is handed up whole.
+            records += 1;
+            events.push(PumpEvent::Message { from, frames });
+        }
+        // Also re-arms `ZMQ_FD` (see `Wire::readable`).
+        let more = wire.readable();
+        drop(wire);
+        if events.is_empty() {
+            if more {
+                // Readable, yet nothing came (a message still being assembled): look again.
+                shared.readable.notify_one();
+            }
+            return Look::Nothing;
+        }
+        Look::Some(events, more)
+    }
+}
+
+/// Receive one multipart message. Small frames (routing identities, single records) are
+/// copied into the shared receive buffer — one allocation per 64 KiB of traffic, frames are
+/// slices of it; a large frame (a batch) becomes `Bytes` that own the ZeroMQ message itself, so
+/// it is never copied. `None` when nothing is waiting.
+fn recv_message(
+    socket: &zmq::Socket,
+    rx_msg: &mut zmq::Message,
+    rx_buf: &mut BytesMut,
+) -> Option<Vec<Bytes>> {
+    let mut frames = Vec::with_capacity(2);
+    loop {
+        let flags = if frames.is_empty() { zmq::DONTWAIT } else { 0 };
+        if socket.recv(rx_msg, flags).is_err() {
+            if frames.is_empty() {
+                return None;
+            }
+            // A multipart message arrives whole; an error mid-way ends it here.
+            break;
+        }
+        let more = rx_msg.get_more();
+        if rx_msg.len() >= OWNED_FRAME_BYTES {
+            let msg = std::mem::replace(rx_msg, zmq::Message::new());
+            frames.push(Bytes::from_owner(ZmqFrame(msg)));
+        } else {
+            rx_buf.extend_from_slice(rx_msg);
+            frames.push(rx_buf.split().freeze());
+            if rx_buf.capacity() < RX_CHUNK / 4 {
+                rx_buf.reserve(RX_CHUNK);
+            }
+        }
+        if !more {
+            break;
+        }
+    }
+    Some(frames)
 }
