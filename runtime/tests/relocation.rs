@@ -1800,14 +1800,17 @@ async fn application_signaled_spots_move_only_at_a_deferred_boundary() {
     c.shutdown().await;
 }
 
-/// A JSON state adapter whose restores take 300 ms (a target slow to answer a Prepare).
+/// A JSON state adapter whose restores take 300 ms (a target slow to answer a Prepare). It
+/// waits as a well-behaved slow adapter does, under `block_in_place` (see `StateAdapter`): a
+/// bare 300 ms sleep would also hold every task queued on its worker, the ones this test times
+/// among them, and so make the test measure tokio's scheduling instead of the budget.
 struct SlowRestore;
 impl StateAdapter<Tally> for SlowRestore {
     fn capture(&self, state: &Tally) -> Result<bytes::Bytes, CallError> {
         <JsonState as StateAdapter<Tally>>::capture(&JsonState, state)
     }
     fn restore(&self, bytes: &[u8]) -> Result<Tally, CallError> {
-        std::thread::sleep(Duration::from_millis(300));
+        tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(300)));
         <JsonState as StateAdapter<Tally>>::restore(&JsonState, bytes)
     }
 }

@@ -64,6 +64,13 @@ pub enum RelocationCoordination {
 
 /// Captures and restores application state as opaque bytes (the framework never parses
 /// them).
+///
+/// Both run on a tokio worker of the node's runtime (`capture` at the seal, `restore` on the
+/// target before the switch). An adapter whose work takes more than a fraction of a millisecond
+/// (a large state, a slow decoder) should wrap it in `tokio::task::block_in_place` on a
+/// multi-thread runtime, so the tasks queued on that worker — other objects' turns, the node's
+/// reactor — move to another thread instead of waiting for it. The framework does not do this
+/// itself: the hand-off costs about a millisecond, more than a typical restore.
 pub trait StateAdapter<S>: Send + Sync + 'static {
     /// The state at a handler boundary, as bytes.
     ///

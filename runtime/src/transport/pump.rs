@@ -309,6 +309,9 @@ pub struct PumpStats {
     pub wakeups: AtomicU64,
     /// Messages a producer wrote to the socket itself (no pump hand-off).
     pub direct_sends: AtomicU64,
+    /// Looks at the socket by the reader that found no message (woken by a signal that was
+    /// not an arrival).
+    pub idle_reads: AtomicU64,
 }
 
 /// The tokio-side handle of a running pump. Cheap to clone.
@@ -1241,6 +1244,7 @@ impl Inbound {
         let more = wire.readable();
         drop(wire);
         if events.is_empty() {
+            shared.stats.idle_reads.fetch_add(1, Ordering::Relaxed);
             if more {
                 // Readable, yet nothing came (a message still being assembled): look again.
                 shared.readable.notify_one();
