@@ -81,7 +81,7 @@ pub struct FlowConfig {
     pub pump_queue_bytes: usize,
     /// ZeroMQ per-pipe high-water marks, in messages.
     pub zmq_hwm: i32,
-    /// Messages per pump batch.
+    /// Records the reactor reads from the socket per look at most.
     pub batch: usize,
     /// Largest inbound ZeroMQ message (a batch or one record) the socket accepts; a resource
     /// guard, not a framework message-size limit (RouteMesh has none, wire §2). A peer that

@@ -35,7 +35,7 @@
 //!
 //! Memory is bounded by: the outbound queue byte cap ([`PumpConfig::queue_cap_bytes`], data
 //! sends wait for room, control sends may exceed it by their own bounded count), ZeroMQ's
-//! per-pipe HWMs, and the inbound channel capacity × batch.
+//! per-pipe HWMs, and `batch` records per inbound read (plus the pump's bounded event channel).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
@@ -118,11 +118,11 @@ pub struct PumpConfig {
     pub send_hwm: i32,
     /// ZeroMQ receive high-water mark per peer pipe, in messages.
     pub recv_hwm: i32,
-    /// Messages read or written per batch.
+    /// Records read per [`Inbound::recv`] at most.
     pub batch: usize,
     /// Byte cap of the outbound command queue for data sends.
     pub queue_cap_bytes: usize,
-    /// Capacity of the inbound channel, in batches.
+    /// Capacity of the channel of the pump's own events (monitor, unroutable), in batches.
     pub inbound_batches: usize,
     /// ZeroMQ reconnect interval.
     pub reconnect_ivl: Duration,
