@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Loopback ports for the services our scripts start (sourced by scripts/test and scripts/k8s-env).
+# Loopback ports for the services our scripts start (sourced by scripts/test, scripts/k8s-env
+# and scripts/bench-peers).
 #
 # A port is drawn below the kernel's ephemeral range (32768+), so an outgoing connection cannot
 # take it between the check and the bind, and nothing may listen on it. That alone still lets two

@@ -91,12 +91,8 @@ async fn a_test_server_never_takes_another_servers_port_for_its_own() {
             .query_async(&mut admin)
             .await
             .unwrap();
-        let pid = info
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .map(|v| v.trim().parse::<u32>().unwrap());
         assert_eq!(
-            pid,
+            support::redis_server::process_id(&info),
             server.pid(),
             "port {} answered by another server",
             server.port()

@@ -54,6 +54,13 @@ fn free_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
+/// The `process_id` line of an `INFO server` reply.
+pub fn process_id(info: &str) -> Option<u32> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 impl RedisServer {
     /// Start a server and wait until it answers.
     pub async fn start() -> Self {
@@ -150,11 +157,7 @@ impl RedisServer {
             if let Ok(mut c) = client.get_multiplexed_async_connection().await {
                 let info: redis::RedisResult<String> =
                     redis::cmd("INFO").arg("server").query_async(&mut c).await;
-                let answered = info.ok().and_then(|text| {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix("process_id:"))
-                        .and_then(|v| v.trim().parse::<u32>().ok())
-                });
+                let answered = info.ok().as_deref().and_then(process_id);
                 match answered {
                     Some(p) if p == pid => return Ok(()),
                     Some(other) => {
