@@ -1012,6 +1012,72 @@ async fn a_peer_notified_lately_hears_of_the_next_handover_before_it_calls() {
     c.shutdown().await;
 }
 
+/// Issue 17 item 7 (wire §3.1): a record the old owner follows after the handover goes as it
+/// came — the sender's operation ID, reply route and source NodeFence — and the new owner
+/// answers the sender itself. Node 2 calls the tally on its cached route to node 0 after it
+/// moved to node `to`: node 0 forwards the request as sent and registers nothing of its own,
+/// the new owner answers node 2 directly (no `replyRelay` back through node 0) — over the mesh,
+/// or, when node 2 is the new owner itself, straight into its own pending entry — and node 2
+/// takes that reply. Exactly once, in order with what came before.
+async fn followed_request_answered_by_the_new_owner(id: &str, to: usize) {
+    let c = one_tally(id).await;
+    // Cache the route (the activation itself caches nothing).
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Read {}, T)
+        .await
+        .unwrap();
+    let reports = c.rts[0].relocate(&plan_to(format!("node-{to}"))).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![(id.into(), UnitOutcome::HandedOver)]
+    );
+    let replies = |i: usize| c.nodes[i].metrics().replies_sent.load(Ordering::Relaxed);
+    let (old_replies, new_replies) = (replies(0), replies(to));
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Add { seq: 1 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1], "applied once, after what came before");
+    assert_eq!(
+        terminal_stat(&c, 0, |s| &s.followed),
+        1,
+        "it took the old route"
+    );
+    assert_eq!(
+        terminal_stat(&c, 0, |s| &s.followed_as_sent),
+        1,
+        "node 0 forwarded it with node 2's identity"
+    );
+    assert_eq!(terminal_stat(&c, to, |s| &s.followed_answered), 1);
+    assert_eq!(
+        terminal_stat(&c, to, |s| &s.reply_relays_sent),
+        0,
+        "no terminal went back through node 0"
+    );
+    assert_eq!(
+        replies(to),
+        new_replies + 1,
+        "the new owner answered node 2"
+    );
+    assert_eq!(replies(0), old_replies, "node 0 answered nothing");
+    assert_eq!(
+        c.nodes[0].pending_requests(),
+        0,
+        "node 0 registered no request of its own for it"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_request_keeps_its_identity_and_the_new_owner_answers_its_sender() {
+    followed_request_answered_by_the_new_owner("as-1", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_request_whose_sender_became_the_owner_is_answered_there() {
+    followed_request_answered_by_the_new_owner("as-2", 2).await;
+}
+
 /// Fault matrix "source killed after Ready → fallback CAS" (and "cutover lost beyond the
 /// window"): the source stops processing right after its Prepare left (frozen, like a stalled
 /// or dying process), so the target's Ready is never answered with a cutover; the target

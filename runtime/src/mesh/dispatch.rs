@@ -370,6 +370,24 @@ pub(crate) fn send_reply_tail(
     result: Result<Option<TypedPayload>, CallError>,
     tail: ReplyResult,
 ) {
+    if source.rid == inner.rid && source.lifecycle_generation == inner.lifecycle {
+        // A request of this node's own that came back here (Message Follow: the new owner is
+        // the node that sent it on a stale route, wire §3.1): its pending entry takes the
+        // reply as if it had come over the mesh.
+        inner.metrics.replies_sent.fetch_add(1, Ordering::Relaxed);
+        let fields = crate::call::pending::ReplyFields {
+            operation_id: req.operation_id.clone(),
+            reply_route_id: req.reply_route_id,
+            correlation_id: req.correlation_id.clone(),
+            outcome: result.map(Option::unwrap_or_default),
+        };
+        let me = crate::call::pending::PeerRef::new(inner.rid.clone(), inner.lifecycle);
+        if let crate::call::pending::Delivered::Completed(c) = inner.pending().on_reply(fields, &me)
+        {
+            let _ = c.waker.send(c.outcome);
+        }
+        return;
+    }
     let conn = {
         let peers = inner.peers();
         peers

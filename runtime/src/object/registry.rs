@@ -327,6 +327,11 @@ pub trait LiveObject: Send + Sync + 'static {
         metadata: Option<Metadata>,
         request: bool,
     ) -> Result<ReplyReceiver, CallError>;
+    /// The concrete object, for the runtime's own stand-ins (a moving object's intake).
+    /// Default: `None` (an application instance).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 struct Typed<S> {

@@ -120,8 +120,10 @@ struct CarriedIn {
     payload: TypedPayload,
     metadata: Option<zlink_protocol::metadata::Metadata>,
     request: Option<(RequestHeader, NodeFence, u64)>,
-    /// The ObjectGeneration the record's route names.
-    object_generation: u64,
+    /// The route the record names.
+    route: RouteFence,
+    /// The node the record names as its sender.
+    source: NodeFence,
 }
 
 /// Decode one carried record (a Spot / Actor send or request): the object it names, and the
@@ -132,7 +134,7 @@ fn decode_carried(
     let record = Record::decode_shared(frames, WireContext::route_mesh(WireLeg::Send))
         .or_else(|_| Record::decode_shared(frames, WireContext::route_mesh(WireLeg::Request)))
         .map_err(|e| format!("a carried record does not decode: {e}"))?;
-    let (route, request, source) = match record.body {
+    let (route, request, source): (RouteFence, _, NodeFence) = match record.body {
         CommandBody::SpotSend(b) => (b.route, None, b.source),
         CommandBody::ActorSend(b) => (b.route, None, b.source),
         CommandBody::SpotRequest(b) => (b.route, Some(b.request), b.source),
@@ -146,12 +148,13 @@ fn decode_carried(
     };
     Ok((
         store_kind(route.object_kind),
-        route.object_id,
+        route.object_id.clone(),
         CarriedIn {
             payload: record.payload.unwrap_or_default(),
             metadata: record.metadata,
-            request: request.map(|h| (h, source, route.owner_lease_generation)),
-            object_generation: route.object_generation,
+            request: request.map(|h| (h, source.clone(), route.owner_lease_generation)),
+            route,
+            source,
         },
     ))
 }
@@ -370,7 +373,7 @@ impl<S: ObjectStore> Inner<S> {
             .as_ref()
             .and_then(|k| self.live().get(k).map(|e| Arc::clone(&e.obj)));
         match current {
-            Some(obj) => self.apply_carried(unit.id, &obj, frames),
+            Some(obj) => self.apply_carried(unit.id, &unit.source, &obj, frames),
             None => {
                 self.relocations
                     .follow_drops
@@ -444,9 +447,39 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    /// Put one carried record into `obj`'s queue (a request's terminal is relayed back).
-    fn apply_carried(&self, relocation_id: [u8; 16], obj: &Arc<dyn LiveObject>, frames: &[Bytes]) {
+    /// Put one carried record into `obj`'s queue. A request the unit's source carried (it names
+    /// the source as its sender) has its terminal relayed back through the ledger; a record the
+    /// source followed as it came (it names another sender: wire §3.1, issue 17 item 7) is
+    /// served as if it had come here directly — a request is answered to its sender, under its
+    /// own operation ID and reply route.
+    fn apply_carried(
+        &self,
+        relocation_id: [u8; 16],
+        unit_source: &NodeFence,
+        obj: &Arc<dyn LiveObject>,
+        frames: &[Bytes],
+    ) {
         match decode_carried(frames) {
+            Ok((kind, id, c)) if c.source != *unit_source => {
+                if c.request.is_some() {
+                    self.relocations
+                        .followed_answered
+                        .fetch_add(1, Ordering::Relaxed);
+                } else if kind == zlink_store::types::ObjectKind::Actor {
+                    self.notice_without_tail(&id, &c.payload);
+                }
+                self.serve_admitted(
+                    obj,
+                    super::remote::RemoteMessage {
+                        source: Arc::new(c.source),
+                        route: c.route,
+                        request: c.request.map(|(h, _, _)| h),
+                        metadata: c.metadata,
+                        payload: c.payload,
+                        session: None,
+                    },
+                );
+            }
             Ok((kind, id, c)) => match c.request {
                 None => {
                     if kind == zlink_store::types::ObjectKind::Actor {
@@ -458,7 +491,7 @@ impl<S: ObjectStore> Inner<S> {
                     }
                 }
                 Some((header, source, lease)) => {
-                    let lead = (kind, id, c.object_generation);
+                    let lead = (kind, id, c.route.object_generation);
                     match obj.request_start(c.payload, c.metadata) {
                         Ok(rx) => {
                             self.relay_terminal(relocation_id, lead, header, source, lease, rx)
@@ -1182,7 +1215,9 @@ impl<S: ObjectStore> Inner<S> {
                             .position(|m| m.kind == kind && m.id_str == id)
                     });
                     match at {
-                        Some(i) => self.apply_carried(unit.id, &restored[i].obj, &frames),
+                        Some(i) => {
+                            self.apply_carried(unit.id, &unit.source, &restored[i].obj, &frames)
+                        }
                         None => {
                             self.relocations
                                 .unknown_records

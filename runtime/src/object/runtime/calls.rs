@@ -112,50 +112,100 @@ impl<S: ObjectStore> Inner<S> {
                 d.payload.payload.len(),
             );
         }
-        match (d.request, admitted) {
-            (None, Ok(obj)) => {
+        match admitted {
+            Ok(obj) => self.serve_admitted(&obj, d),
+            Err(e) => match d.request {
+                None => {
+                    // A one-way message on a stale route has no one to answer: counted as a
+                    // drop event (wire §7); the sender's cache entry lapses with its lifetime.
+                    self.stats.dropped_sends.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "object send on a stale route dropped");
+                }
+                Some(req) => self.mesh.reply_to(&d.source, &req, Err(e)),
+            },
+        }
+    }
+
+    /// Queue an admitted Spot / Actor record in `obj` (a request is answered to its sender
+    /// once it ends). When `obj` is the follow route of an object this node handed over, a
+    /// record of another node is forwarded as it came instead (see
+    /// [`Intake::take_as_sent`](super::intake::Intake::take_as_sent)).
+    pub(super) fn serve_admitted(&self, obj: &Arc<dyn LiveObject>, d: RemoteMessage) {
+        if let Some(req) = &d.request
+            && req.deadline_unix_ms <= now_unix_ms()
+        {
+            self.mesh.reply_to(
+                &d.source,
+                req,
+                Err(CallError::new(
+                    ErrorKind::DeadlineExceeded,
+                    "the request's deadline passed before it was admitted",
+                )),
+            );
+            return;
+        }
+        let Some(d) = self.take_as_sent(obj, d) else {
+            return;
+        };
+        match d.request {
+            None => {
                 if let Err(e) = obj.send(d.payload, d.metadata) {
                     tracing::debug!(error = %e, "object send refused after admission");
                 }
             }
-            (None, Err(e)) => {
-                // A one-way message on a stale route has no one to answer: counted as a drop
-                // event (wire §7); the sender's cache entry lapses with its lifetime.
-                self.stats.dropped_sends.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %e, "object send on a stale route dropped");
-            }
-            (Some(req), Ok(obj)) => {
-                let now_ms = now_unix_ms();
-                if req.deadline_unix_ms <= now_ms {
-                    self.mesh.reply_to(
-                        &d.source,
-                        &req,
-                        Err(CallError::new(
-                            ErrorKind::DeadlineExceeded,
-                            "the request's deadline passed before it was admitted",
-                        )),
-                    );
-                    return;
-                }
-                // Queued now, in arrival order with later records of the same sender; only the
-                // wait for the reply runs on its own task.
-                match obj.request_start(d.payload, d.metadata) {
-                    Ok(rx) => {
-                        let mesh = Arc::clone(&self.mesh);
-                        let source = d.source;
-                        tokio::spawn(async move {
-                            let result = rx.await.unwrap_or_else(|_| {
-                                Err(CallError::new(ErrorKind::Unavailable, "object closed"))
-                            });
-                            mesh.reply_to(&source, &req, result);
+            // Queued now, in arrival order with later records of the same sender; only the
+            // wait for the reply runs on its own task.
+            Some(req) => match obj.request_start(d.payload, d.metadata) {
+                Ok(rx) => {
+                    let mesh = Arc::clone(&self.mesh);
+                    let source = d.source;
+                    tokio::spawn(async move {
+                        let result = rx.await.unwrap_or_else(|_| {
+                            Err(CallError::new(ErrorKind::Unavailable, "object closed"))
                         });
-                    }
-                    Err(e) => self.mesh.reply_to(&d.source, &req, Err(e)),
+                        mesh.reply_to(&source, &req, result);
+                    });
                 }
-            }
-            (Some(req), Err(e)) => self.mesh.reply_to(&d.source, &req, Err(e)),
+                Err(e) => self.mesh.reply_to(&d.source, &req, Err(e)),
+            },
         }
     }
+
+    /// Message Follow as it came (wire §3.1, issue 17 item 7): `d` goes into `obj` with its
+    /// sender, route and request identity when `obj` is a follow route taking such records;
+    /// `Some(d)` back otherwise. Only looked at while this node follows some object.
+    fn take_as_sent(&self, obj: &Arc<dyn LiveObject>, d: RemoteMessage) -> Option<RemoteMessage> {
+        if d.session.is_some() || !self.relocations.follows_any() {
+            return Some(d);
+        }
+        let Some(intake) = obj
+            .as_any()
+            .and_then(|a| a.downcast_ref::<super::intake::Intake>())
+        else {
+            return Some(d);
+        };
+        let origin = super::intake::Origin {
+            source: d.source,
+            route: d.route,
+            request: d.request,
+            mesh: Arc::clone(&self.mesh),
+        };
+        match intake.take_as_sent(Box::new((origin, d.payload, d.metadata))) {
+            Ok(()) => None,
+            Err(back) => {
+                let (o, payload, metadata) = *back;
+                Some(RemoteMessage {
+                    source: o.source,
+                    route: o.route,
+                    request: o.request,
+                    metadata,
+                    payload,
+                    session: None,
+                })
+            }
+        }
+    }
+
     /// Target admission: the live object for `route`, if this node holds it under the route's
     /// owner generation and lease (ObjectGeneration is not compared).
     pub(super) fn admit(&self, route: &RouteFence) -> Result<Arc<dyn LiveObject>, CallError> {

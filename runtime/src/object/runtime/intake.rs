@@ -8,16 +8,25 @@
 //! the target puts them behind the staged relays at its switch. When the move is undone the
 //! intake redirects to the restored object after handing it what it holds, so the order of
 //! arrivals is kept across the hand-back too.
+//!
+//! After the handover the intake is the object's *follow route* (wire §3.1, issue 17 item 7):
+//! [`Intake::forward_as_sent`] switches it to take records from other nodes with their own
+//! identity ([`Origin`]: the sender, the route it used, the request header), so they are
+//! forwarded as they came and the new owner answers the sender itself. Until then (and for
+//! local callers throughout) a request is held with a [`Reply`] this node answers.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::{Notify, oneshot};
 use zlink_protocol::envelope::TypedPayload;
+use zlink_protocol::generated::{NodeFence, RequestHeader, RouteFence};
 use zlink_protocol::metadata::Metadata;
 
 use crate::call::error::{CallError, ErrorKind};
+use crate::mesh::MeshNode;
 use crate::mesh::handler::BoxFuture;
 use crate::object::exec::{CapturedQueue, ReplyReceiver, SpotGate};
 use crate::object::registry::LiveObject;
@@ -27,13 +36,63 @@ use crate::object::work::Reply;
 pub(crate) struct Carried {
     pub(crate) payload: TypedPayload,
     pub(crate) metadata: Option<Metadata>,
-    /// A request's terminal; `None` for a one-way message.
+    /// A request's terminal, answered by this node; `None` for a one-way message and for a
+    /// record that keeps its [`Origin`].
     pub(crate) reply: Option<Reply>,
+    /// A record of another node taken by a follow route with its own identity; `None` for
+    /// everything else. Never set together with `reply`.
+    pub(crate) origin: Option<Origin>,
+}
+
+/// A record of another node as [`Intake::take_as_sent`] takes it: where it came from, its
+/// payload and metadata.
+pub(crate) type AsSent = Box<(Origin, TypedPayload, Option<Metadata>)>;
+
+/// Where a followed record came from, kept so it is forwarded as it came (wire §3.1: the
+/// operation ID, reply route and source stay).
+pub(crate) struct Origin {
+    /// The node that sent it (the new owner answers a request there).
+    pub(crate) source: Arc<NodeFence>,
+    /// The route the sender used.
+    pub(crate) route: RouteFence,
+    /// A request's terminal identity; `None` for a one-way message.
+    pub(crate) request: Option<RequestHeader>,
+    /// The mesh that answers the request here when the record is not forwarded after all.
+    pub(crate) mesh: Arc<MeshNode>,
 }
 
 impl Carried {
+    /// A record that keeps its [`Origin`] turned into one this node answers: a request's
+    /// terminal goes to its sender from here, as if the record had been served here.
+    pub(crate) fn localize(self) -> Self {
+        let Some(origin) = self.origin else {
+            return self;
+        };
+        let reply = origin.request.map(|header| {
+            let (tx, rx) = oneshot::channel();
+            tokio::spawn(async move {
+                let result = rx.await.unwrap_or_else(|_| {
+                    Err(CallError::new(ErrorKind::Unavailable, "object closed"))
+                });
+                origin.mesh.reply_to(&origin.source, &header, result);
+            });
+            tx
+        });
+        Self {
+            payload: self.payload,
+            metadata: self.metadata,
+            reply,
+            origin: None,
+        }
+    }
+
     /// Hand it to `obj` in arrival order (a request's terminal is forwarded to its caller).
     pub(crate) fn deliver_to(self, obj: &Arc<dyn LiveObject>) {
+        let this = self.localize();
+        this.deliver_localized(obj);
+    }
+
+    fn deliver_localized(self, obj: &Arc<dyn LiveObject>) {
         match self.reply {
             None => {
                 if let Err(e) = obj.send(self.payload, self.metadata) {
@@ -72,6 +131,8 @@ pub(crate) struct Intake {
     state: Mutex<State>,
     arrived: Notify,
     gate: Option<SpotGate>,
+    /// The follow route takes records of other nodes with their [`Origin`].
+    forwarding: AtomicBool,
 }
 
 impl Intake {
@@ -82,6 +143,7 @@ impl Intake {
             state: Mutex::new(State::Holding(VecDeque::new())),
             arrived: Notify::new(),
             gate,
+            forwarding: AtomicBool::new(false),
         })
     }
 
@@ -128,11 +190,42 @@ impl Intake {
             State::Redirect(_) | State::Closed(..) => VecDeque::new(),
         };
         for c in held {
-            if let Some(reply) = c.reply {
+            if let Some(reply) = c.localize().reply {
                 let _ = reply.send(Err(CallError::new(kind, why)));
             }
         }
         self.arrived.notify_waiters();
+    }
+
+    /// From now on take records of other nodes with their [`Origin`] (the handover happened:
+    /// nothing taken from here on is ever put back into an object on this node).
+    pub(crate) fn forward_as_sent(&self) {
+        self.forwarding.store(true, Ordering::Release);
+    }
+
+    /// Take `record` (a record of another node, with its [`Origin`]) to be forwarded as it came, if
+    /// this is a follow route still holding arrivals; gives it back otherwise (the caller
+    /// serves it as any other arrival).
+    pub(crate) fn take_as_sent(&self, record: AsSent) -> Result<(), AsSent> {
+        if !self.forwarding.load(Ordering::Acquire) {
+            return Err(record);
+        }
+        let mut st = self.lock();
+        match &mut *st {
+            State::Holding(q) => {
+                let (origin, payload, metadata) = *record;
+                q.push_back(Carried {
+                    payload,
+                    metadata,
+                    reply: None,
+                    origin: Some(origin),
+                });
+                drop(st);
+                self.arrived.notify_one();
+                Ok(())
+            }
+            State::Redirect(_) | State::Closed(..) => Err(record),
+        }
     }
 
     fn admit(
@@ -148,6 +241,7 @@ impl Intake {
                     payload,
                     metadata,
                     reply,
+                    origin: None,
                 });
                 drop(st);
                 self.arrived.notify_one();
@@ -160,8 +254,9 @@ impl Intake {
                     payload,
                     metadata,
                     reply,
+                    origin: None,
                 }
-                .deliver_to(&obj);
+                .deliver_localized(&obj);
                 Ok(())
             }
             State::Closed(kind, why) => Err(CallError::new(*kind, *why)),
@@ -230,6 +325,9 @@ impl LiveObject for Intake {
         _request: bool,
     ) -> Result<ReplyReceiver, CallError> {
         Err(moving())
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

@@ -915,8 +915,10 @@ impl<S: ObjectStore> Inner<S> {
         };
         let relay_held = |copies: &mut Vec<RelayCopy>| {
             for (i, p) in parts.iter().enumerate() {
+                // Before the handover nothing is taken as sent (`forward_as_sent` comes after
+                // it); `localize` keeps that so even if it were.
                 for c in p.intake.take() {
-                    relay(copies, i, c);
+                    relay(copies, i, c.localize());
                 }
             }
         };
@@ -1080,6 +1082,9 @@ impl<S: ObjectStore> Inner<S> {
                 // its executor after the capture: from now on that goes to the follow route,
                 // and what got in before is taken and followed on too.
                 for p in &parts {
+                    // From here on the intake is the follow route: records of other nodes are
+                    // forwarded as they came (issue 17 item 7).
+                    p.intake.forward_as_sent();
                     p.obj.moved_to(Arc::clone(&p.intake) as Arc<dyn LiveObject>);
                     if let Ok(late) = p.obj.capture_move(p.route.clone(), me.clone()).await {
                         let late = late.into_carried();
@@ -1097,6 +1102,7 @@ impl<S: ObjectStore> Inner<S> {
                                     payload,
                                     metadata,
                                     reply,
+                                    origin: None,
                                 },
                             );
                             next_ordinal += 1;
@@ -1231,6 +1237,7 @@ impl<S: ObjectStore> Inner<S> {
                             let _ = self.mesh.uncarry(&cr.key);
                             reply
                         }),
+                        origin: None,
                     });
                 }
                 self.unseal(&parts, back);
@@ -1263,8 +1270,11 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    /// Relay one arrival on the old route after the handover (Message Follow, wire §3.1): the
-    /// same record, ordinal after the last one; a request's terminal comes back relayed.
+    /// Relay one arrival on the old route after the handover (Message Follow, wire §3.1), with
+    /// the ordinal after the last one. A record of another node goes as it came — its sender,
+    /// route, operation ID and reply route — and the new owner answers its sender; a local
+    /// caller's request (or one taken before the handover) goes under a terminal identity of
+    /// this node, and its terminal comes back relayed.
     fn follow_one(
         &self,
         route: &RouteFence,
@@ -1274,6 +1284,31 @@ impl<S: ObjectStore> Inner<S> {
         ordinal: u64,
         c: Carried,
     ) {
+        if let Some(o) = c.origin {
+            let header = o.request.clone();
+            let sent = carried_record(&o.route, &o.source, o.request, c.payload, c.metadata)
+                .and_then(|frames| self.send_followed(target, relocation_id, ordinal, frames));
+            match sent {
+                Ok(()) => {
+                    self.relocations
+                        .followed
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.relocations
+                        .followed_as_sent
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) => {
+                    self.relocations
+                        .follow_drops
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(error = %e, object = %route.object_id, "a followed record could not be relayed");
+                    if let Some(h) = header {
+                        self.mesh.reply_to(&o.source, &h, Err(e));
+                    }
+                }
+            }
+            return;
+        }
         let header = match c.reply {
             None => None,
             Some(reply) => {
@@ -1294,19 +1329,8 @@ impl<S: ObjectStore> Inner<S> {
                 }
             }
         };
-        let sent = carried_record(route, me, header, c.payload, c.metadata).and_then(|frames| {
-            self.mesh.relocation_record(
-                target,
-                Leg::Send,
-                CommandBody::RelocationData(RelocationData {
-                    relocation_id,
-                    target_attempt_generation: 1,
-                    relay_ordinal: ordinal,
-                    frames,
-                }),
-                None,
-            )
-        });
+        let sent = carried_record(route, me, header, c.payload, c.metadata)
+            .and_then(|frames| self.send_followed(target, relocation_id, ordinal, frames));
         match sent {
             Ok(()) => {
                 self.relocations
@@ -1320,6 +1344,27 @@ impl<S: ObjectStore> Inner<S> {
                 tracing::warn!(error = %e, object = %route.object_id, "a followed record could not be relayed");
             }
         }
+    }
+
+    /// Send one followed record (`relocationData`, 31) to `target`.
+    fn send_followed(
+        &self,
+        target: &NodeFence,
+        relocation_id: [u8; 16],
+        ordinal: u64,
+        frames: Vec<Bytes>,
+    ) -> Result<(), CallError> {
+        self.mesh.relocation_record(
+            target,
+            Leg::Send,
+            CommandBody::RelocationData(RelocationData {
+                relocation_id,
+                target_attempt_generation: 1,
+                relay_ordinal: ordinal,
+                frames,
+            }),
+            None,
+        )
     }
 
     /// A record on route `route` from `source` reached an object this node follows to its new

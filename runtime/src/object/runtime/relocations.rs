@@ -128,6 +128,12 @@ pub struct RelocationStats {
     pub restored: AtomicU64,
     /// Records followed to a new owner after a handover (source).
     pub followed: AtomicU64,
+    /// Of those, records of other nodes forwarded as they came — their sender, operation ID
+    /// and reply route kept; the new owner answers the sender (source; wire §3.1).
+    pub followed_as_sent: AtomicU64,
+    /// Followed requests of another node than the unit's source, answered here to their sender
+    /// directly (target; wire §3.1).
+    pub followed_answered: AtomicU64,
     /// Followed records that could not be relayed (source).
     pub follow_drops: AtomicU64,
     /// Work that reached an executor after its capture (a caller that looked the object up
