@@ -54,6 +54,10 @@ use super::header::{MAX_BATCH, Packed, check_batch, write_batch_header};
 /// Largest batch the pump builds, in bytes (a larger message is sent on its own).
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
+/// A send within this long of the last direct send goes through the pump (see
+/// `Shared::last_direct_ns`).
+const DIRECT_GAP_NS: u64 = 20_000;
+
 /// Consecutive messages to one peer, coalesced into one single-frame ZeroMQ message: the
 /// first message's buffer, extended by the message parts of the ones that join it.
 #[derive(Default)]
@@ -274,10 +278,15 @@ struct Shared {
     /// ([`PumpHandle::buffer`]): they circulate instead of being allocated on one thread and
     /// freed on another for every message.
     pool: Mutex<Vec<Vec<u8>>>,
-    /// Set by the pump thread when it goes to sleep; a direct send consumes it. So at most
-    /// one message per pump sleep bypasses the queue, and a stream of messages still reaches
-    /// the pump (which batches it) after the first.
-    direct_ok: AtomicBool,
+    /// Set by the pump thread when it goes to sleep, cleared when it wakes: only then may a
+    /// message bypass the queue. A busy pump takes every message (and batches them).
+    asleep: AtomicBool,
+    /// When the last direct send happened (nanoseconds since `born`). A send within
+    /// [`DIRECT_GAP_NS`] of it goes to the pump instead, so a burst still reaches the pump (which
+    /// batches it) after its first message, while messages spaced further apart — a serial
+    /// request stream — all go straight to the socket, however long the pump sleeps.
+    last_direct_ns: AtomicU64,
+    born: std::time::Instant,
     /// The socket and its parked messages. Lock order: `wire` before `queue`; a producer that
     /// holds `queue` only ever `try_lock`s `wire`.
     wire: Mutex<Wire>,
@@ -418,7 +427,9 @@ impl Pump {
             }),
             readable: Notify::new(),
             pool: Mutex::new(Vec::new()),
-            direct_ok: AtomicBool::new(false),
+            asleep: AtomicBool::new(false),
+            last_direct_ns: AtomicU64::new(0),
+            born: std::time::Instant::now(),
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
             room: Notify::new(),
@@ -557,7 +568,7 @@ impl PumpHandle {
         let mut msg = Some(msg);
         let mut frame = None;
         if q.commands.is_empty()
-            && self.shared.direct_ok.swap(false, Ordering::AcqRel)
+            && self.direct_turn()
             && let Ok(wire) = self.shared.wire.try_lock()
             && wire.socket.is_some()
             && !wire.parked.contains_key(&to)
@@ -596,6 +607,23 @@ impl PumpHandle {
         }
         drop(q);
         self.wake();
+    }
+
+    /// Whether a direct send may go now: none went within [`DIRECT_GAP_NS`] (and this one takes
+    /// the turn). Called under the queue lock, so turns are taken one at a time.
+    fn direct_turn(&self) -> bool {
+        if !self.shared.asleep.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = u64::try_from(self.shared.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.shared.last_direct_ns.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < DIRECT_GAP_NS {
+            return false;
+        }
+        self.shared
+            .last_direct_ns
+            .store(now.max(1), Ordering::Relaxed);
+        true
     }
 
     /// A message buffer from the pool (empty if the pool is), for [`Packed::stamped_in`].
@@ -906,8 +934,8 @@ impl PumpThread {
         let mut any_parked = false;
         loop {
             let timeout = if any_parked { backoff_ms } else { -1 };
-            // About to sleep: the next message may go straight to the socket.
-            self.shared.direct_ok.store(true, Ordering::Release);
+            // About to sleep: a message may go straight to the socket.
+            self.shared.asleep.store(true, Ordering::Release);
             let (mon_in, wake_in) = {
                 let mut items = [
                     self.monitor.as_poll_item(zmq::POLLIN),
@@ -919,6 +947,7 @@ impl PumpThread {
                 }
                 (items[0].is_readable(), items[1].is_readable())
             };
+            self.shared.asleep.store(false, Ordering::Release);
             self.shared.stats.wakeups.fetch_add(1, Ordering::Relaxed);
             let mut events = Vec::new();
             if wake_in {
