@@ -1229,8 +1229,20 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         metadata: Option<Metadata>,
     ) -> Result<ReplyReceiver, CallError> {
         let (tx, rx) = oneshot::channel();
-        self.shared.push(Work::Request(payload, metadata, tx))?;
+        self.shared
+            .push(Work::Request(payload, metadata, tx.into()))?;
         Ok(rx)
+    }
+
+    /// Queue a request whose terminal goes to `reply`, answered exactly once (`Unavailable`
+    /// when the object closed: the dropped reply answers so).
+    pub(crate) fn request_into(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        reply: super::work::Reply,
+    ) {
+        let _ = self.shared.push(Work::Request(payload, metadata, reply));
     }
 
     /// Capture the queue at the next handler boundary: stop handing out new turns, let the
@@ -1355,9 +1367,9 @@ impl<S: Send + 'static> ObjectExecutor<S> {
         }
         let (tx, rx) = oneshot::channel();
         let item = if request {
-            Work::Request(payload, metadata, tx)
+            Work::Request(payload, metadata, tx.into())
         } else {
-            Work::SendNotify(payload, metadata, tx)
+            Work::SendNotify(payload, metadata, tx.into())
         };
         self.shared
             .with_queue(|q| {

@@ -327,6 +327,35 @@ pub trait LiveObject: Send + Sync + 'static {
         metadata: Option<Metadata>,
         request: bool,
     ) -> Result<ReplyReceiver, CallError>;
+    /// Accept a request now (queued before this returns, as [`LiveObject::request_start`]) whose
+    /// terminal goes to `reply`, answered exactly once — also when it is refused. Default:
+    /// through [`LiveObject::request_start`] and a task that waits for the result.
+    // The reply route is the runtime's own: an implementation outside this crate keeps the
+    // default.
+    #[allow(private_interfaces)]
+    fn request_into(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        reply: crate::object::work::Reply,
+    ) {
+        match self.request_start(payload, metadata) {
+            Ok(rx) => {
+                tokio::spawn(async move {
+                    let r = rx.await.unwrap_or_else(|_| {
+                        Err(CallError::new(
+                            crate::call::error::ErrorKind::Unavailable,
+                            "object closed",
+                        ))
+                    });
+                    let _ = reply.send(r);
+                });
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
     /// The concrete object, for the runtime's own stand-ins (a moving object's intake).
     /// Default: `None` (an application instance).
     fn as_any(&self) -> Option<&dyn std::any::Any> {
@@ -376,6 +405,17 @@ impl<S: Send + 'static> LiveObject for Live<S> {
             return to.request_start(payload, metadata);
         }
         self.exec.request_start_with(payload, metadata)
+    }
+    fn request_into(
+        &self,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        reply: crate::object::work::Reply,
+    ) {
+        if let Some(to) = self.moved_to.get() {
+            return to.request_into(payload, metadata, reply);
+        }
+        self.exec.request_into(payload, metadata, reply);
     }
     fn moved_to(&self, to: Arc<dyn LiveObject>) {
         let _ = self.moved_to.set(to);

@@ -10,8 +10,79 @@ use zlink_protocol::metadata::Metadata;
 use super::timers::Tick;
 use crate::call::error::CallError;
 
-/// Where a request's single terminal result goes.
-pub(crate) type Reply = oneshot::Sender<Result<TypedPayload, CallError>>;
+/// Where a request's single terminal result goes: a local waiter, or straight back over the
+/// mesh to the node that sent the request.
+pub(crate) enum Reply {
+    /// A task on this node waits for it.
+    Local(oneshot::Sender<Result<TypedPayload, CallError>>),
+    /// The request came from another node: the terminal is sent to it from whichever thread
+    /// ends the request, with no task waiting in between.
+    Mesh(Box<MeshReply>),
+}
+
+/// The mesh reply route of a request of another node (see [`Reply::Mesh`]). Dropped
+/// unanswered — the object closed with the request still queued — it answers `Unavailable`,
+/// as a local waiter sees its dropped channel.
+pub(crate) struct MeshReply {
+    mesh: std::sync::Arc<crate::mesh::MeshNode>,
+    source: std::sync::Arc<zlink_protocol::generated::NodeFence>,
+    header: zlink_protocol::generated::RequestHeader,
+    answered: bool,
+}
+
+impl Reply {
+    /// The reply route of request `header` from node `source`, answered through `mesh`.
+    pub(crate) fn mesh(
+        mesh: std::sync::Arc<crate::mesh::MeshNode>,
+        source: std::sync::Arc<zlink_protocol::generated::NodeFence>,
+        header: zlink_protocol::generated::RequestHeader,
+    ) -> Self {
+        Self::Mesh(Box::new(MeshReply {
+            mesh,
+            source,
+            header,
+            answered: false,
+        }))
+    }
+
+    /// Deliver the terminal result. `Err` gives it back when a local waiter is gone (as
+    /// `oneshot::Sender::send`); a mesh reply is always taken.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn send(
+        self,
+        result: Result<TypedPayload, CallError>,
+    ) -> Result<(), Result<TypedPayload, CallError>> {
+        match self {
+            Self::Local(tx) => tx.send(result),
+            Self::Mesh(mut m) => {
+                m.answered = true;
+                m.mesh.reply_to(&m.source, &m.header, result);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl From<oneshot::Sender<Result<TypedPayload, CallError>>> for Reply {
+    fn from(tx: oneshot::Sender<Result<TypedPayload, CallError>>) -> Self {
+        Self::Local(tx)
+    }
+}
+
+impl Drop for MeshReply {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.mesh.reply_to(
+                &self.source,
+                &self.header,
+                Err(CallError::new(
+                    crate::call::error::ErrorKind::Unavailable,
+                    "object closed",
+                )),
+            );
+        }
+    }
+}
 
 /// One unit of queue work.
 pub(crate) enum Work {

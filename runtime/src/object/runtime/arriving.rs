@@ -614,7 +614,7 @@ impl<S: ObjectStore> Inner<S> {
                     let (tx, rx) = oneshot::channel();
                     let lead = (m.kind, m.id_str.clone(), m.route.object_generation);
                     self.relay_terminal(unit.id, lead, header, source, lease, rx);
-                    Work::Request(c.payload, c.metadata, tx)
+                    Work::Request(c.payload, c.metadata, tx.into())
                 }
             };
             moved.push((w.sequence, item));

@@ -153,21 +153,13 @@ impl<S: ObjectStore> Inner<S> {
                     tracing::debug!(error = %e, "object send refused after admission");
                 }
             }
-            // Queued now, in arrival order with later records of the same sender; only the
-            // wait for the reply runs on its own task.
-            Some(req) => match obj.request_start(d.payload, d.metadata) {
-                Ok(rx) => {
-                    let mesh = Arc::clone(&self.mesh);
-                    let source = d.source;
-                    tokio::spawn(async move {
-                        let result = rx.await.unwrap_or_else(|_| {
-                            Err(CallError::new(ErrorKind::Unavailable, "object closed"))
-                        });
-                        mesh.reply_to(&source, &req, result);
-                    });
-                }
-                Err(e) => self.mesh.reply_to(&d.source, &req, Err(e)),
-            },
+            // Queued now, in arrival order with later records of the same sender; whoever
+            // ends it sends the reply (no task waits for it).
+            Some(req) => obj.request_into(
+                d.payload,
+                d.metadata,
+                crate::object::work::Reply::mesh(Arc::clone(&self.mesh), d.source, req),
+            ),
         }
     }
 

@@ -68,16 +68,9 @@ impl Carried {
         let Some(origin) = self.origin else {
             return self;
         };
-        let reply = origin.request.map(|header| {
-            let (tx, rx) = oneshot::channel();
-            tokio::spawn(async move {
-                let result = rx.await.unwrap_or_else(|_| {
-                    Err(CallError::new(ErrorKind::Unavailable, "object closed"))
-                });
-                origin.mesh.reply_to(&origin.source, &header, result);
-            });
-            tx
-        });
+        let reply = origin
+            .request
+            .map(|header| Reply::mesh(origin.mesh, origin.source, header));
         Self {
             payload: self.payload,
             metadata: self.metadata,
@@ -99,19 +92,7 @@ impl Carried {
                     tracing::warn!(error = %e, "a held message was refused by the restored object");
                 }
             }
-            Some(reply) => match obj.request_start(self.payload, self.metadata) {
-                Ok(rx) => {
-                    tokio::spawn(async move {
-                        let r = rx.await.unwrap_or_else(|_| {
-                            Err(CallError::new(ErrorKind::Unavailable, "object closed"))
-                        });
-                        let _ = reply.send(r);
-                    });
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
+            Some(reply) => obj.request_into(self.payload, self.metadata, reply),
         }
     }
 }
@@ -259,7 +240,12 @@ impl Intake {
                 .deliver_localized(&obj);
                 Ok(())
             }
-            State::Closed(kind, why) => Err(CallError::new(*kind, *why)),
+            State::Closed(kind, why) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(CallError::new(*kind, *why)));
+                }
+                Err(CallError::new(*kind, *why))
+            }
         }
     }
 }
@@ -281,8 +267,12 @@ impl LiveObject for Intake {
         metadata: Option<Metadata>,
     ) -> Result<ReplyReceiver, CallError> {
         let (tx, rx) = oneshot::channel();
-        self.admit(payload, metadata, Some(tx))?;
+        self.admit(payload, metadata, Some(tx.into()))?;
         Ok(rx)
+    }
+    fn request_into(&self, payload: TypedPayload, metadata: Option<Metadata>, reply: Reply) {
+        // A closed intake answers the reply itself.
+        let _ = self.admit(payload, metadata, Some(reply));
     }
     fn capture_state(&self) -> Result<Option<Bytes>, CallError> {
         Err(moving())
