@@ -340,3 +340,47 @@ async fn concurrent_misses_of_one_key_share_one_store_read() {
         "Missing is never cached: a later call reads again"
     );
 }
+
+/// A read in flight across an invalidation is not cached only when the invalidation is of its
+/// own key (routing §2.5: a `messageFollow` for another object says nothing of this one). A
+/// relocation sends a stream of notices; before, any of them kept every concurrent read out of
+/// the cache, so the next call read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_in_flight_is_kept_out_only_by_an_invalidation_of_its_own_key() {
+    let w = World::new(CacheConfig::default()).await;
+    let (a, b) = (w.ready("p-a").await, w.ready("p-b").await);
+    let route = |r: Resolution| match r {
+        Resolution::ReadyRoute(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let b_route = route(w.resolve(&b).await.0);
+    // Hold the read of `a` in flight and invalidate `b` meanwhile (the read has started once
+    // the source counted it).
+    w.source.delay_ms.store(100, Ordering::SeqCst);
+    let before = w.reads();
+    let (read, ()) = tokio::join!(w.resolver.resolve(&a), async {
+        while w.reads() == before {
+            tokio::task::yield_now().await;
+        }
+        assert!(w.resolver.cache().message_follow(&b_route.fence()));
+    });
+    let a_route = route(read);
+    w.source.delay_ms.store(0, Ordering::SeqCst);
+    w.expect_hit(&a, "another key's notice left the read of a cached")
+        .await;
+    w.expect_miss(&b, "b's own notice removed it").await;
+    // The same with a's own route: the read in flight must not bring it back.
+    assert!(w.resolver.cache().message_follow(&a_route.fence()));
+    w.source.delay_ms.store(100, Ordering::SeqCst);
+    let before = w.reads();
+    let (read, ()) = tokio::join!(w.resolver.resolve(&a), async {
+        while w.reads() == before {
+            tokio::task::yield_now().await;
+        }
+        w.resolver.cache().message_follow(&a_route.fence());
+    });
+    route(read);
+    w.source.delay_ms.store(0, Ordering::SeqCst);
+    w.expect_miss(&a, "a notice of its own key during the read kept it out")
+        .await;
+}

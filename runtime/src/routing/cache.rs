@@ -20,6 +20,10 @@
 //!   dropped), owner-lease invalidation (every entry of that lease), and a `messageFollow`
 //!   notification whose source route fences match the entry (a newer route is kept).
 //! - An older read that finishes late never replaces a newer entry (lower StoreVersion).
+//! - A read in flight across an invalidation of *its key* (or of everything: store recovery,
+//!   owner lease) is not cached ([`RouteCache::invalidated_since`]); an invalidation of another
+//!   key does not keep it out, so a stream of `messageFollow` notices during a relocation does
+//!   not make every concurrent read a second one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -195,11 +199,28 @@ pub struct RouteCache {
     hits: u64,
     misses: u64,
     removed: [u64; 6],
-    /// Increases with every invalidation, so a read that was in flight across one can tell
-    /// (see [`RouteCache::invalidation_epoch`]).
+    /// Increases with every invalidation of everything (store recovery, owner lease), so a
+    /// read that was in flight across one can tell (see [`RouteCache::invalidated_since`]).
     epoch: u64,
+    /// Increases with every invalidation of one key; `key_seq` keeps the latest per key.
+    seq: u64,
+    /// The `seq` of the latest invalidation of each key, for reads in flight. Bounded: past
+    /// [`KEY_SEQ_MAX`] keys it is cleared and `epoch` moves on instead (every read in flight is
+    /// then kept out, which errs on the safe side).
+    key_seq: HashMap<AuthorityKey, u64>,
     inserts: u64,
 }
+
+/// Where the cache's invalidations stood when a store read was sent (see
+/// [`RouteCache::invalidation_mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidationMark {
+    epoch: u64,
+    seq: u64,
+}
+
+/// Most keys whose latest invalidation is remembered for reads in flight.
+const KEY_SEQ_MAX: usize = 4096;
 
 /// Expired entries are swept once per this many inserts, so IDs looked up once do not pile up.
 const SWEEP_EVERY: u64 = 1024;
@@ -214,15 +235,36 @@ impl RouteCache {
             misses: 0,
             removed: [0; 6],
             epoch: 0,
+            seq: 0,
+            key_seq: HashMap::new(),
             inserts: 0,
         }
     }
 
-    /// A counter that changes with every invalidation. A resolver takes it before a store read
-    /// and inserts the result only if it is unchanged afterwards: an invalidation that landed
-    /// while the read was in flight must not be undone by the older read.
-    pub fn invalidation_epoch(&self) -> u64 {
-        self.epoch
+    /// Where the invalidations stand now. A resolver takes the mark before a store read and
+    /// inserts the result only if [`RouteCache::invalidated_since`] is false afterwards: an
+    /// invalidation that landed while the read was in flight must not be undone by the older
+    /// read.
+    pub fn invalidation_mark(&self) -> InvalidationMark {
+        InvalidationMark {
+            epoch: self.epoch,
+            seq: self.seq,
+        }
+    }
+
+    /// Whether `key` (alone, or with everything) was invalidated after `mark` was taken.
+    pub fn invalidated_since(&self, key: &AuthorityKey, mark: InvalidationMark) -> bool {
+        self.epoch != mark.epoch || self.key_seq.get(key).is_some_and(|s| *s > mark.seq)
+    }
+
+    /// Remember an invalidation of `key` for the reads in flight.
+    fn invalidated(&mut self, key: &AuthorityKey) {
+        self.seq += 1;
+        if self.key_seq.len() >= KEY_SEQ_MAX && !self.key_seq.contains_key(key) {
+            self.key_seq.clear();
+            self.epoch += 1;
+        }
+        self.key_seq.insert(key.clone(), self.seq);
     }
 
     /// Change the lifetime settings; entries already cached keep their expiry (routing §2.2
@@ -307,7 +349,7 @@ impl RouteCache {
     /// A StoreVersion of `key` was observed (e.g. in a reply or a write); an entry with a lower
     /// one is removed.
     pub fn observe_store_version(&mut self, key: &AuthorityKey, store_version: u64) -> bool {
-        self.epoch += 1;
+        self.invalidated(key);
         if self
             .entries
             .get(key)
@@ -374,7 +416,7 @@ impl RouteCache {
 
     fn remove_matching(&mut self, fence: &RouteFence, why: Invalidation) -> bool {
         // Even when nothing is cached yet: a read in flight for this route must not insert it.
-        self.epoch += 1;
+        self.invalidated(&fence.key);
         if self
             .entries
             .get(&fence.key)
@@ -427,6 +469,66 @@ mod tests {
             message_follow: Duration::from_secs(30),
             fencing_margin: Duration::from_secs(2),
         }
+    }
+
+    /// A read in flight is kept out of the cache by an invalidation of its own key or of
+    /// everything, never by one of another key (a relocation's stream of `messageFollow`
+    /// notices used to keep every concurrent read out, so each was read twice).
+    #[test]
+    fn only_an_invalidation_of_its_key_or_of_everything_keeps_a_read_in_flight_out() {
+        let mut c = RouteCache::new(config(15));
+        let (a, b) = (route("a", 1, 60_000), route("b", 1, 60_000));
+        let mark = c.invalidation_mark();
+        assert!(!c.invalidated_since(&a.key, mark));
+        c.message_follow(&b.fence());
+        assert!(
+            !c.invalidated_since(&a.key, mark),
+            "another key's notice keeps nothing out"
+        );
+        assert!(
+            c.invalidated_since(&b.key, mark),
+            "its own key's notice does"
+        );
+        let mark = c.invalidation_mark();
+        c.stale_route(&a.fence());
+        assert!(c.invalidated_since(&a.key, mark));
+        assert!(!c.invalidated_since(&b.key, mark));
+        let mark = c.invalidation_mark();
+        c.observe_store_version(&b.key, 7);
+        assert!(c.invalidated_since(&b.key, mark));
+        assert!(!c.invalidated_since(&a.key, mark));
+        let mark = c.invalidation_mark();
+        c.store_recovered();
+        assert!(
+            c.invalidated_since(&a.key, mark),
+            "a recovery keeps everything out"
+        );
+        let mark = c.invalidation_mark();
+        c.owner_lease_invalid(&a.owner);
+        assert!(c.invalidated_since(&b.key, mark), "so does an owner lease");
+    }
+
+    /// Past `KEY_SEQ_MAX` remembered keys the table is cleared and every read in flight is
+    /// kept out — the memory stays bounded and no invalidation is forgotten.
+    #[test]
+    fn the_per_key_table_is_bounded_and_forgets_nothing_when_it_overflows() {
+        let mut c = RouteCache::new(config(15));
+        let first = route("first", 1, 60_000);
+        let other = route("other", 1, 60_000);
+        c.message_follow(&first.fence());
+        let mark = c.invalidation_mark();
+        for i in 0..KEY_SEQ_MAX {
+            c.message_follow(&route(&format!("k{i}"), 1, 60_000).fence());
+        }
+        assert!(c.key_seq.len() <= KEY_SEQ_MAX);
+        assert!(
+            c.invalidated_since(&other.key, mark),
+            "after an overflow every read in flight is kept out"
+        );
+        let mark = c.invalidation_mark();
+        c.message_follow(&first.fence());
+        assert!(c.invalidated_since(&first.key, mark));
+        assert!(!c.invalidated_since(&other.key, mark));
     }
 
     #[test]

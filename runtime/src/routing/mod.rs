@@ -8,5 +8,5 @@
 pub mod cache;
 pub mod resolver;
 
-pub use cache::{CacheConfig, Invalidation, ReadyRoute, RouteCache, RouteFence};
+pub use cache::{CacheConfig, Invalidation, InvalidationMark, ReadyRoute, RouteCache, RouteFence};
 pub use resolver::{Resolution, Resolver, RouteSource, UnavailableReason};

@@ -271,7 +271,7 @@ impl Resolver {
     /// the store's current answer, not a cached route). A Ready result is cached as usual.
     pub async fn resolve_fresh(&self, key: &AuthorityKey) -> Resolution {
         self.check_recovery();
-        let epoch = self.cache().invalidation_epoch();
+        let mark = self.cache().invalidation_mark();
         let read_at = (self.clock)();
         self.stats.store_reads.fetch_add(1, Ordering::Relaxed);
         let out = match self.source.read_route(key).await {
@@ -283,7 +283,7 @@ impl Resolver {
             // wins: the result is returned but not cached.
             self.check_recovery();
             let mut cache = self.cache();
-            if cache.invalidation_epoch() == epoch {
+            if !cache.invalidated_since(&route.key, mark) {
                 cache.insert(route.clone(), read_at);
             }
         }
