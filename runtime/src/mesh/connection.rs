@@ -235,6 +235,21 @@ impl Connection {
         u64::from(self.window / 4).max(1)
     }
 
+    /// Sender side, without waiting: credit for a record of `bytes` bytes if the window is known
+    /// and the credit is there now (the fast path of [`Connection::acquire_credit`]).
+    pub(crate) fn try_acquire_credit(&self, bytes: usize) -> Option<SemaphorePermit<'_>> {
+        if self.is_closed() {
+            return None;
+        }
+        let window = self.peer_window.load(Ordering::Acquire);
+        if window == 0 {
+            return None;
+        }
+        self.credit
+            .try_acquire_many(Self::charge(bytes, window))
+            .ok()
+    }
+
     /// Sender side: wait for the peer's first grant (its window), then for credit for a record
     /// of `bytes` bytes. Cancel-safe: the permit returns if dropped unsent.
     pub(crate) async fn acquire_credit(
@@ -248,13 +263,8 @@ impl Connection {
             )
         };
         // Fast path: the window is known and the credit is there; no wait registration.
-        if !self.is_closed() {
-            let window = self.peer_window.load(Ordering::Acquire);
-            if window != 0
-                && let Ok(permit) = self.credit.try_acquire_many(Self::charge(bytes, window))
-            {
-                return Ok(permit);
-            }
+        if let Some(permit) = self.try_acquire_credit(bytes) {
+            return Ok(permit);
         }
         let window = loop {
             let notified = self.granted.notified();

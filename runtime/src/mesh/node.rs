@@ -901,6 +901,39 @@ impl MeshNode {
         self.inner.send_app_record(&conn, Leg::Send, &record).await
     }
 
+    /// [`MeshNode::object_send`] without waiting, for a caller that would otherwise build the
+    /// waiting path's future only to find it ready: `Ok` once sent; the payload and metadata
+    /// come back when the record cannot go at once (no connection, credit or queue room now,
+    /// shutting down), and [`MeshNode::object_send`] then sends it or reports why.
+    pub(crate) fn try_object_send(
+        &self,
+        route: RouteFence,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<(), (TypedPayload, Option<Metadata>)> {
+        let conn = match self.check_open().and_then(|()| self.owner_conn(&route)) {
+            Ok(c) => c,
+            Err(_) => return Err((payload, metadata)),
+        };
+        let body = match route.object_kind {
+            zlink_protocol::generated::ObjectKind::Actor => CommandBody::ActorSend(ActorSend {
+                route,
+                source: self.inner.fence(),
+            }),
+            zlink_protocol::generated::ObjectKind::Spot => CommandBody::SpotSend(SpotSend {
+                route,
+                source: self.inner.fence(),
+            }),
+        };
+        let mut record = Record::new(body).with_payload(payload);
+        record.metadata = metadata;
+        if self.inner.try_send_app_record(&conn, Leg::Send, &record) {
+            Ok(())
+        } else {
+            Err((record.payload.unwrap_or_default(), record.metadata))
+        }
+    }
+
     /// Spot / Actor request on a resolved `route` (wire 22 / 25), with one end-to-end deadline.
     ///
     /// # Errors

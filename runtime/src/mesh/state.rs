@@ -339,6 +339,35 @@ impl Inner {
         self.send_packed(conn, leg, msg).await
     }
 
+    /// [`Inner::send_app_record`] without waiting: `true` once sent; `false` — nothing sent —
+    /// when it cannot go at once (no credit or queue room now, the connection closed, the
+    /// record too large, an encoding error); the waiting path then sends it or reports why.
+    pub(crate) fn try_send_app_record(&self, conn: &ConnRef, leg: Leg, record: &Record) -> bool {
+        let wire_leg = match leg {
+            Leg::Send => zlink_protocol::record::Leg::Send,
+            Leg::Request => zlink_protocol::record::Leg::Request,
+            Leg::Reply => zlink_protocol::record::Leg::Reply,
+        };
+        let Ok(msg) = self.encode_packed(record, WireContext::route_mesh(wire_leg)) else {
+            return false;
+        };
+        let bytes = msg.record_bytes();
+        if bytes as u64 > self.config.flow.max_message_bytes {
+            return false;
+        }
+        let Some(permit) = conn.try_acquire_credit(bytes) else {
+            return false;
+        };
+        let Ok(Some(slot)) = self.pump.try_reserve_data(bytes) else {
+            return false;
+        };
+        if conn.is_closed() {
+            return false;
+        }
+        conn.send_data(leg, permit, slot, msg);
+        true
+    }
+
     /// Encode `record` straight into a [`Packed::stamped`] message in a buffer of the pump's
     /// pool: the same checks and bytes as [`Record::encode`], without a buffer per frame and a
     /// copy of each into the message (runtime/tests/allocations.rs counts the difference).

@@ -287,6 +287,14 @@ impl RouteCache {
             .map(|e| Arc::clone(&e.route))
     }
 
+    /// The usable route of `key`, counting a hit; nothing counted or removed when there is
+    /// none (the caller's [`RouteCache::get`] follows and counts the miss).
+    pub fn hit(&mut self, key: &AuthorityKey, now: Instant) -> Option<Arc<ReadyRoute>> {
+        let route = self.peek(key, now)?;
+        self.hits += 1;
+        Some(route)
+    }
+
     /// The usable route of `key` (an expired entry is removed), counting a hit or a miss.
     pub fn get(&mut self, key: &AuthorityKey, now: Instant) -> Option<Arc<ReadyRoute>> {
         match self.entries.get(key) {

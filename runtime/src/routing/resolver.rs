@@ -267,6 +267,15 @@ impl Resolver {
         self.resolve_fresh(key).await
     }
 
+    /// The cached route of `key` when there is one (counted as a hit, as by
+    /// [`Resolver::resolve`]); `None` — nothing counted — otherwise, and the caller resolves.
+    pub fn cached(&self, key: &AuthorityKey) -> Option<Arc<ReadyRoute>> {
+        self.check_recovery();
+        let route = self.cache().hit(key, (self.clock)())?;
+        self.count(0);
+        Some(route)
+    }
+
     /// Resolve `key` from the store, skipping the cache lookup (the creation coordinator needs
     /// the store's current answer, not a cached route). A Ready result is cached as usual.
     pub async fn resolve_fresh(&self, key: &AuthorityKey) -> Resolution {

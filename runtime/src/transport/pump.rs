@@ -679,7 +679,7 @@ impl PumpHandle {
     }
 
     /// [`PumpHandle::reserve_data`] without waiting: `None` when the queue has no room.
-    fn try_reserve_data(&self, bytes: usize) -> Result<Option<DataSlot>, PumpError> {
+    pub(crate) fn try_reserve_data(&self, bytes: usize) -> Result<Option<DataSlot>, PumpError> {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(PumpError::Stopped);
         }

@@ -86,6 +86,49 @@ impl<S: ObjectStore> Inner<S> {
         }
         out
     }
+    /// A one-way send that completes now, without the waiting call path: the route is cached
+    /// and the owner is this node, or another node whose connection takes the record at once
+    /// (credit and queue room). `Ok` is the send's result, as [`Inner::call`] would give it;
+    /// `Err` hands the payload and metadata back for [`Inner::call`] — a cache miss, or no room
+    /// now — which then resolves, waits or reports as usual. Handlers' sends are mostly this:
+    /// the waiting path's future (resolve, credit, queue room) is large, and building it (boxed,
+    /// from a handler) for a send that never waits cost a copy of it per message.
+    pub(super) fn try_send_now(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Result<Result<(), CallError>, (TypedPayload, Option<Metadata>)> {
+        let Ok(key) = AuthorityKey::new(kind, id) else {
+            return Err((payload, metadata));
+        };
+        let Some(route) = self.resolver.cached(&key) else {
+            return Err((payload, metadata));
+        };
+        let fence = route_fence(&route, kind, id);
+        let local = route.owner_node.rid == self.mesh.rid()
+            && route.owner_node.lifecycle_generation == self.mesh.lifecycle_generation();
+        if !local {
+            self.mesh.try_object_send(fence, payload, metadata)?;
+            self.stats.remote_calls.fetch_add(1, Ordering::Relaxed);
+            return Ok(Ok(()));
+        }
+        self.stats.local_calls.fetch_add(1, Ordering::Relaxed);
+        let admitted = self.admit(&fence);
+        if admitted.is_ok() {
+            self.notice_follow(&fence, &self.mesh.fence(), None, payload.payload.len());
+        }
+        let out = admitted.and_then(|obj| obj.send(payload, metadata));
+        if let Err(e) = &out
+            && matches!(e.kind(), ErrorKind::StaleRoute | ErrorKind::Unavailable)
+        {
+            // As in `call`: the next call resolves again.
+            self.resolver.cache().stale_route(&route.fence());
+        }
+        Ok(out)
+    }
+
     /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
     pub(super) fn deliver(&self, d: RemoteMessage) {
         let admitted = match &d.session {
@@ -284,6 +327,15 @@ impl<S: ObjectStore> ObjectCaller for Inner<S> {
         held: Option<crate::object::exec::SpotGate>,
     ) -> crate::mesh::handler::BoxFuture<Result<Option<TypedPayload>, CallError>> {
         let this = self.this.get().and_then(std::sync::Weak::upgrade);
+        let mut payload = payload;
+        if timeout.is_none()
+            && let Some(this) = &this
+        {
+            match this.try_send_now(kind, &id, payload, None) {
+                Ok(out) => return Box::pin(std::future::ready(out.map(|()| None))),
+                Err((p, _)) => payload = p,
+            }
+        }
         Box::pin(async move {
             let Some(this) = this else {
                 return Err(CallError::new(
@@ -434,7 +486,18 @@ impl<S: ObjectStore> ObjectCalls for ObjectRuntime<S> {
         payload: TypedPayload,
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Option<TypedPayload>, CallError>> + Send {
-        self.inner.call(kind, id, payload, None, timeout)
+        // A send that went at once returns a ready future: the waiting path's future is large,
+        // and a caller's loop would copy it per message even when it is never polled.
+        let payload = match timeout {
+            None => match self.inner.try_send_now(kind, id, payload, None) {
+                Ok(out) => {
+                    return futures::future::Either::Left(std::future::ready(out.map(|()| None)));
+                }
+                Err((p, _)) => p,
+            },
+            Some(_) => payload,
+        };
+        futures::future::Either::Right(Box::pin(self.inner.call(kind, id, payload, None, timeout)))
     }
 }
 
