@@ -253,6 +253,15 @@ async fn an_actor_is_reached_by_id_alone_locally_and_from_another_node_in_send_o
             .await
             .unwrap();
     }
+    // A send is lazy like any future: one dropped before its first poll sends nothing (the
+    // synchronous send path runs at the first poll, not when the future is built).
+    let unpolled = b.call_payload(
+        zlink_store::types::ObjectKind::Actor,
+        "p-1",
+        zlink::mesh::handler::encode_json(&Earn { coins: 9 }).unwrap(),
+        None,
+    );
+    drop(unpolled);
     let seen: Balance = b.request_to_actor("p-1", &Look, T).await.unwrap();
     let expected: Vec<u64> = std::iter::once(1).chain(1000..1200).collect();
     assert_eq!(

@@ -479,25 +479,24 @@ pub trait ObjectCalls: Sync {
 }
 
 impl<S: ObjectStore> ObjectCalls for ObjectRuntime<S> {
-    fn call_payload(
+    // Lazy, as every future: nothing is sent before the first poll. A send that goes at once
+    // never builds the waiting path's future, which is large (boxed here, so a caller's loop
+    // does not copy it per message).
+    async fn call_payload(
         &self,
         kind: StoreKind,
         id: &str,
         payload: TypedPayload,
         timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<TypedPayload>, CallError>> + Send {
-        // A send that went at once returns a ready future: the waiting path's future is large,
-        // and a caller's loop would copy it per message even when it is never polled.
+    ) -> Result<Option<TypedPayload>, CallError> {
         let payload = match timeout {
             None => match self.inner.try_send_now(kind, id, payload, None) {
-                Ok(out) => {
-                    return futures::future::Either::Left(std::future::ready(out.map(|()| None)));
-                }
+                Ok(out) => return out.map(|()| None),
                 Err((p, _)) => p,
             },
             Some(_) => payload,
         };
-        futures::future::Either::Right(Box::pin(self.inner.call(kind, id, payload, None, timeout)))
+        Box::pin(self.inner.call(kind, id, payload, None, timeout)).await
     }
 }
 
