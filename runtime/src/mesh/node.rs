@@ -886,19 +886,29 @@ impl MeshNode {
     ) -> Result<(), CallError> {
         self.check_open()?;
         let conn = self.owner_conn(&route)?;
+        let record = self.object_send_record(route, payload, metadata);
+        self.inner.send_app_record(&conn, Leg::Send, &record).await
+    }
+
+    /// The `spotSend` (21) / `actorSend` (24) record of a one-way send on `route`.
+    fn object_send_record(
+        &self,
+        route: RouteFence,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+    ) -> Record {
+        let source = self.inner.fence();
         let body = match route.object_kind {
-            zlink_protocol::generated::ObjectKind::Actor => CommandBody::ActorSend(ActorSend {
-                route,
-                source: self.inner.fence(),
-            }),
-            zlink_protocol::generated::ObjectKind::Spot => CommandBody::SpotSend(SpotSend {
-                route,
-                source: self.inner.fence(),
-            }),
+            zlink_protocol::generated::ObjectKind::Actor => {
+                CommandBody::ActorSend(ActorSend { route, source })
+            }
+            zlink_protocol::generated::ObjectKind::Spot => {
+                CommandBody::SpotSend(SpotSend { route, source })
+            }
         };
         let mut record = Record::new(body).with_payload(payload);
         record.metadata = metadata;
-        self.inner.send_app_record(&conn, Leg::Send, &record).await
+        record
     }
 
     /// [`MeshNode::object_send`] without waiting, for a caller that would otherwise build the
@@ -915,18 +925,7 @@ impl MeshNode {
             Ok(c) => c,
             Err(_) => return Err((payload, metadata)),
         };
-        let body = match route.object_kind {
-            zlink_protocol::generated::ObjectKind::Actor => CommandBody::ActorSend(ActorSend {
-                route,
-                source: self.inner.fence(),
-            }),
-            zlink_protocol::generated::ObjectKind::Spot => CommandBody::SpotSend(SpotSend {
-                route,
-                source: self.inner.fence(),
-            }),
-        };
-        let mut record = Record::new(body).with_payload(payload);
-        record.metadata = metadata;
+        let record = self.object_send_record(route, payload, metadata);
         if self.inner.try_send_app_record(&conn, Leg::Send, &record) {
             Ok(())
         } else {

@@ -1284,64 +1284,53 @@ impl<S: ObjectStore> Inner<S> {
         ordinal: u64,
         c: Carried,
     ) {
-        if let Some(o) = c.origin {
-            let header = o.request.clone();
-            let sent = carried_record(&o.route, &o.source, o.request, c.payload, c.metadata)
-                .and_then(|frames| self.send_followed(target, relocation_id, ordinal, frames));
-            match sent {
-                Ok(()) => {
-                    self.relocations
-                        .followed
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.relocations
-                        .followed_as_sent
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                Err(e) => {
-                    self.relocations
-                        .follow_drops
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(error = %e, object = %route.object_id, "a followed record could not be relayed");
-                    if let Some(h) = header {
-                        self.mesh.reply_to(&o.source, &h, Err(e));
+        // The record the 31 carries, whether it goes as it came, and who is told when it
+        // cannot be relayed (a request of another node: its sender, from here).
+        let (frames, as_sent, on_failure) = if let Some(o) = c.origin {
+            let on_failure = o.request.clone().map(|h| (Arc::clone(&o.source), h));
+            let frames = carried_record(&o.route, &o.source, o.request, c.payload, c.metadata);
+            (frames, true, on_failure)
+        } else {
+            let header = match c.reply {
+                None => None,
+                Some(reply) => {
+                    let (ptx, prx) = oneshot::channel();
+                    let deadline = carried_deadline_unix_ms(
+                        self.relocations.settings().carried_request_deadline,
+                    );
+                    match self.mesh.carry_request(target, ptx, deadline) {
+                        Ok((h, _)) => {
+                            forward(prx, reply);
+                            Some(h)
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            return;
+                        }
                     }
                 }
-            }
-            return;
-        }
-        let header = match c.reply {
-            None => None,
-            Some(reply) => {
-                let (ptx, prx) = oneshot::channel();
-                match self.mesh.carry_request(
-                    target,
-                    ptx,
-                    carried_deadline_unix_ms(self.relocations.settings().carried_request_deadline),
-                ) {
-                    Ok((h, _)) => {
-                        forward(prx, reply);
-                        Some(h)
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                        return;
-                    }
-                }
-            }
+            };
+            let frames = carried_record(route, me, header, c.payload, c.metadata);
+            (frames, false, None)
         };
-        let sent = carried_record(route, me, header, c.payload, c.metadata)
-            .and_then(|frames| self.send_followed(target, relocation_id, ordinal, frames));
+        let sent =
+            frames.and_then(|frames| self.send_followed(target, relocation_id, ordinal, frames));
+        let count = |c: &std::sync::atomic::AtomicU64| {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        };
         match sent {
             Ok(()) => {
-                self.relocations
-                    .followed
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                count(&self.relocations.followed);
+                if as_sent {
+                    count(&self.relocations.followed_as_sent);
+                }
             }
             Err(e) => {
-                self.relocations
-                    .follow_drops
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                count(&self.relocations.follow_drops);
                 tracing::warn!(error = %e, object = %route.object_id, "a followed record could not be relayed");
+                if let Some((source, h)) = on_failure {
+                    self.mesh.reply_to(&source, &h, Err(e));
+                }
             }
         }
     }
