@@ -842,17 +842,7 @@ impl<S: ObjectStore> Inner<S> {
         let mut cutover_sent = false;
         let mut report = Some(report);
         let send_relay = |ordinal: u64, frames: Vec<Bytes>| {
-            let _ = self.mesh.relocation_record(
-                &target,
-                Leg::Send,
-                CommandBody::RelocationData(RelocationData {
-                    relocation_id,
-                    target_attempt_generation: 1,
-                    relay_ordinal: ordinal,
-                    frames,
-                }),
-                None,
-            );
+            let _ = self.send_relay_record(&target, relocation_id, ordinal, frames);
         };
         // The unit's relays share one ordinal sequence; each record names its own object.
         let relay = |copies: &mut Vec<RelayCopy>, part: usize, c: Carried| {
@@ -1313,8 +1303,8 @@ impl<S: ObjectStore> Inner<S> {
             let frames = carried_record(route, me, header, c.payload, c.metadata);
             (frames, false, None)
         };
-        let sent =
-            frames.and_then(|frames| self.send_followed(target, relocation_id, ordinal, frames));
+        let sent = frames
+            .and_then(|frames| self.send_relay_record(target, relocation_id, ordinal, frames));
         let count = |c: &std::sync::atomic::AtomicU64| {
             c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         };
@@ -1335,8 +1325,8 @@ impl<S: ObjectStore> Inner<S> {
         }
     }
 
-    /// Send one followed record (`relocationData`, 31) to `target`.
-    fn send_followed(
+    /// Send one held or followed record (`relocationData`, 31) to `target`.
+    fn send_relay_record(
         &self,
         target: &NodeFence,
         relocation_id: [u8; 16],
