@@ -37,6 +37,17 @@ pub enum Leg {
     Reply,
 }
 
+impl Leg {
+    /// The leg as the record codec names it.
+    pub(crate) const fn wire(self) -> zlink_protocol::record::Leg {
+        match self {
+            Self::Send => zlink_protocol::record::Leg::Send,
+            Self::Request => zlink_protocol::record::Leg::Request,
+            Self::Reply => zlink_protocol::record::Leg::Reply,
+        }
+    }
+}
+
 /// One admitted connection epoch.
 #[derive(Debug)]
 pub struct Connection {

@@ -1414,15 +1414,10 @@ impl MeshNode {
     ) -> Result<(), CallError> {
         self.check_open()?;
         let conn = self.conn_to(target, "a relocation")?;
-        let wire_leg = match leg {
-            super::connection::Leg::Send => zlink_protocol::record::Leg::Send,
-            super::connection::Leg::Request => zlink_protocol::record::Leg::Request,
-            super::connection::Leg::Reply => zlink_protocol::record::Leg::Reply,
-        };
         let mut record = Record::new(body);
         record.payload = payload;
         let frames = record
-            .encode(zlink_protocol::record::WireContext::route_mesh(wire_leg))
+            .encode(zlink_protocol::record::WireContext::route_mesh(leg.wire()))
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         if conn.send_control(leg, frames) {
             Ok(())

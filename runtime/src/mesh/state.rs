@@ -330,12 +330,7 @@ impl Inner {
         leg: Leg,
         record: &Record,
     ) -> Result<(), CallError> {
-        let wire_leg = match leg {
-            Leg::Send => zlink_protocol::record::Leg::Send,
-            Leg::Request => zlink_protocol::record::Leg::Request,
-            Leg::Reply => zlink_protocol::record::Leg::Reply,
-        };
-        let msg = self.encode_packed(record, WireContext::route_mesh(wire_leg))?;
+        let msg = self.encode_packed(record, WireContext::route_mesh(leg.wire()))?;
         self.send_packed(conn, leg, msg).await
     }
 
@@ -343,16 +338,11 @@ impl Inner {
     /// when it cannot go at once (no credit or queue room now, the connection closed, the
     /// record too large, an encoding error); the waiting path then sends it or reports why.
     pub(crate) fn try_send_app_record(&self, conn: &ConnRef, leg: Leg, record: &Record) -> bool {
-        let wire_leg = match leg {
-            Leg::Send => zlink_protocol::record::Leg::Send,
-            Leg::Request => zlink_protocol::record::Leg::Request,
-            Leg::Reply => zlink_protocol::record::Leg::Reply,
-        };
-        let Ok(msg) = self.encode_packed(record, WireContext::route_mesh(wire_leg)) else {
+        let Ok(msg) = self.encode_packed(record, WireContext::route_mesh(leg.wire())) else {
             return false;
         };
         let bytes = msg.record_bytes();
-        if bytes as u64 > self.config.flow.max_message_bytes {
+        if self.check_record_size(bytes).is_err() {
             return false;
         }
         let Some(permit) = conn.try_acquire_credit(bytes) else {
@@ -390,14 +380,8 @@ impl Inner {
         Ok(msg)
     }
 
-    /// Send a flow-controlled application record, already in a [`Packed::stamped`] message.
-    pub(crate) async fn send_packed(
-        &self,
-        conn: &ConnRef,
-        leg: Leg,
-        msg: Packed,
-    ) -> Result<(), CallError> {
-        let bytes = msg.record_bytes();
+    /// A record of `bytes` bytes fits `flow.max_message_bytes`.
+    fn check_record_size(&self, bytes: usize) -> Result<(), CallError> {
         if bytes as u64 > self.config.flow.max_message_bytes {
             return Err(CallError::new(
                 ErrorKind::InvalidOperation,
@@ -407,6 +391,18 @@ impl Inner {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Send a flow-controlled application record, already in a [`Packed::stamped`] message.
+    pub(crate) async fn send_packed(
+        &self,
+        conn: &ConnRef,
+        leg: Leg,
+        msg: Packed,
+    ) -> Result<(), CallError> {
+        let bytes = msg.record_bytes();
+        self.check_record_size(bytes)?;
         let permit = conn.acquire_credit(bytes).await?;
         let slot = self
             .pump
