@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// A one-way send [`Inner::try_send_now`] could not complete at once, for the waiting path:
+/// the payload, metadata and, when the route was cached, that route.
+pub(super) struct SendLater {
+    payload: TypedPayload,
+    metadata: Option<Metadata>,
+    route: Option<Arc<ReadyRoute>>,
+}
+
 impl<S: ObjectStore> Inner<S> {
     /// The call path shared by every ID-addressed surface: `timeout` `None` is a one-way send.
     ///
@@ -15,10 +23,29 @@ impl<S: ObjectStore> Inner<S> {
         metadata: Option<Metadata>,
         timeout: Option<Duration>,
     ) -> Result<Option<TypedPayload>, CallError> {
+        self.call_with(kind, id, None, payload, metadata, timeout)
+            .await
+    }
+
+    /// [`Inner::call`] on `cached`, the route a [`Inner::try_send_now`] found, when it has one
+    /// (it is not resolved again).
+    async fn call_with(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        cached: Option<Arc<ReadyRoute>>,
+        payload: TypedPayload,
+        metadata: Option<Metadata>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TypedPayload>, CallError> {
         let inner = self;
         let key = AuthorityKey::new(kind, id)
             .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        let route = match inner.resolver.resolve(&key).await {
+        let resolved = match cached {
+            Some(r) => Resolution::ReadyRoute(r),
+            None => inner.resolver.resolve(&key).await,
+        };
+        let route = match resolved {
             Resolution::ReadyRoute(r) => r,
             Resolution::Missing => {
                 return Err(CallError::new(
@@ -35,15 +62,8 @@ impl<S: ObjectStore> Inner<S> {
             Resolution::StoreFailure(e) => return Err(store_error(e)),
         };
         let fence = route_fence(&route, kind, id);
-        let local = route.owner_node.rid == inner.mesh.rid()
-            && route.owner_node.lifecycle_generation == inner.mesh.lifecycle_generation();
-        let out = if local {
-            inner.stats.local_calls.fetch_add(1, Ordering::Relaxed);
-            let admitted = inner.admit(&fence);
-            if admitted.is_ok() {
-                inner.notice_follow(&fence, &inner.mesh.fence(), None, payload.payload.len());
-            }
-            match admitted {
+        let out = if inner.owns(&route) {
+            match inner.admit_local(&fence, payload.payload.len()) {
                 Ok(obj) => match timeout {
                     None => obj.send(payload, metadata).map(|()| None),
                     Some(t) => {
@@ -77,56 +97,94 @@ impl<S: ObjectStore> Inner<S> {
                     .map(Some),
             }
         };
-        if let Err(e) = &out
-            && matches!(e.kind(), ErrorKind::StaleRoute | ErrorKind::Unavailable)
-        {
-            // StaleRoute: the owner refused the route. Unavailable: no connection to that
-            // owner lifecycle (it restarted or left). Either way the next call resolves again.
-            inner.resolver.cache().stale_route(&route.fence());
-        }
+        inner.forget_route_after(&route, &out);
         out
     }
+
+    /// Whether `route` names this node lifecycle as the owner.
+    fn owns(&self, route: &ReadyRoute) -> bool {
+        route.owner_node.rid == self.mesh.rid()
+            && route.owner_node.lifecycle_generation == self.mesh.lifecycle_generation()
+    }
+
+    /// A call to an object this node owns: counted, admitted on `fence`, and the caller's own
+    /// cached route dropped if it is an old one this node follows.
+    fn admit_local(
+        &self,
+        fence: &RouteFence,
+        payload_len: usize,
+    ) -> Result<Arc<dyn LiveObject>, CallError> {
+        self.stats.local_calls.fetch_add(1, Ordering::Relaxed);
+        let admitted = self.admit(fence);
+        if admitted.is_ok() {
+            self.notice_follow(fence, &self.mesh.fence(), None, payload_len);
+        }
+        admitted
+    }
+
+    /// A call on `route` ended with `out`. StaleRoute: the owner refused the route.
+    /// Unavailable: no connection to that owner lifecycle (it restarted or left). Either way
+    /// the next call resolves again.
+    fn forget_route_after<T>(&self, route: &ReadyRoute, out: &Result<T, CallError>) {
+        if let Err(e) = out
+            && matches!(e.kind(), ErrorKind::StaleRoute | ErrorKind::Unavailable)
+        {
+            self.resolver.cache().stale_route(&route.fence());
+        }
+    }
+
     /// A one-way send that completes now, without the waiting call path: the route is cached
     /// and the owner is this node, or another node whose connection takes the record at once
     /// (credit and queue room). `Ok` is the send's result, as [`Inner::call`] would give it;
-    /// `Err` hands the payload and metadata back for [`Inner::call`] — a cache miss, or no room
-    /// now — which then resolves, waits or reports as usual. Handlers' sends are mostly this:
-    /// the waiting path's future (resolve, credit, queue room) is large, and building it (boxed,
-    /// from a handler) for a send that never waits cost a copy of it per message.
+    /// `Err` hands the send back for [`Inner::call_with`] — a cache miss, or no room now —
+    /// which then resolves (unless a route was found), waits or reports as usual. Handlers'
+    /// sends are mostly this: the waiting path's future (resolve, credit, queue room) is large,
+    /// and building it (boxed, from a handler) for a send that never waits cost a copy of it
+    /// per message.
     pub(super) fn try_send_now(
         &self,
         kind: StoreKind,
         id: &str,
         payload: TypedPayload,
         metadata: Option<Metadata>,
-    ) -> Result<Result<(), CallError>, (TypedPayload, Option<Metadata>)> {
+    ) -> Result<Result<(), CallError>, Box<SendLater>> {
+        let later = |payload, metadata, route| {
+            Box::new(SendLater {
+                payload,
+                metadata,
+                route,
+            })
+        };
         let Ok(key) = AuthorityKey::new(kind, id) else {
-            return Err((payload, metadata));
+            return Err(later(payload, metadata, None));
         };
         let Some(route) = self.resolver.cached(&key) else {
-            return Err((payload, metadata));
+            return Err(later(payload, metadata, None));
         };
         let fence = route_fence(&route, kind, id);
-        let local = route.owner_node.rid == self.mesh.rid()
-            && route.owner_node.lifecycle_generation == self.mesh.lifecycle_generation();
-        if !local {
-            self.mesh.try_object_send(fence, payload, metadata)?;
+        if !self.owns(&route) {
+            if let Err((payload, metadata)) = self.mesh.try_object_send(fence, payload, metadata) {
+                return Err(later(payload, metadata, Some(route)));
+            }
             self.stats.remote_calls.fetch_add(1, Ordering::Relaxed);
             return Ok(Ok(()));
         }
-        self.stats.local_calls.fetch_add(1, Ordering::Relaxed);
-        let admitted = self.admit(&fence);
-        if admitted.is_ok() {
-            self.notice_follow(&fence, &self.mesh.fence(), None, payload.payload.len());
-        }
-        let out = admitted.and_then(|obj| obj.send(payload, metadata));
-        if let Err(e) = &out
-            && matches!(e.kind(), ErrorKind::StaleRoute | ErrorKind::Unavailable)
-        {
-            // As in `call`: the next call resolves again.
-            self.resolver.cache().stale_route(&route.fence());
-        }
+        let out = self
+            .admit_local(&fence, payload.payload.len())
+            .and_then(|obj| obj.send(payload, metadata));
+        self.forget_route_after(&route, &out);
         Ok(out)
+    }
+
+    /// A one-way send on the waiting path: the call [`Inner::try_send_now`] handed back.
+    pub(super) async fn send_later(
+        &self,
+        kind: StoreKind,
+        id: &str,
+        later: SendLater,
+    ) -> Result<Option<TypedPayload>, CallError> {
+        self.call_with(kind, id, later.route, later.payload, later.metadata, None)
+            .await
     }
 
     /// Target admission and queueing of an admitted Spot / Actor record (see the module docs).
@@ -327,14 +385,13 @@ impl<S: ObjectStore> ObjectCaller for Inner<S> {
         held: Option<crate::object::exec::SpotGate>,
     ) -> crate::mesh::handler::BoxFuture<Result<Option<TypedPayload>, CallError>> {
         let this = self.this.get().and_then(std::sync::Weak::upgrade);
-        let mut payload = payload;
         if timeout.is_none()
-            && let Some(this) = &this
+            && let Some(this) = this
         {
-            match this.try_send_now(kind, &id, payload, None) {
-                Ok(out) => return Box::pin(std::future::ready(out.map(|()| None))),
-                Err((p, _)) => payload = p,
-            }
+            return match this.try_send_now(kind, &id, payload, None) {
+                Ok(out) => Box::pin(std::future::ready(out.map(|()| None))),
+                Err(later) => Box::pin(async move { this.send_later(kind, &id, *later).await }),
+            };
         }
         Box::pin(async move {
             let Some(this) = this else {
@@ -489,13 +546,12 @@ impl<S: ObjectStore> ObjectCalls for ObjectRuntime<S> {
         payload: TypedPayload,
         timeout: Option<Duration>,
     ) -> Result<Option<TypedPayload>, CallError> {
-        let payload = match timeout {
-            None => match self.inner.try_send_now(kind, id, payload, None) {
-                Ok(out) => return out.map(|()| None),
-                Err((p, _)) => p,
-            },
-            Some(_) => payload,
-        };
+        if timeout.is_none() {
+            return match self.inner.try_send_now(kind, id, payload, None) {
+                Ok(out) => out.map(|()| None),
+                Err(later) => Box::pin(self.inner.send_later(kind, id, *later)).await,
+            };
+        }
         Box::pin(self.inner.call(kind, id, payload, None, timeout)).await
     }
 }
