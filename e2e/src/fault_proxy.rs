@@ -19,6 +19,28 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// A free loopback port for a node to bind later, from below the kernel's ephemeral range: a
+/// port taken with `bind(0)` and released is the one the next `bind(0)` of another node or process tends
+/// to get (seen in CI as `Address already in use`), while nothing in our tests binds or dials
+/// from below that range by itself.
+pub fn port_below_the_ephemeral_range() -> u16 {
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768);
+    let base = low.saturating_sub(12_000).max(1_024);
+    let span = low - base;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+        ^ std::process::id();
+    (0..u32::from(span))
+        .map(|i| base + ((seed.wrapping_add(i.wrapping_mul(7_919))) % u32::from(span)) as u16)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
 /// What the proxy does to traffic now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

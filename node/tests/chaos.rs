@@ -50,14 +50,6 @@ fn unix_ms() -> u64 {
     .unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn signal(host: &Host, sig: &str) {
     let ok = Command::new("kill")
         .args([sig, &host.child.id().to_string()])
@@ -250,7 +242,7 @@ fn chaos_run_keeps_one_owner_per_id_and_loses_only_what_faults_allow() {
     let dir = std::env::temp_dir().join(format!("zlink-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = write_config(&dir, &redis.url());
-    let c2_port = free_port();
+    let c2_port = fault_proxy::port_below_the_ephemeral_range();
     let proxy =
         FaultProxy::start(0, std::net::SocketAddr::from(([127, 0, 0, 1], c2_port))).unwrap();
     let mut c = Cluster {

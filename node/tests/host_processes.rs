@@ -8,6 +8,9 @@
 #[path = "../../store/tests/support/redis_server.rs"]
 mod redis_server;
 
+#[path = "../../e2e/src/fault_proxy.rs"]
+mod fault_proxy;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -920,11 +923,7 @@ fn a_host_started_before_redis_waits_for_it_then_serves() {
 #[test]
 fn a_host_restarted_on_the_same_port_stays_connected_after_its_old_descriptor_lapses() {
     let (_redis, dir, config) = outage_setup("sameport");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = fault_proxy::port_below_the_ephemeral_range();
     let fixed = [("ZLINK_MESH_PORT", port.to_string())];
     let a = Host::spawn(&config, "p0");
     let mut b = Host::spawn_with(&config, "p1", &fixed);
