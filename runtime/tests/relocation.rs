@@ -1078,6 +1078,111 @@ async fn a_followed_request_whose_sender_became_the_owner_is_answered_there() {
     followed_request_answered_by_the_new_owner("as-2", 2).await;
 }
 
+/// Issue 17 item 7 (wire §3.1), one-way: a send node 2 makes on its cached route to node 0
+/// after the tally moved to node 1 is forwarded as it came — under node 2's identity, not node
+/// 0's — and delivered once by the new owner, after what came before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_send_keeps_its_sender_and_is_delivered_once() {
+    let id = "as-3";
+    let c = one_tally(id).await;
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Read {}, T)
+        .await
+        .unwrap();
+    let reports = c.rts[0].relocate(&plan_to("node-1")).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![(id.into(), UnitOutcome::HandedOver)]
+    );
+    c.rts[2]
+        .send_to_instance_spot("tally", id, &Add { seq: 1 })
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while terminal_stat(&c, 1, |s| &s.followed_delivered) == 0 {
+        assert!(
+            t0.elapsed() < WAIT,
+            "node 1 never delivered a followed send of node 2"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(
+        terminal_stat(&c, 0, |s| &s.followed),
+        1,
+        "it took the old route"
+    );
+    assert_eq!(
+        terminal_stat(&c, 0, |s| &s.followed_as_sent),
+        1,
+        "node 0 forwarded it with node 2's identity"
+    );
+    assert_eq!(terminal_stat(&c, 1, |s| &s.followed_delivered), 1);
+    let s: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Add { seq: 2 }, T)
+        .await
+        .unwrap();
+    assert_eq!(s.seqs, vec![0, 1, 2], "delivered once, in order");
+    c.shutdown().await;
+}
+
+/// Issue 17 item 7, the failure path: when the old owner cannot relay a request it follows (its
+/// connection to the new owner is cut), it answers the sender `Unavailable` at once — not a
+/// silent drop that leaves the caller waiting for its deadline — and the request is not applied
+/// anywhere; once the path is back, the next call lands after what came before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_old_owner_cannot_follow_is_answered_unavailable() {
+    let id = "as-4";
+    let (c, proxy) = proxied_tally(id, |_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    let _: Tally = c.rts[2]
+        .request_to_instance_spot("tally", id, &Read {}, T)
+        .await
+        .unwrap();
+    let reports = c.rts[0].relocate(&plan_to("node-1")).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![(id.into(), UnitOutcome::HandedOver)]
+    );
+    // Every path to node 1 crosses the proxy (it advertises the proxy's port).
+    proxy.set(fault_proxy::Mode::Cut);
+    let t0 = std::time::Instant::now();
+    let r: Result<Tally, _> = c.rts[2]
+        .request_to_instance_spot("tally", id, &Add { seq: 1 }, T)
+        .await;
+    let e = r.expect_err("nothing can reach node 1");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e:?}");
+    assert!(
+        t0.elapsed() < T / 2,
+        "answered at once, not at the deadline: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        terminal_stat(&c, 0, |s| &s.follow_drops),
+        1,
+        "node 0 could not relay it"
+    );
+    proxy.set(fault_proxy::Mode::Pass);
+    let t0 = std::time::Instant::now();
+    let s: Tally = loop {
+        match c.rts[2]
+            .request_to_instance_spot("tally", id, &Add { seq: 2 }, T)
+            .await
+        {
+            Ok(s) => break s,
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable, "{e:?}");
+                assert!(t0.elapsed() < WAIT, "node 1 never came back: {e:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(
+        s.seqs,
+        vec![0, 2],
+        "the refused request ran nowhere; the next one after what came before"
+    );
+    c.shutdown().await;
+}
+
 /// Fault matrix "source killed after Ready → fallback CAS" (and "cutover lost beyond the
 /// window"): the source stops processing right after its Prepare left (frozen, like a stalled
 /// or dying process), so the target's Ready is never answered with a cutover; the target

@@ -465,8 +465,13 @@ impl<S: ObjectStore> Inner<S> {
                     self.relocations
                         .followed_answered
                         .fetch_add(1, Ordering::Relaxed);
-                } else if kind == zlink_store::types::ObjectKind::Actor {
-                    self.notice_without_tail(&id, &c.payload);
+                } else {
+                    self.relocations
+                        .followed_delivered
+                        .fetch_add(1, Ordering::Relaxed);
+                    if kind == zlink_store::types::ObjectKind::Actor {
+                        self.notice_without_tail(&id, &c.payload);
+                    }
                 }
                 self.serve_admitted(
                     obj,

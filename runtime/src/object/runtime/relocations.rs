@@ -134,6 +134,9 @@ pub struct RelocationStats {
     /// Followed requests of another node than the unit's source, answered here to their sender
     /// directly (target; wire §3.1).
     pub followed_answered: AtomicU64,
+    /// Followed one-way records of another node than the unit's source, delivered here as
+    /// that node sent them (target; wire §3.1).
+    pub followed_delivered: AtomicU64,
     /// Followed records that could not be relayed (source).
     pub follow_drops: AtomicU64,
     /// Work that reached an executor after its capture (a caller that looked the object up
