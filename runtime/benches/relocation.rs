@@ -234,7 +234,11 @@ fn pauses(w: &World) -> Vec<f64> {
                 TimelineStep::Switched => {
                     switched.insert(e.relocation_id, e.at);
                 }
-                TimelineStep::Transferred | TimelineStep::Ready => {}
+                TimelineStep::Transferred
+                | TimelineStep::Ready
+                | TimelineStep::ReadySeen
+                | TimelineStep::CutoverSeen
+                | TimelineStep::Committed => {}
             }
         }
     }
@@ -262,20 +266,23 @@ fn cpu_ns() -> u64 {
 }
 
 /// Median µs of sealed → transferred → ready → switched over every move in the timelines.
-fn stages(w: &World) -> [f64; 3] {
-    let mut at: HashMap<[u8; 16], [Option<Instant>; 4]> = HashMap::new();
+fn stages(w: &World) -> [f64; 6] {
+    let mut at: HashMap<[u8; 16], [Option<Instant>; 7]> = HashMap::new();
     for rt in &w.rts {
         for e in rt.relocation_timeline() {
             let i = match e.step {
                 TimelineStep::Sealed => 0,
                 TimelineStep::Transferred => 1,
                 TimelineStep::Ready => 2,
-                TimelineStep::Switched => 3,
+                TimelineStep::ReadySeen => 3,
+                TimelineStep::CutoverSeen => 4,
+                TimelineStep::Committed => 5,
+                TimelineStep::Switched => 6,
             };
             at.entry(e.relocation_id).or_default()[i] = Some(e.at);
         }
     }
-    let mut out = [0.0; 3];
+    let mut out = [0.0; 6];
     for (k, o) in out.iter_mut().enumerate() {
         let mut v: Vec<f64> = at
             .values()
@@ -605,9 +612,9 @@ async fn throughput_round(out: &mut Outcome) -> f64 {
                 .map(|c| (c * 100.0).round() / 100.0)
                 .collect::<Vec<_>>()
         ));
-        let [t, r, s] = stages(&w);
+        let [t, r, rs, cs, c, s] = stages(&w);
         out.lines.push(format!(
-            "median µs per step: seal → transfer {t:.0}, transfer → ready {r:.0}, ready → switch {s:.0}"
+            "median µs per step: seal → transfer {t:.0}, transfer → ready {r:.0}, ready → seen by the source {rs:.0}, → cutover seen by the target {cs:.0}, → committed {c:.0}, → switched {s:.0}"
         ));
         for (i, rt) in w.rts.iter().enumerate() {
             let r = rt.relocation_stats();

@@ -400,6 +400,8 @@ impl<S: ObjectStore> Inner<S> {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
+        self.relocations
+            .mark(unit.id, super::TimelineStep::CutoverSeen, Instant::now());
         let boundary = unit
             .parts()
             .staging
@@ -1076,6 +1078,11 @@ impl<S: ObjectStore> Inner<S> {
                         .await;
                         match attempt {
                             Ok(Ok(a)) => {
+                                self.relocations.mark(
+                                    unit.id,
+                                    super::TimelineStep::Committed,
+                                    Instant::now(),
+                                );
                                 new_owner_generations = Some(a);
                                 pending.push(CommitEvent::CasOk);
                             }

@@ -946,6 +946,13 @@ impl<S: ObjectStore> Inner<S> {
                     // The target answers every Prepare of the unit alike, once all of them
                     // are restored (or with a 53 to all): the first answer decides.
                     Some(PrepareAnswer::Ready) => {
+                        if matches!(unit, SourceUnit::Preparing { .. }) {
+                            self.relocations.mark(
+                                relocation_id,
+                                super::TimelineStep::ReadySeen,
+                                Instant::now(),
+                            );
+                        }
                         // Relay-ready accepted: no session leg is aborted from here on.
                         if let Some(l) = legs.as_mut() {
                             l.ready();

@@ -199,6 +199,12 @@ pub enum TimelineStep {
     Transferred,
     /// Target: `relocationReady` was sent (restored, waiting for the cutover).
     Ready,
+    /// Source: the first `relocationReady` reached the unit (its relays and cutover go next).
+    ReadySeen,
+    /// Target: the `relocationCutover` reached this node.
+    CutoverSeen,
+    /// Target: the commit landed in the store.
+    Committed,
     /// Target: the unit's dispatch opened (the switch).
     Switched,
 }
