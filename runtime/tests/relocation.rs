@@ -13,21 +13,24 @@
 mod common;
 #[path = "../../e2e/src/fault_proxy.rs"]
 mod fault_proxy;
+#[path = "../../store/tests/support/redis_server.rs"]
+mod redis_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::WAIT;
-use common::cluster::Cluster;
+use common::cluster::{Cluster, ClusterBuilder};
 use serde::{Deserialize, Serialize};
 use zlink::call::error::{CallError, ErrorKind};
 use zlink::mesh::JsonMessage;
 use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, JsonState, Registry, Relocation, StateAdapter};
-use zlink::object::runtime::{RelocatePlan, UnitReport};
+use zlink::object::runtime::{ObjectStore, RelocatePlan, UnitReport};
 use zlink::relocation::host::{StayReason, UnitOutcome};
+use zlink_store::redis::{RedisStore, RedisStoreConfig};
 use zlink_store::types::{AuthorityRead, ObjectKind};
 
 const T: Duration = Duration::from_secs(10);
@@ -60,7 +63,7 @@ impl JsonMessage for SlowAdd {
 }
 
 /// A turn that holds its object until the test releases the [`Hold`] named `key` (a gate of
-/// one test's own, where [`GATE`] is shared by every test of this binary).
+/// one test's own: tests of this binary run at once).
 #[derive(Debug, Serialize, Deserialize)]
 struct HoldTurn {
     key: String,
@@ -90,16 +93,6 @@ static HOLDS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<Str
 fn hold(key: &str) -> Arc<Hold> {
     Arc::clone(HOLDS.lock().unwrap().entry(key.to_owned()).or_default())
 }
-
-/// A turn that waits for the test's [`GATE`] (so work queues behind it deterministically).
-#[derive(Debug, Serialize, Deserialize)]
-struct Gated {}
-impl JsonMessage for Gated {
-    const PACKET_NAME: &'static str = "tally.Gated";
-}
-
-/// Released by the test once everything it wants queued is queued.
-static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
 
 /// Append `0..n` to the state at once (a large state for the chunk and budget tests).
 #[derive(Debug, Serialize, Deserialize)]
@@ -168,10 +161,6 @@ fn handlers() -> ObjectHandlers<Tally> {
         tokio::time::sleep(Duration::from_millis(s.ms)).await;
         Ok(())
     });
-    h.on_send(|_ctx, _g: Gated| async move {
-        GATE.acquire().await.unwrap().forget();
-        Ok(())
-    });
     h.on_send(|ctx, _t: Tick| async move {
         ctx.state().ticks += 1;
         Ok(())
@@ -218,15 +207,42 @@ fn registry(policy: Relocation<Tally>) -> Registry {
 /// Three hosting nodes; every Instance Spot activates on node 0 (the others weigh 0 until
 /// `open_targets`).
 async fn cluster(policy: impl Fn(usize) -> Relocation<Tally> + 'static) -> Cluster {
-    Cluster::builder(3)
+    cluster_on(Cluster::builder(3), policy).await
+}
+
+/// [`cluster`] on the store of `builder`.
+async fn cluster_on<S: ObjectStore>(
+    builder: ClusterBuilder<S>,
+    policy: impl Fn(usize) -> Relocation<Tally> + 'static,
+) -> Cluster<S> {
+    builder
         .registry(move |i| registry(policy(i)))
         .placement_weights(&[100, 0, 0])
         .start()
         .await
 }
 
+/// Issue 17 "In-process (real sockets, both stores)": a builder of three nodes whose Location
+/// Store is a real `redis-server` started for the test (kept alive by the returned guard; all
+/// nodes share one client, as they share the memory store in the other cases).
+async fn on_redis() -> (redis_server::RedisServer, ClusterBuilder<RedisStore>) {
+    let server = redis_server::RedisServer::start().await;
+    let store = RedisStore::connect(
+        &server.url(),
+        RedisStoreConfig {
+            namespace: format!("reloc-{}", std::process::id()),
+            response_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_millis(500),
+            reconnect_retries: 1,
+        },
+    )
+    .await
+    .unwrap();
+    (server, Cluster::builder(3).store(Arc::new(store)))
+}
+
 /// Give nodes 1 and 2 weight and wait until node 0 sees it.
-async fn open_targets(c: &Cluster) {
+async fn open_targets<S: ObjectStore>(c: &Cluster<S>) {
     for n in &c.nodes[1..] {
         n.set_placement_weight(100).unwrap();
     }
@@ -242,7 +258,7 @@ async fn open_targets(c: &Cluster) {
     }
 }
 
-async fn owner_of(c: &Cluster, id: &str) -> String {
+async fn owner_of<S: ObjectStore>(c: &Cluster<S>, id: &str) -> String {
     match c.authority(ObjectKind::Spot, id).await {
         AuthorityRead::Found(a) => a.owner_node.rid,
         AuthorityRead::Missing { .. } => "missing".into(),
@@ -258,6 +274,20 @@ fn outcomes(r: &[UnitReport]) -> Vec<(String, UnitOutcome)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_spots_move_with_state_queue_timers_and_calls_in_flight() {
     let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    instance_spots_move(c, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_spots_move_with_state_queue_timers_and_calls_in_flight_on_redis() {
+    let (_server, builder) = on_redis().await;
+    let c = cluster_on(builder, |_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    instance_spots_move(c, "redis").await;
+}
+
+/// Issue 17 "In-process: Instance Spot": eight tallies move from node 0 with their state,
+/// queued work and timers, and with the calls made during the move; `tag` keeps the held turns
+/// of a case apart from the other store's.
+async fn instance_spots_move<S: ObjectStore>(c: Cluster<S>, tag: &str) {
     let caller = &c.rts[2];
     let ids: Vec<String> = (0..8).map(|i| format!("t-{i}")).collect();
     // Activate every tally on node 0 with seq 0 and arm its timer.
@@ -275,7 +305,13 @@ async fn instance_spots_move_with_state_queue_timers_and_calls_in_flight() {
     let rt0 = &c.rts[0];
     for id in &ids {
         caller
-            .send_to_instance_spot("tally", id, &Gated {})
+            .send_to_instance_spot(
+                "tally",
+                id,
+                &HoldTurn {
+                    key: format!("{tag}-{id}"),
+                },
+            )
             .await
             .unwrap();
         for seq in 1..=5 {
@@ -308,7 +344,9 @@ async fn instance_spots_move_with_state_queue_timers_and_calls_in_flight() {
                     .await,
             );
         }
-        GATE.add_permits(ids.len());
+        for id in &ids {
+            hold(&format!("{tag}-{id}")).release.add_permits(1);
+        }
         let mut replies = Vec::new();
         for id in &ids {
             let r: Result<Tally, _> = caller
@@ -490,6 +528,22 @@ async fn a_refused_restore_puts_everything_back_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_stays_serving_and_no_target_stays() {
     let c = cluster(|_| Relocation::Disable).await;
+    let c2 = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    disabled_and_no_target(c, c2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_stays_serving_and_no_target_stays_on_redis() {
+    let (_server, builder) = on_redis().await;
+    let c = cluster_on(builder, |_| Relocation::Disable).await;
+    let (_server2, builder) = on_redis().await;
+    let c2 = cluster_on(builder, |_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    disabled_and_no_target(c, c2).await;
+}
+
+/// Issue 17 "DisableRelocation still serving" and `Stayed{NoTarget}`: `c` hosts a type that
+/// disables relocation, `c2` a movable one with no other node open.
+async fn disabled_and_no_target<S: ObjectStore>(c: Cluster<S>, c2: Cluster<S>) {
     let caller = &c.rts[2];
     let _: Tally = caller
         .request_to_instance_spot("tally", "d-1", &Add { seq: 0 }, T)
@@ -514,7 +568,7 @@ async fn disabled_stays_serving_and_no_target_stays() {
     assert_eq!(s.seqs, vec![0]);
     c.shutdown().await;
 
-    let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    let c = c2;
     let _: Tally = c.rts[2]
         .request_to_instance_spot("tally", "n-1", &Add { seq: 0 }, T)
         .await
@@ -568,7 +622,15 @@ fn record_members(mut h: ObjectHandlers<Tally>, notes: &Notes) -> ObjectHandlers
 /// Three nodes with Entry Spots hosting `registry(i)`; everything is placed on node 0 (the
 /// others weigh 0 until [`open_targets`]).
 async fn entry_cluster(registry: impl Fn(usize) -> Registry + 'static) -> Cluster {
-    Cluster::builder(3)
+    entry_cluster_on(Cluster::builder(3), registry).await
+}
+
+/// [`entry_cluster`] on the store of `builder`.
+async fn entry_cluster_on<S: ObjectStore>(
+    builder: ClusterBuilder<S>,
+    registry: impl Fn(usize) -> Registry + 'static,
+) -> Cluster<S> {
+    builder
         .registry(registry)
         .entry_spots()
         .placement_weights(&[100, 0, 0])
@@ -585,6 +647,19 @@ async fn entry_spot_actors_move_with_their_membership() {
     let notes: Vec<Notes> = (0..3).map(|_| Arc::default()).collect();
     let n2 = notes.clone();
     let c = entry_cluster(move |i| actor_registry(Arc::clone(&n2[i]))).await;
+    entry_spot_actors_move(c, &notes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_spot_actors_move_with_their_membership_on_redis() {
+    let notes: Vec<Notes> = (0..3).map(|_| Arc::default()).collect();
+    let n2 = notes.clone();
+    let (_server, builder) = on_redis().await;
+    let c = entry_cluster_on(builder, move |i| actor_registry(Arc::clone(&n2[i]))).await;
+    entry_spot_actors_move(c, &notes).await;
+}
+
+async fn entry_spot_actors_move<S: ObjectStore>(c: Cluster<S>, notes: &[Notes]) {
     let ids: Vec<String> = (0..4).map(|i| format!("w-{i}")).collect();
     for id in &ids {
         c.rts[0].create_actor("walker", id, None).await.unwrap();
@@ -1424,30 +1499,44 @@ async fn a_turn_that_outlasts_the_deadline_leaves_the_unit_serving_where_it_is()
     c.shutdown().await;
 }
 
-/// A turn of a User Spot that waits for [`ROOM_GATE`] (its members' turns wait behind it when
-/// the Spot shares its gate with them).
+/// A turn of a User Spot that waits for its case's [`RoomGates`] (its members' turns wait
+/// behind it when the Spot shares its gate with them).
 #[derive(Debug, Serialize, Deserialize)]
 struct RoomGated {}
 impl JsonMessage for RoomGated {
     const PACKET_NAME: &'static str = "tally.RoomGated";
 }
 
-/// Released by the User Spot tests (their own, so other tests' [`GATE`] permits never mix in).
-static ROOM_GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+/// The gates of one User Spot case (each store's case its own: the cases run at once).
+struct RoomGates {
+    /// Released by the case.
+    gate: tokio::sync::Semaphore,
+    /// One permit per [`RoomGated`] turn that started (a marker for the case).
+    entered: tokio::sync::Semaphore,
+}
 
-/// One permit per [`RoomGated`] turn that started (a marker for the test).
-static ROOM_ENTERED: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+impl RoomGates {
+    const fn new() -> Self {
+        Self {
+            gate: tokio::sync::Semaphore::const_new(0),
+            entered: tokio::sync::Semaphore::const_new(0),
+        }
+    }
+}
+
+static ROOM_ON_MEMORY: RoomGates = RoomGates::new();
+static ROOM_ON_REDIS: RoomGates = RoomGates::new();
 
 /// Actor `player`, SpotWide User Spot `room` and PerActor User Spot `lobby` (the `tally`
 /// handlers, state kept by JSON), an Entry Spot; member notifications of the User Spots are
-/// recorded in `notes`.
-fn room_registry(notes: Notes) -> Registry {
+/// recorded in `notes`; a [`RoomGated`] turn waits for `gates`.
+fn room_registry(notes: Notes, gates: &'static RoomGates) -> Registry {
     use zlink::object::registry::SpotExecution;
     let spot_handlers = move || {
         let mut h = handlers();
-        h.on_send(|_ctx, _g: RoomGated| async move {
-            ROOM_ENTERED.add_permits(1);
-            ROOM_GATE.acquire().await.unwrap().forget();
+        h.on_send(move |_ctx, _g: RoomGated| async move {
+            gates.entered.add_permits(1);
+            gates.gate.acquire().await.unwrap().forget();
             Ok(())
         });
         record_members(h, &notes)
@@ -1495,7 +1584,23 @@ fn room_registry(notes: Notes) -> Registry {
 async fn user_spots_move_with_all_their_members_in_one_commit() {
     let notes: Vec<Notes> = (0..3).map(|_| Arc::default()).collect();
     let n2 = notes.clone();
-    let c = entry_cluster(move |i| room_registry(Arc::clone(&n2[i]))).await;
+    let c = entry_cluster(move |i| room_registry(Arc::clone(&n2[i]), &ROOM_ON_MEMORY)).await;
+    user_spots_move(c, &notes, &ROOM_ON_MEMORY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_spots_move_with_all_their_members_in_one_commit_on_redis() {
+    let notes: Vec<Notes> = (0..3).map(|_| Arc::default()).collect();
+    let n2 = notes.clone();
+    let (_server, builder) = on_redis().await;
+    let c = entry_cluster_on(builder, move |i| {
+        room_registry(Arc::clone(&n2[i]), &ROOM_ON_REDIS)
+    })
+    .await;
+    user_spots_move(c, &notes, &ROOM_ON_REDIS).await;
+}
+
+async fn user_spots_move<S: ObjectStore>(c: Cluster<S>, notes: &[Notes], gates: &RoomGates) {
     let rooms = [("room", "room-1", 50usize), ("lobby", "lobby-1", 5)];
     let mut members: Vec<(String, Vec<String>)> = Vec::new();
     for (ty, spot, n) in rooms {
@@ -1546,7 +1651,7 @@ async fn user_spots_move_with_all_their_members_in_one_commit() {
         .send_to_spot("room-1", &RoomGated {})
         .await
         .unwrap();
-    tokio::time::timeout(WAIT, ROOM_ENTERED.acquire())
+    tokio::time::timeout(WAIT, gates.entered.acquire())
         .await
         .expect("the room's gated turn started")
         .unwrap()
@@ -1574,7 +1679,7 @@ async fn user_spots_move_with_all_their_members_in_one_commit() {
     let during = async {
         // Let the seal find the queued work, then free the room's turn.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        ROOM_GATE.add_permits(1);
+        gates.gate.add_permits(1);
         // Seq 4 during the move: held, relayed or followed.
         for (spot, ids) in &members {
             let t: Tally = c.rts[2]
@@ -1699,7 +1804,7 @@ async fn user_spots_move_with_all_their_members_in_one_commit() {
         .send_to_spot("room-1", &RoomGated {})
         .await
         .unwrap();
-    tokio::time::timeout(WAIT, ROOM_ENTERED.acquire())
+    tokio::time::timeout(WAIT, gates.entered.acquire())
         .await
         .expect("the room's gated turn started")
         .unwrap()
@@ -1711,12 +1816,12 @@ async fn user_spots_move_with_all_their_members_in_one_commit() {
         blocked.is_err(),
         "a SpotWide member ran beside its Spot's turn"
     );
-    ROOM_GATE.add_permits(1);
+    gates.gate.add_permits(1);
     c.rts[2]
         .send_to_spot("lobby-1", &RoomGated {})
         .await
         .unwrap();
-    tokio::time::timeout(WAIT, ROOM_ENTERED.acquire())
+    tokio::time::timeout(WAIT, gates.entered.acquire())
         .await
         .expect("the lobby's gated turn started")
         .unwrap()
@@ -1730,7 +1835,7 @@ async fn user_spots_move_with_all_their_members_in_one_commit() {
         vec![0, 1, 2, 3, 4, 5],
         "a PerActor member runs on its own"
     );
-    ROOM_GATE.add_permits(1);
+    gates.gate.add_permits(1);
     c.shutdown().await;
 }
 
@@ -1739,7 +1844,7 @@ async fn user_spots_move_with_all_their_members_in_one_commit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spot_with_more_members_than_one_commit_moves_stays() {
     let c = Cluster::builder(2)
-        .registry(|_| room_registry(Arc::default()))
+        .registry(|_| room_registry(Arc::default(), &ROOM_ON_MEMORY))
         .entry_spots()
         .placement_weights(&[100, 0])
         .start()
@@ -1862,6 +1967,22 @@ async fn application_signaled_spots_move_only_at_a_deferred_boundary() {
     let completed: Arc<std::sync::Mutex<Vec<Vec<u64>>>> = Arc::default();
     let c2 = Arc::clone(&completed);
     let c = entry_cluster(move |_| signal_registry(Arc::clone(&c2))).await;
+    application_signaled_move(c, &completed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn application_signaled_spots_move_only_at_a_deferred_boundary_on_redis() {
+    let completed: Arc<std::sync::Mutex<Vec<Vec<u64>>>> = Arc::default();
+    let c2 = Arc::clone(&completed);
+    let (_server, builder) = on_redis().await;
+    let c = entry_cluster_on(builder, move |_| signal_registry(Arc::clone(&c2))).await;
+    application_signaled_move(c, &completed).await;
+}
+
+async fn application_signaled_move<S: ObjectStore>(
+    c: Cluster<S>,
+    completed: &std::sync::Mutex<Vec<Vec<u64>>>,
+) {
     c.rts[0]
         .create_user_spot("stage", "st-1", None)
         .await
@@ -2592,8 +2713,8 @@ async fn a_full_target_is_skipped_or_refuses_the_prepare_and_the_unit_keeps_serv
 /// One tally `id` on node 0 whose turn is held (a [`HoldTurn`] of its own), with the requests `asks` (from node 2)
 /// queued behind it, then moved to node 1 while they wait: they travel as saved work. Returns
 /// the unit's outcome and the callers' tasks.
-async fn move_with_carried_requests(
-    c: &Cluster,
+async fn move_with_carried_requests<S: ObjectStore>(
+    c: &Cluster<S>,
     id: &str,
     asks: Vec<SlowAdd>,
     timeout: Duration,
@@ -2640,8 +2761,8 @@ async fn move_with_carried_requests(
     (reports[0].outcome.clone(), calls)
 }
 
-fn terminal_stat(
-    c: &Cluster,
+fn terminal_stat<S: ObjectStore>(
+    c: &Cluster<S>,
     i: usize,
     f: fn(&zlink::object::runtime::RelocationStats) -> &std::sync::atomic::AtomicU64,
 ) -> u64 {
@@ -2653,8 +2774,8 @@ fn carried_requests(c: &Cluster) -> u64 {
     terminal_stat(c, 0, |s| &s.saved_work) + terminal_stat(c, 0, |s| &s.relayed)
 }
 
-async fn linked_roots(
-    c: &Cluster,
+async fn linked_roots<S: ObjectStore>(
+    c: &Cluster<S>,
     id: &str,
 ) -> Vec<(
     String,
@@ -2675,6 +2796,18 @@ async fn linked_roots(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn carried_requests_complete_through_a_durable_root_that_is_released_at_the_end() {
     let c = cluster(|_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    carried_requests_complete(c, "k-1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carried_requests_complete_through_a_durable_root_that_is_released_at_the_end_on_redis() {
+    let (_server, builder) = on_redis().await;
+    let c = cluster_on(builder, |_| Relocation::PreserveWith(Arc::new(JsonState))).await;
+    carried_requests_complete(c, "k-1r").await;
+}
+
+/// Tally `id` (its name also names its held turn, so each case's is its own).
+async fn carried_requests_complete<S: ObjectStore>(c: Cluster<S>, id: &str) {
     // The slow ones keep the unit open after the first carried one is answered and
     // acknowledged: a root is linked, then released once the rest are (the first may still
     // run at the source before the capture).
@@ -2683,7 +2816,7 @@ async fn carried_requests_complete_through_a_durable_root_that_is_released_at_th
         SlowAdd { ms: 300, seq: 2 },
         SlowAdd { ms: 300, seq: 3 },
     ];
-    let (outcome, calls) = move_with_carried_requests(&c, "k-1", asks, T).await;
+    let (outcome, calls) = move_with_carried_requests(&c, id, asks, T).await;
     assert_eq!(outcome, UnitOutcome::HandedOver);
     for (i, call) in calls.into_iter().enumerate() {
         let t = call.await.unwrap().unwrap();
@@ -2699,11 +2832,11 @@ async fn carried_requests_complete_through_a_durable_root_that_is_released_at_th
     );
     assert_eq!(terminal_stat(&c, 1, |s| &s.terminals_force_stopped), 0);
     assert!(
-        linked_roots(&c, "k-1").await.is_empty(),
+        linked_roots(&c, id).await.is_empty(),
         "the root is released"
     );
     let s: Tally = c.rts[2]
-        .request_to_instance_spot("tally", "k-1", &Read {}, T)
+        .request_to_instance_spot("tally", id, &Read {}, T)
         .await
         .unwrap();
     // Pipelined requests may reorder across a move (wire §10): each ran once.
