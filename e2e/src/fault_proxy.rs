@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A free loopback port for a node to bind later, from below the kernel's ephemeral range: a
-/// port taken with `bind(0)` and released is the one the next `bind(0)` of another node or process tends
-/// to get (seen in CI as `Address already in use`), while nothing in our tests binds or dials
-/// from below that range by itself.
+/// port taken with `bind(0)` and released is the one the next `bind(0)` of another node or
+/// process tends to get (seen in CI as `Address already in use`), while nothing in our tests
+/// binds or dials from below that range by itself.
 pub fn port_below_the_ephemeral_range() -> u16 {
     let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()

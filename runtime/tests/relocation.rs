@@ -2710,9 +2710,9 @@ async fn a_full_target_is_skipped_or_refuses_the_prepare_and_the_unit_keeps_serv
     c.shutdown().await;
 }
 
-/// One tally `id` on node 0 whose turn is held (a [`HoldTurn`] of its own), with the requests `asks` (from node 2)
-/// queued behind it, then moved to node 1 while they wait: they travel as saved work. Returns
-/// the unit's outcome and the callers' tasks.
+/// One tally `id` on node 0 whose turn is held (a [`HoldTurn`] of its own), with the requests
+/// `asks` (from node 2) queued behind it, then moved to node 1 while they wait: they travel as
+/// saved work. Returns the unit's outcome and the callers' tasks.
 async fn move_with_carried_requests<S: ObjectStore>(
     c: &Cluster<S>,
     id: &str,
