@@ -32,8 +32,7 @@ pub fn port_below_the_ephemeral_range() -> u16 {
     let span = low - base;
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos()
+        .map_or(0, |d| d.subsec_nanos())
         ^ std::process::id();
     (0..u32::from(span))
         .map(|i| base + ((seed.wrapping_add(i.wrapping_mul(7_919))) % u32::from(span)) as u16)
