@@ -252,3 +252,87 @@ async fn ping_pong_over_direct_sends_keeps_order_and_never_stalls() {
         ROUNDS * 2
     );
 }
+
+/// A burst of queued messages from producers on a multi-thread runtime, drained by the flush
+/// task on the runtime's threads: all arrive, in order, batched, and the pump thread is not
+/// woken for them (it was, once per drain, before the flush task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_multi_thread_runtime_queued_messages_leave_without_waking_the_pump_thread() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let ctx = zmq::Context::new();
+    let (a, mut arx) = pump(&ctx, "a", 100_000);
+    let (b, mut brx) = pump(&ctx, "b", 100_000);
+    connect(&a, &mut arx, &b).await;
+    // Let the connect's wake-ups and monitor events settle.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stats = a.handle();
+    let (w0, f0) = (
+        stats.stats().wakeups.load(Relaxed),
+        stats.stats().flushes.load(Relaxed),
+    );
+    const N: u32 = 20_000;
+    for i in 0..N {
+        let slot = a.handle().reserve_data(8).await.unwrap();
+        slot.send(
+            Bytes::from_static(b"b"),
+            Packed::from_frames(&[b"hdr".to_vec(), i.to_be_bytes().to_vec()]).unwrap(),
+        );
+    }
+    let mut buf = Vec::new();
+    let mut next = 0u32;
+    while next < N {
+        if let PumpEvent::Message { frames, .. } = next_message(&mut brx, &mut buf).await
+            && frames.len() == 2
+        {
+            assert_eq!(u32::from_be_bytes(frames[1][..].try_into().unwrap()), next);
+            next += 1;
+        }
+    }
+    let flushes = stats.stats().flushes.load(Relaxed) - f0;
+    let direct = stats.stats().direct_sends.load(Relaxed);
+    assert!(flushes > 0, "nothing went through the flush task");
+    assert!(
+        flushes + direct < u64::from(N),
+        "{flushes} drains and {direct} direct sends for {N} messages: nothing was batched"
+    );
+    assert_eq!(
+        stats.stats().wakeups.load(Relaxed) - w0,
+        0,
+        "the pump thread was woken for queued messages"
+    );
+}
+
+/// On a current-thread runtime (where a producer that blocks its only thread would hold a
+/// flush task's drains for good) queued messages still go through the pump thread.
+#[tokio::test(flavor = "current_thread")]
+async fn on_a_current_thread_runtime_the_pump_thread_drains() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let ctx = zmq::Context::new();
+    let (a, mut arx) = pump(&ctx, "a", 100_000);
+    let (b, mut brx) = pump(&ctx, "b", 100_000);
+    connect(&a, &mut arx, &b).await;
+    let w0 = a.handle().stats().wakeups.load(Relaxed);
+    const N: u32 = 2_000;
+    for i in 0..N {
+        let slot = a.handle().reserve_data(8).await.unwrap();
+        slot.send(
+            Bytes::from_static(b"b"),
+            Packed::from_frames(&[b"hdr".to_vec(), i.to_be_bytes().to_vec()]).unwrap(),
+        );
+    }
+    let mut buf = Vec::new();
+    let mut next = 0u32;
+    while next < N {
+        if let PumpEvent::Message { frames, .. } = next_message(&mut brx, &mut buf).await
+            && frames.len() == 2
+        {
+            assert_eq!(u32::from_be_bytes(frames[1][..].try_into().unwrap()), next);
+            next += 1;
+        }
+    }
+    assert_eq!(a.handle().stats().flushes.load(Relaxed), 0);
+    assert!(
+        a.handle().stats().wakeups.load(Relaxed) > w0,
+        "the pump thread drained the queue"
+    );
+}

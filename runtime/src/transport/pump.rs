@@ -7,21 +7,29 @@
 //! it while it sleeps in `zmq::poll` on two things — the socket monitor and the read end of a
 //! wake-up pipe — and does no busy-spin:
 //!
-//! * **Outbound**: producers push commands onto a mutex-guarded queue and write one byte to the
-//!   wake-up pipe only if the pump has not been woken since it last drained (so the pipe never
-//!   fills). The pump drains the whole queue per wake-up, coalesces consecutive messages to one
-//!   peer into one batch frame, and sends with `DONTWAIT` on a `ROUTER_MANDATORY` socket: an
-//!   unknown routing identity is reported as [`PumpEvent::Unroutable`] (never a silent drop),
-//!   and a full peer pipe (`EAGAIN`, the ZeroMQ high-water mark) parks that peer's messages in
-//!   a per-peer FIFO that is retried on a short timer, so one slow peer never blocks the others
-//!   and per-peer order is kept.
+//! * **Outbound**: producers push commands onto a mutex-guarded queue and wake a drainer: on a
+//!   multi-thread tokio runtime the **flush task** (a `Notify`; woken from a runtime thread it
+//!   runs on that thread right after the producer's turn, so no thread wakes up and everything
+//!   queued by then goes as one batch), otherwise the pump thread (one byte to the wake-up pipe,
+//!   only if the pump has not been woken since it last drained, so the pipe never fills).
+//!   Connect, disconnect and stop always go to the pump thread, and so do parked messages'
+//!   retries (the flush task wakes it when it parked something). Drainers take turns under the
+//!   socket lock, so the queue's order is the wire's. A drain takes the whole queue, coalesces
+//!   consecutive messages to one peer into one batch frame, and sends with `DONTWAIT` on a
+//!   `ROUTER_MANDATORY` socket: an unknown routing identity is reported as
+//!   [`PumpEvent::Unroutable`] (never a silent drop), and a full peer pipe (`EAGAIN`, the
+//!   ZeroMQ high-water mark) parks that peer's messages in a per-peer FIFO that is retried on a
+//!   short timer, so one slow peer never blocks the others and per-peer order is kept. The
+//!   flush task needs a runtime thread to run on, as the reactor does: a runtime whose every
+//!   worker is blocked holds queued messages until one is free; a current-thread runtime (where
+//!   a producer blocking its only thread would hold them for good) keeps the pump thread's
+//!   drains.
 //! * **Direct sends**: when the queue is empty, nothing is parked for the peer and the socket
-//!   lock is free (the pump is asleep), a producer writes its message to the socket itself
-//!   instead of waking the pump — nothing can be overtaken, and a request saves one thread
-//!   hand-off each way. One message per pump sleep may do so: the next ones wake the pump,
-//!   which batches them, so a stream of small messages keeps its batching. A producer only
-//!   *tries* the lock and sends with `DONTWAIT`; anything that does not go out at once is
-//!   queued for the pump as above.
+//!   lock is free (no drain is running), a producer writes its message to the socket itself
+//!   instead of queueing it — nothing can be overtaken, and a request saves a hand-off each
+//!   way. A message goes direct at least [`DIRECT_GAP_NS`] after the last direct send; the next
+//!   ones of a burst are queued, so a drain batches them. A producer only *tries* the lock and
+//!   sends with `DONTWAIT`; anything that does not go out at once is queued as above.
 //! * **Inbound** is read by the consuming task itself ([`Inbound::recv`], the mesh reactor),
 //!   not by the pump thread: it waits on the socket's `ZMQ_FD` in tokio's reactor and reads up
 //!   to `batch` records per call under the socket lock. A received record so crosses one thread
@@ -295,6 +303,11 @@ struct Shared {
     readable: Notify,
     woken: AtomicBool,
     wake_tx: Mutex<std::io::PipeWriter>,
+    /// Wakes the flush task (see [`flush_loop`]), when there is one.
+    flush: Notify,
+    /// Whether a flush task drains the queue on the runtime's threads (a multi-thread tokio
+    /// runtime started the pump); otherwise every queued message wakes the pump thread.
+    flusher: AtomicBool,
     room: Notify,
     stopped: AtomicBool,
     stats: PumpStats,
@@ -316,6 +329,8 @@ pub struct PumpStats {
     pub queue_waits: AtomicU64,
     /// Wake-ups of the pump thread.
     pub wakeups: AtomicU64,
+    /// Drains of the queue by the flush task (on a runtime thread, no thread woken).
+    pub flushes: AtomicU64,
     /// Messages a producer wrote to the socket itself (no pump hand-off).
     pub direct_sends: AtomicU64,
     /// Looks at the socket by the reader that found no message (woken by a signal that was
@@ -432,12 +447,20 @@ impl Pump {
             born: std::time::Instant::now(),
             woken: AtomicBool::new(false),
             wake_tx: Mutex::new(wake_tx),
+            flush: Notify::new(),
+            flusher: AtomicBool::new(false),
             room: Notify::new(),
             stopped: AtomicBool::new(false),
             stats: PumpStats::default(),
             cap: config.queue_cap_bytes.max(1),
         });
         let socket_fd = wire_fd(&shared)?;
+        if let Ok(rt) = tokio::runtime::Handle::try_current()
+            && rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            shared.flusher.store(true, Ordering::Release);
+            rt.spawn(flush_loop(Arc::clone(&shared), tx.clone()));
+        }
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(pump_thread_name(&config.routing_id))
@@ -447,8 +470,7 @@ impl Pump {
                     wake_rx,
                     shared: thread_shared,
                     tx,
-                    spare: VecDeque::new(),
-                    recycle: Vec::new(),
+                    drainer: Drainer::default(),
                 };
                 pump.run();
                 pump.close();
@@ -515,14 +537,15 @@ impl PumpHandle {
     }
 
     fn wake(&self) {
-        if !self.shared.woken.swap(true, Ordering::AcqRel) {
-            let mut w = self
-                .shared
-                .wake_tx
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // The pipe holds at most one unread byte (guarded by `woken`), so this cannot block.
-            let _ = w.write_all(&[1]);
+        wake_thread(&self.shared);
+    }
+
+    /// Queued messages are waiting: the flush task takes them, or else the pump thread.
+    fn kick(&self) {
+        if self.shared.flusher.load(Ordering::Acquire) {
+            self.shared.flush.notify_one();
+        } else {
+            self.wake();
         }
     }
 
@@ -606,7 +629,7 @@ impl PumpHandle {
             q.commands.push_back(Command::Release(data_bytes));
         }
         drop(q);
-        self.wake();
+        self.kick();
     }
 
     /// Whether a direct send may go now: none went within [`DIRECT_GAP_NS`] (and this one takes
@@ -745,6 +768,69 @@ struct PumpThread {
     wake_rx: std::io::PipeReader,
     shared: Arc<Shared>,
     tx: mpsc::Sender<Vec<PumpEvent>>,
+    drainer: Drainer,
+}
+
+/// Write the wake-up byte to the pump thread's pipe (once per wake-up: `woken`).
+fn wake_thread(shared: &Shared) {
+    if !shared.woken.swap(true, Ordering::AcqRel) {
+        let mut w = shared
+            .wake_tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The pipe holds at most one unread byte (guarded by `woken`), so this cannot block.
+        let _ = w.write_all(&[1]);
+    }
+}
+
+/// The flush task: drains the queue to the socket on the runtime's threads when producers
+/// queued messages, so a message that cannot go directly costs a task wake-up (often on the
+/// same thread, right after the producer's turn) instead of a wake-up of the pump thread. The
+/// pump thread still owns what needs its poll: parked messages' retries, monitor events, and
+/// `Stop`, which this task hands back to it.
+async fn flush_loop(shared: Arc<Shared>, tx: mpsc::Sender<Vec<PumpEvent>>) {
+    /// However the task ends — its loop returns, or its runtime drops it — queued messages go
+    /// back to the pump thread from then on.
+    struct Handback(Arc<Shared>);
+    impl Drop for Handback {
+        fn drop(&mut self) {
+            // Under the queue lock: a producer that queued before this sees the thread woken
+            // below, one that queues after it sees `flusher` false and wakes the thread itself.
+            let q = lock(&self.0.queue);
+            self.0.flusher.store(false, Ordering::Release);
+            drop(q);
+            wake_thread(&self.0);
+        }
+    }
+    let _handback = Handback(Arc::clone(&shared));
+    let mut drainer = Drainer::default();
+    loop {
+        shared.flush.notified().await;
+        if shared.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        let mut events = Vec::new();
+        let (stop, parked, readable) = {
+            let mut wire = lock_wire(&shared);
+            let stop = drainer.drain(&shared, &mut wire, &mut events, false);
+            (stop, !wire.parked.is_empty(), wire.readable())
+        };
+        if readable {
+            shared.readable.notify_one();
+        }
+        if stop || parked {
+            wake_thread(&shared);
+        }
+        if stop || (!events.is_empty() && tx.send(events).await.is_err()) {
+            return;
+        }
+    }
+}
+
+/// One drainer's reusable buffers: the pump thread's, or the flush task's.
+#[derive(Default)]
+struct Drainer {
     /// The command deque of the previous drain, kept for its capacity.
     spare: VecDeque<Command>,
     /// Buffers of messages copied into a batch, on their way back to the pool.
@@ -902,6 +988,115 @@ impl Wire {
     }
 }
 
+impl Drainer {
+    /// Return recycled buffers to the pool, bounded in count and size.
+    fn give_back_buffers(&mut self, shared: &Shared) {
+        if self.recycle.is_empty() {
+            return;
+        }
+        let mut pool = shared
+            .pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let room = POOL_MAX_BUFFERS.saturating_sub(pool.len());
+        pool.extend(
+            self.recycle
+                .drain(..)
+                .filter(|b| b.capacity() <= POOL_MAX_BUFFER_BYTES)
+                .take(room),
+        );
+        self.recycle.clear();
+    }
+
+    /// Send everything queued, under the wire lock (so drainers take turns and order holds).
+    /// Returns true on `Stop`: the pump thread (`thread`) stops; the flush task puts `Stop`
+    /// and what followed it back at the head of the queue for the pump thread.
+    fn drain(
+        &mut self,
+        shared: &Shared,
+        wire: &mut Wire,
+        events: &mut Vec<PumpEvent>,
+        thread: bool,
+    ) -> bool {
+        let stats = &shared.stats;
+        // Kept across rounds: messages queued while a round was being sent join the batch.
+        let mut batch = Batch::default();
+        loop {
+            // Swap in the (empty) deque of the last round, so neither side reallocates.
+            let mut cmds = std::mem::take(&mut self.spare);
+            std::mem::swap(&mut lock(&shared.queue).commands, &mut cmds);
+            if cmds.is_empty() {
+                self.spare = cmds;
+                if let Some((to, frame)) = batch.take() {
+                    wire.send_or_park(to, frame, stats, events);
+                }
+                return false;
+            }
+            let mut released = 0usize;
+            while let Some(cmd) = cmds.pop_front() {
+                match cmd {
+                    Command::Send { to, msg } => {
+                        if let Some((to, frame)) = batch.add(to, msg, &mut self.recycle) {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                    }
+                    Command::SendFrame { to, frame } => {
+                        if let Some((to, frame)) = batch.take() {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                        wire.send_or_park(to, frame, stats, events);
+                    }
+                    Command::Release(n) => released += n,
+                    Command::Connect(ep) => {
+                        if let Some((to, frame)) = batch.take() {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                        if let Some(socket) = &wire.socket
+                            && let Err(e) = socket.connect(&ep)
+                        {
+                            tracing::warn!(endpoint = %ep, error = %e, "connect refused");
+                        }
+                    }
+                    Command::Disconnect(ep) => {
+                        if let Some((to, frame)) = batch.take() {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                        if let Some(socket) = &wire.socket {
+                            let _ = socket.disconnect(&ep);
+                        }
+                    }
+                    Command::Stop => {
+                        if let Some((to, frame)) = batch.take() {
+                            wire.send_or_park(to, frame, stats, events);
+                        }
+                        if !thread {
+                            let mut q = lock(&shared.queue);
+                            for c in cmds.drain(..).rev() {
+                                q.commands.push_front(c);
+                            }
+                            q.commands.push_front(Command::Stop);
+                            q.data_bytes = q.data_bytes.saturating_sub(released);
+                            drop(q);
+                            if released > 0 {
+                                shared.room.notify_waiters();
+                            }
+                        }
+                        return true;
+                    }
+                }
+            }
+            self.spare = cmds;
+            self.give_back_buffers(shared);
+            if released > 0 {
+                let mut q = lock(&shared.queue);
+                q.data_bytes = q.data_bytes.saturating_sub(released);
+                drop(q);
+                shared.room.notify_waiters();
+            }
+        }
+    }
+}
+
 impl PumpThread {
     /// Stop monitoring before the socket closes, then close it. libzmq sends monitor events
     /// with a blocking send from its I/O and reaper threads; events of the closing socket sent
@@ -927,6 +1122,7 @@ impl PumpThread {
     fn stop(&self) {
         self.shared.stopped.store(true, Ordering::Release);
         self.shared.room.notify_waiters();
+        self.shared.flush.notify_one();
     }
 
     fn run(&mut self) {
@@ -994,88 +1190,10 @@ impl PumpThread {
         }
     }
 
-    /// Return recycled buffers to the pool, bounded in count and size.
-    fn give_back_buffers(&mut self) {
-        if self.recycle.is_empty() {
-            return;
-        }
-        let mut pool = self
-            .shared
-            .pool
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let room = POOL_MAX_BUFFERS.saturating_sub(pool.len());
-        pool.extend(
-            self.recycle
-                .drain(..)
-                .filter(|b| b.capacity() <= POOL_MAX_BUFFER_BYTES)
-                .take(room),
-        );
-        self.recycle.clear();
-    }
-
     /// Returns true on Stop.
     fn drain_commands(&mut self, wire: &mut Wire, events: &mut Vec<PumpEvent>) -> bool {
         let shared = Arc::clone(&self.shared);
-        let stats = &shared.stats;
-        // Kept across rounds: messages queued while a round was being sent join the batch.
-        let mut batch = Batch::default();
-        loop {
-            // Swap in the (empty) deque of the last round, so neither side reallocates.
-            let mut cmds = std::mem::take(&mut self.spare);
-            std::mem::swap(&mut lock(&self.shared.queue).commands, &mut cmds);
-            if cmds.is_empty() {
-                self.spare = cmds;
-                if let Some((to, frame)) = batch.take() {
-                    wire.send_or_park(to, frame, stats, events);
-                }
-                return false;
-            }
-            let mut released = 0usize;
-            for cmd in cmds.drain(..) {
-                match cmd {
-                    Command::Send { to, msg } => {
-                        if let Some((to, frame)) = batch.add(to, msg, &mut self.recycle) {
-                            wire.send_or_park(to, frame, stats, events);
-                        }
-                    }
-                    Command::SendFrame { to, frame } => {
-                        if let Some((to, frame)) = batch.take() {
-                            wire.send_or_park(to, frame, stats, events);
-                        }
-                        wire.send_or_park(to, frame, stats, events);
-                    }
-                    Command::Release(n) => released += n,
-                    Command::Connect(ep) => {
-                        if let Some((to, frame)) = batch.take() {
-                            wire.send_or_park(to, frame, stats, events);
-                        }
-                        if let Some(socket) = &wire.socket
-                            && let Err(e) = socket.connect(&ep)
-                        {
-                            tracing::warn!(endpoint = %ep, error = %e, "connect refused");
-                        }
-                    }
-                    Command::Disconnect(ep) => {
-                        if let Some((to, frame)) = batch.take() {
-                            wire.send_or_park(to, frame, stats, events);
-                        }
-                        if let Some(socket) = &wire.socket {
-                            let _ = socket.disconnect(&ep);
-                        }
-                    }
-                    Command::Stop => return true,
-                }
-            }
-            self.spare = cmds;
-            self.give_back_buffers();
-            if released > 0 {
-                let mut q = lock(&self.shared.queue);
-                q.data_bytes = q.data_bytes.saturating_sub(released);
-                drop(q);
-                self.shared.room.notify_waiters();
-            }
-        }
+        self.drainer.drain(&shared, wire, events, true)
     }
 
     fn read_monitor(&mut self, events: &mut Vec<PumpEvent>) {
