@@ -58,6 +58,32 @@ fn slow_pump(ctx: &zmq::Context, id: &str, hwm: i32) -> (Pump, Inbound) {
     Pump::start(ctx, c).unwrap()
 }
 
+/// Queue `n` numbered data messages from `a` to peer `b`.
+async fn send_numbered(a: &Pump, n: u32) {
+    for i in 0..n {
+        let slot = a.handle().reserve_data(8).await.unwrap();
+        slot.send(
+            Bytes::from_static(b"b"),
+            Packed::from_frames(&[b"hdr".to_vec(), i.to_be_bytes().to_vec()]).unwrap(),
+        );
+    }
+}
+
+/// Receive the `n` numbered messages of [`send_numbered`] at `rx`, each once and in order.
+async fn receive_numbered(rx: &mut Inbound, n: u32) {
+    let mut buf = Vec::new();
+    let mut next = 0u32;
+    while next < n {
+        if let PumpEvent::Message { frames, .. } = next_message(rx, &mut buf).await
+            && frames.len() == 2
+        {
+            assert_eq!(&frames[0][..], b"hdr");
+            assert_eq!(u32::from_be_bytes(frames[1][..].try_into().unwrap()), next);
+            next += 1;
+        }
+    }
+}
+
 /// Connect `a` to `b` and wait until `a` saw `b`'s probe (the pipe is up).
 async fn connect(a: &Pump, arx: &mut Inbound, b: &Pump) {
     a.handle().connect(b.endpoint().to_owned());
@@ -166,24 +192,8 @@ async fn small_messages_to_one_peer_travel_in_batches_and_arrive_in_order() {
     let (b, mut brx) = pump(&ctx, "b", 100_000);
     connect(&a, &mut arx, &b).await;
     const N: u32 = 20_000;
-    for i in 0..N {
-        let slot = a.handle().reserve_data(8).await.unwrap();
-        slot.send(
-            Bytes::from_static(b"b"),
-            Packed::from_frames(&[b"hdr".to_vec(), i.to_be_bytes().to_vec()]).unwrap(),
-        );
-    }
-    let mut buf = Vec::new();
-    let mut next = 0u32;
-    while next < N {
-        if let PumpEvent::Message { frames, .. } = next_message(&mut brx, &mut buf).await
-            && frames.len() == 2
-        {
-            assert_eq!(&frames[0][..], b"hdr");
-            assert_eq!(u32::from_be_bytes(frames[1][..].try_into().unwrap()), next);
-            next += 1;
-        }
-    }
+    send_numbered(&a, N).await;
+    receive_numbered(&mut brx, N).await;
     let zmq_messages = b
         .handle()
         .stats()
@@ -271,23 +281,8 @@ async fn on_a_multi_thread_runtime_queued_messages_leave_without_waking_the_pump
         stats.stats().flushes.load(Relaxed),
     );
     const N: u32 = 20_000;
-    for i in 0..N {
-        let slot = a.handle().reserve_data(8).await.unwrap();
-        slot.send(
-            Bytes::from_static(b"b"),
-            Packed::from_frames(&[b"hdr".to_vec(), i.to_be_bytes().to_vec()]).unwrap(),
-        );
-    }
-    let mut buf = Vec::new();
-    let mut next = 0u32;
-    while next < N {
-        if let PumpEvent::Message { frames, .. } = next_message(&mut brx, &mut buf).await
-            && frames.len() == 2
-        {
-            assert_eq!(u32::from_be_bytes(frames[1][..].try_into().unwrap()), next);
-            next += 1;
-        }
-    }
+    send_numbered(&a, N).await;
+    receive_numbered(&mut brx, N).await;
     let flushes = stats.stats().flushes.load(Relaxed) - f0;
     let direct = stats.stats().direct_sends.load(Relaxed);
     assert!(flushes > 0, "nothing went through the flush task");
@@ -313,23 +308,8 @@ async fn on_a_current_thread_runtime_the_pump_thread_drains() {
     connect(&a, &mut arx, &b).await;
     let w0 = a.handle().stats().wakeups.load(Relaxed);
     const N: u32 = 2_000;
-    for i in 0..N {
-        let slot = a.handle().reserve_data(8).await.unwrap();
-        slot.send(
-            Bytes::from_static(b"b"),
-            Packed::from_frames(&[b"hdr".to_vec(), i.to_be_bytes().to_vec()]).unwrap(),
-        );
-    }
-    let mut buf = Vec::new();
-    let mut next = 0u32;
-    while next < N {
-        if let PumpEvent::Message { frames, .. } = next_message(&mut brx, &mut buf).await
-            && frames.len() == 2
-        {
-            assert_eq!(u32::from_be_bytes(frames[1][..].try_into().unwrap()), next);
-            next += 1;
-        }
-    }
+    send_numbered(&a, N).await;
+    receive_numbered(&mut brx, N).await;
     assert_eq!(a.handle().stats().flushes.load(Relaxed), 0);
     assert!(
         a.handle().stats().wakeups.load(Relaxed) > w0,
