@@ -455,8 +455,9 @@ fn runtime(workers: usize) -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// One round of the throughput bench: the worst window's ratio (detail lines go to `out`).
-async fn throughput_round(out: &mut Outcome) -> f64 {
+/// One round of the throughput bench: the worst window's ratio, and its detail lines.
+async fn throughput_round() -> (f64, Vec<String>) {
+    let mut lines = Vec::new();
     let w = Arc::new(World::start().await);
     let busy = env_or("ZLINK_BENCH_BUSY", 200usize);
     let ids: Vec<String> = (0..busy).map(|i| format!("busy-{i}")).collect();
@@ -584,7 +585,7 @@ async fn throughput_round(out: &mut Outcome) -> f64 {
         .fold(f64::INFINITY, f64::min);
     let ratio = worst / base;
     if std::env::var_os("ZLINK_BENCH_DETAIL").is_some() {
-        out.lines.push(format!(
+        lines.push(format!(
             "windows (completions per 100 ms, the move starts at 10): {:?}",
             windows.iter().map(|v| v.round()).collect::<Vec<_>>()
         ));
@@ -604,26 +605,25 @@ async fn throughput_round(out: &mut Outcome) -> f64 {
             }
         }
         for (b, (n, max, over4)) in buckets.range(-50..200) {
-            out.lines.push(format!(
+            lines.push(format!(
                 "slow: starting at {b:+} ms: {n} (> 4 ms: {over4}), max {max:.1} ms"
             ));
         }
-        out.lines
-            .push(format!("slow (> 2 ms) requests: {}", slow.len()));
-        out.lines.push(format!(
+        lines.push(format!("slow (> 2 ms) requests: {}", slow.len()));
+        lines.push(format!(
             "cores busy per window: {:?}",
             cpu.iter()
                 .map(|c| (c * 100.0).round() / 100.0)
                 .collect::<Vec<_>>()
         ));
         let [t, r, rs, cs, c, s] = stages(&w);
-        out.lines.push(format!(
+        lines.push(format!(
             "median µs per step: seal → transfer {t:.0}, transfer → ready {r:.0}, ready → seen by the source {rs:.0}, → cutover seen by the target {cs:.0}, → committed {c:.0}, → switched {s:.0}"
         ));
         for (i, rt) in w.rts.iter().enumerate() {
             let r = rt.relocation_stats();
             let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-            out.lines.push(format!(
+            lines.push(format!(
                 "node {i}: relayed {} saved {} carried {} reply_relays {} followed {} late_followed {} notices sent {} (at handover {}) applied {} stale_routes {} store_reads {} budget_waits {}",
                 g(&r.relayed), g(&r.saved_work), g(&r.carried_accepted), g(&r.reply_relays_sent),
                 g(&r.followed), g(&r.late_followed), g(&r.follow_notices_sent), g(&r.follow_notices_at_handover), g(&r.follow_notices_applied),
@@ -640,7 +640,7 @@ async fn throughput_round(out: &mut Outcome) -> f64 {
         Ok(w) => w.shutdown().await,
         Err(_) => panic!("the world is still shared"),
     }
-    ratio
+    (ratio, lines)
 }
 
 /// The throughput bench: `rounds` rounds, each on fresh nodes in a fresh tokio runtime (as the
@@ -652,11 +652,13 @@ fn throughput_bench(out: &mut Outcome, rounds: usize, workers: usize, end: Insta
     let mut ratios = Vec::with_capacity(rounds);
     for _ in 0..rounds.max(1) {
         let rt = runtime(workers);
-        let Ok(ratio) =
-            rt.block_on(async { tokio::time::timeout_at(end.into(), throughput_round(out)).await })
-        else {
+        // On a runtime task, as a host runs a relocate (see `bulk_bench`).
+        let Ok(Ok((ratio, lines))) = rt.block_on(async {
+            tokio::time::timeout_at(end.into(), tokio::spawn(throughput_round())).await
+        }) else {
             return false;
         };
+        out.lines.extend(lines);
         rt.shutdown_background();
         ratios.push(ratio);
     }
