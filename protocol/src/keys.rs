@@ -17,7 +17,6 @@
 //! can never smuggle a Redis Cluster hash tag into its key.
 
 use crate::ids::{IdError, validate_actor_id, validate_spot_id};
-use std::fmt::Write as _;
 
 /// Version tag that starts every authority key.
 pub const AUTHORITY_KEY_VERSION: &str = "zla1";
@@ -62,16 +61,50 @@ fn encoded_len(id: &str) -> usize {
 }
 
 /// Appends the percent-encoding of `id` to `out` (see [`percent_encode`]).
+///
+/// Runs of unreserved bytes are copied at once: this runs on every ID-addressed call and
+/// admission, where IDs are mostly unreserved already.
 fn push_percent_encoded(out: &mut String, id: &str) {
     const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
-    for b in id.bytes() {
-        if is_unreserved(b) {
-            out.push(char::from(b));
-        } else {
+    let mut rest = id;
+    loop {
+        let run = rest
+            .bytes()
+            .position(|b| !is_unreserved(b))
+            .unwrap_or(rest.len());
+        // Unreserved bytes are ASCII, so `run` is a character boundary.
+        let (literal, tail) = rest.split_at(run);
+        out.push_str(literal);
+        let mut chars = tail.chars();
+        let Some(c) = chars.next() else {
+            return;
+        };
+        // A reserved byte starts a character: every byte of it is escaped.
+        let mut utf8 = [0u8; 4];
+        for &b in c.encode_utf8(&mut utf8).as_bytes() {
             out.push('%');
             out.push(char::from(DIGITS[usize::from(b >> 4)]));
             out.push(char::from(DIGITS[usize::from(b & 0x0F)]));
         }
+        rest = chars.as_str();
+    }
+}
+
+/// Appends `n` in decimal (the key's byte-length field) without going through `fmt`.
+fn push_decimal(out: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `n % 10` < 10: the cast cannot truncate.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
     }
 }
 
@@ -144,8 +177,8 @@ pub fn authority_key(kind: ObjectKindKey, id: &str) -> Result<String, IdError> {
     key.push(':');
     key.push(kind.tag());
     key.push(':');
-    // Writing to a String cannot fail, and fits in the capacity reserved above.
-    let _ = write!(key, "{len}:");
+    push_decimal(&mut key, len);
+    key.push(':');
     push_percent_encoded(&mut key, id);
     Ok(key)
 }
@@ -247,6 +280,22 @@ mod tests {
             parse_authority_key("zla1:s:5:%EB%B0%A9-1").unwrap(),
             (ObjectKindKey::Spot, "방-1".to_owned())
         );
+    }
+
+    #[test]
+    fn the_length_field_is_plain_decimal() {
+        for n in [0, 1, 9, 10, 99, 100, 255, 1000, usize::MAX] {
+            let mut s = String::new();
+            push_decimal(&mut s, n);
+            assert_eq!(s, n.to_string());
+        }
+    }
+
+    #[test]
+    fn runs_of_unreserved_bytes_between_escapes_are_kept_in_order() {
+        assert_eq!(percent_encode("ab c방d%"), "ab%20c%EB%B0%A9d%25");
+        assert_eq!(percent_encode("  "), "%20%20");
+        assert_eq!(percent_encode(""), "");
     }
 
     #[test]

@@ -93,8 +93,9 @@ type LifecycleFn<S> = Arc<dyn Fn(Ctx<S>) -> BoxFuture<Result<(), CallError>> + S
 pub struct ObjectHandlers<S> {
     /// By packet name, looked up once per message: foldhash (seeded per process) rather than
     /// SipHash; the maps hold only the application's own registrations, so no peer can grow them.
-    sends: foldhash::HashMap<String, SendFn<S>>,
-    requests: foldhash::HashMap<String, RequestFn<S>>,
+    // Keyed by the packet name's bytes: a received name is looked up without a UTF-8 check.
+    sends: foldhash::HashMap<Box<[u8]>, SendFn<S>>,
+    requests: foldhash::HashMap<Box<[u8]>, RequestFn<S>>,
     joined: Option<MemberFn<S>>,
     left: Option<MemberFn<S>>,
     ready_completed: Option<LifecycleFn<S>>,
@@ -133,7 +134,7 @@ impl<S: Send + 'static> ObjectHandlers<S> {
                 f(ctx, m).await
             })
         });
-        self.sends.insert(M::PACKET_NAME.to_owned(), h);
+        self.sends.insert(M::PACKET_NAME.as_bytes().into(), h);
         self
     }
 
@@ -153,13 +154,13 @@ impl<S: Send + 'static> ObjectHandlers<S> {
                 encode_json(&f(ctx, m).await?)
             })
         });
-        self.requests.insert(M::PACKET_NAME.to_owned(), h);
+        self.requests.insert(M::PACKET_NAME.as_bytes().into(), h);
         self
     }
 
     /// Whether a send handler for `packet_name` is registered.
     pub fn has_send(&self, packet_name: &str) -> bool {
-        self.sends.contains_key(packet_name)
+        self.sends.contains_key(packet_name.as_bytes())
     }
 
     /// Spots: called with the Actor's ID when an Actor became a member (created into this
@@ -1830,7 +1831,7 @@ async fn run_work<S: Send + 'static>(ctx: Ctx<S>, work: Work) {
             }
         }
         Work::Request(p, _, reply) => {
-            let handler = sh.handlers.requests.get(p.packet_name.as_str()).cloned();
+            let handler = sh.handlers.requests.get(p.packet_name.as_bytes()).cloned();
             let result = match handler {
                 Some(h) => AssertUnwindSafe(h(ctx, p))
                     .catch_unwind()
@@ -1860,7 +1861,7 @@ async fn run_send<S: Send + 'static>(
     p: TypedPayload,
     panicked: &impl Fn() -> CallError,
 ) -> bool {
-    let Some(h) = sh.handlers.sends.get(p.packet_name.as_str()).cloned() else {
+    let Some(h) = sh.handlers.sends.get(p.packet_name.as_bytes()).cloned() else {
         sh.stats.no_handler.fetch_add(1, Ordering::Relaxed);
         return false;
     };

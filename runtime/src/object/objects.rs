@@ -4,7 +4,6 @@
 //! ingress hold, queue before instance, atomic switch) act on exactly the queue the executor
 //! hands turns from.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -17,7 +16,8 @@ use super::work::Work;
 #[derive(Default)]
 struct Inner {
     table: ObjectTable<Work>,
-    wakers: HashMap<AuthorityKey, Arc<Notify>>,
+    /// Looked up on every message (foldhash: seeded, fast for short keys).
+    wakers: foldhash::HashMap<AuthorityKey, Arc<Notify>>,
 }
 
 /// The execution queues of one node.

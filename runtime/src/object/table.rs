@@ -23,7 +23,7 @@
 //! finds the current incarnation by key. Control work that changes one incarnation (destroy,
 //! close, membership, relocation) names its generation and is refused on a mismatch.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use thiserror::Error;
 use zlink_store::types::AuthorityKey;
@@ -120,15 +120,16 @@ struct TempQueue<W> {
 /// The objects of one node.
 #[derive(Debug)]
 pub struct ObjectTable<W> {
-    slots: HashMap<AuthorityKey, Slot<W>>,
-    temp: HashMap<AuthorityKey, TempQueue<W>>,
+    // Looked up on every message (foldhash: seeded, fast for short keys).
+    slots: foldhash::HashMap<AuthorityKey, Slot<W>>,
+    temp: foldhash::HashMap<AuthorityKey, TempQueue<W>>,
 }
 
 impl<W> Default for ObjectTable<W> {
     fn default() -> Self {
         Self {
-            slots: HashMap::new(),
-            temp: HashMap::new(),
+            slots: foldhash::HashMap::default(),
+            temp: foldhash::HashMap::default(),
         }
     }
 }

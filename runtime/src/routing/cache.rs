@@ -195,7 +195,8 @@ pub struct CacheStats {
 #[derive(Debug)]
 pub struct RouteCache {
     config: CacheConfig,
-    entries: HashMap<AuthorityKey, Entry>,
+    /// Looked up on every call by ID (foldhash: seeded, fast for short keys).
+    entries: foldhash::HashMap<AuthorityKey, Entry>,
     hits: u64,
     misses: u64,
     removed: [u64; 6],
@@ -230,7 +231,7 @@ impl RouteCache {
     pub fn new(config: CacheConfig) -> Self {
         Self {
             config,
-            entries: HashMap::new(),
+            entries: foldhash::HashMap::default(),
             hits: 0,
             misses: 0,
             removed: [0; 6],

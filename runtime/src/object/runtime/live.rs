@@ -75,7 +75,8 @@ pub(crate) struct MembersLeft {
 /// Live incarnations and Spot membership of one node (see the module docs).
 #[derive(Debug)]
 pub(crate) struct LiveTable<E> {
-    entries: HashMap<AuthorityKey, E>,
+    /// Looked up on every message (foldhash: seeded, fast for short keys).
+    entries: foldhash::HashMap<AuthorityKey, E>,
     /// Spot ID → member Actor IDs, for every open Spot.
     spots: HashMap<String, BTreeSet<String>>,
     /// Actor ID → Spot ID (also for creations in progress, so a close sees them).
@@ -85,7 +86,7 @@ pub(crate) struct LiveTable<E> {
 impl<E> Default for LiveTable<E> {
     fn default() -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: foldhash::HashMap::default(),
             spots: HashMap::new(),
             member_of: HashMap::new(),
         }
