@@ -198,3 +198,95 @@ async fn shutdown_completes_pending_requests_with_shutting_down() {
     assert_eq!(err.kind(), ErrorKind::ShuttingDown);
     b.shutdown().await;
 }
+
+/// A request handler of concurrency 2 runs at most two requests at once and starts them in the
+/// order they were claimed, whether a request starts straight from its claim (a slot free and
+/// nothing waiting in the handler's runner: `direct_starts`) or through the runner (issue 21).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_handler_starts_requests_in_claim_order_within_its_limit() {
+    let started = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let running = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut hb = Handlers::new();
+    {
+        let (started, running, peak, gate) = (
+            Arc::clone(&started),
+            Arc::clone(&running),
+            Arc::clone(&peak),
+            Arc::clone(&gate),
+        );
+        hb.on_request_concurrent(2, move |_, e: Echo| {
+            let (started, running, peak, gate) = (
+                Arc::clone(&started),
+                Arc::clone(&running),
+                Arc::clone(&peak),
+                Arc::clone(&gate),
+            );
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                started.lock().unwrap().push(e.n);
+                gate.acquire().await.unwrap().forget();
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(e)
+            }
+        });
+    }
+    let (a, b) = pair(Handlers::new(), hb).await;
+    let a = Arc::new(a);
+    let request = |n: u64| {
+        let a = Arc::clone(&a);
+        tokio::spawn(async move {
+            a.request::<Echo, Echo>(
+                "node-b",
+                &Echo {
+                    text: String::new(),
+                    n,
+                },
+                WAIT,
+            )
+            .await
+        })
+    };
+    let direct = || b.metrics().direct_starts.load(Ordering::SeqCst);
+    let claims0 = b.jobs().counters().acquired_total;
+    let mut tasks = Vec::new();
+    // One at a time, each claimed before the next is sent: the claim order is 1..=5.
+    for n in 1..=5u64 {
+        tasks.push(request(n));
+        eventually("the request is claimed", || {
+            b.jobs().counters().acquired_total == claims0 + n
+        })
+        .await;
+    }
+    eventually("two requests run", || started.lock().unwrap().len() == 2).await;
+    assert_eq!(*started.lock().unwrap(), [1, 2]);
+    // Both found a free slot and an empty runner; 3..=5 wait in the runner.
+    assert_eq!(direct(), 2);
+    for k in 3..=5usize {
+        // One running request ends; the oldest waiting one takes its slot.
+        gate.add_permits(1);
+        eventually("the next request starts", || {
+            started.lock().unwrap().len() == k
+        })
+        .await;
+    }
+    assert_eq!(*started.lock().unwrap(), [1, 2, 3, 4, 5]);
+    gate.add_permits(2);
+    for (t, n) in tasks.into_iter().zip(1..=5u64) {
+        assert_eq!(t.await.unwrap().unwrap().n, n);
+    }
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "never more than the handler's concurrency"
+    );
+    assert_eq!(direct(), 2, "the waiting ones went through the runner");
+    // Idle again: the next request starts straight from its claim.
+    gate.add_permits(1);
+    assert_eq!(request(6).await.unwrap().unwrap().n, 6);
+    assert_eq!(direct(), 3);
+    Arc::try_unwrap(a).ok().unwrap().shutdown().await;
+    b.shutdown().await;
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use zlink_protocol::envelope::TypedPayload;
 use zlink_protocol::generated::{
@@ -75,7 +75,27 @@ pub(crate) struct Dispatcher {
 /// that copy, not a slice that would keep the received frame alive.
 struct Route {
     name: SharedStr,
-    kinds: [Option<mpsc::UnboundedSender<Job>>; 2],
+    kinds: [Option<RunnerRef>; 2],
+}
+
+/// The claim's side of one handler's runner.
+///
+/// A handler with concurrency above 1 runs each job in a task of its own. When a slot is free
+/// and nothing waits in the runner, the claim starts that task itself: the record reaches its
+/// handler without first waking the runner task (issue 21: one task hand-off fewer per
+/// request). Otherwise the job goes through the runner, which starts jobs in claim order as
+/// slots free up — so a job started directly never overtakes an earlier one.
+struct RunnerRef {
+    tx: mpsc::UnboundedSender<Job>,
+    /// `Some` for concurrency above 1: the slots, the handler and the count of jobs sent to the
+    /// runner and not yet started by it.
+    direct: Option<DirectStart>,
+}
+
+struct DirectStart {
+    slots: Arc<Semaphore>,
+    handler: Handler,
+    queued: Arc<AtomicUsize>,
 }
 
 /// The runners of one Channel namespace.
@@ -87,7 +107,15 @@ struct ChannelRoutes {
 /// The receiving ends [`Dispatcher::new`] hands to the tasks [`Dispatcher::spawn`] starts.
 pub(crate) struct DispatchTasks {
     backlog_rx: mpsc::UnboundedReceiver<DispatchItem>,
-    runners: Vec<(Handler, usize, mpsc::UnboundedReceiver<Job>)>,
+    runners: Vec<RunnerTask>,
+}
+
+/// What one runner task owns (see [`runner`]).
+struct RunnerTask {
+    handler: Handler,
+    /// Concurrency above 1: the slots and the queued count it shares with its [`RunnerRef`].
+    concurrent: Option<(Arc<Semaphore>, Arc<AtomicUsize>)>,
+    rx: mpsc::UnboundedReceiver<Job>,
 }
 
 impl Dispatcher {
@@ -126,13 +154,8 @@ impl Dispatcher {
     /// Start the runner, backlog and credit tasks.
     pub(crate) fn spawn(inner: &Arc<Inner>, tasks: DispatchTasks) -> Vec<JoinHandle<()>> {
         let mut out = Vec::new();
-        for (handler, concurrency, rx) in tasks.runners {
-            out.push(tokio::spawn(runner(
-                Arc::clone(inner),
-                handler,
-                concurrency,
-                rx,
-            )));
+        for task in tasks.runners {
+            out.push(tokio::spawn(runner(Arc::clone(inner), task)));
         }
         out.push(tokio::spawn(run_backlog(
             Arc::clone(inner),
@@ -143,7 +166,7 @@ impl Dispatcher {
     }
 
     /// Submit an admitted application record (reactor only).
-    pub(crate) fn submit(&self, inner: &Inner, item: DispatchItem) {
+    pub(crate) fn submit(&self, inner: &Arc<Inner>, item: DispatchItem) {
         if self.backlog.load(Ordering::Acquire) == 0
             && let Ok(permit) = inner.jobs.try_acquire()
         {
@@ -158,7 +181,7 @@ impl Dispatcher {
 
     /// Claim one record under `permit`: consume its flow charge, return credit while running,
     /// and hand it to its runner (or answer `NotFound`).
-    fn claim(&self, inner: &Inner, item: DispatchItem, permit: JobPermit) {
+    fn claim(&self, inner: &Arc<Inner>, item: DispatchItem, permit: JobPermit) {
         item.conn.on_consumed(item.charge);
         if inner.jobs.pressure() == PressureState::Running {
             item.conn.flush_credit(item.conn.credit_step());
@@ -187,7 +210,7 @@ impl Dispatcher {
         };
         let route = routes.and_then(|r| r.get(payload.packet_name.as_bytes()));
         let runner = route.and_then(|r| Some((&r.name, r.kinds[kind_index(kind)].as_ref()?)));
-        let Some((name, tx)) = runner else {
+        let Some((name, runner)) = runner else {
             inner.metrics.no_handler.fetch_add(1, Ordering::Relaxed);
             drop(permit);
             if let Some(req) = &request {
@@ -213,12 +236,33 @@ impl Dispatcher {
             packet_name: name.clone(),
             channel,
         };
-        let _ = tx.send(Job {
+        let job = Job {
             ctx,
             payload,
             permit,
             request,
-        });
+        };
+        match &runner.direct {
+            Some(d) => {
+                // `queued` only falls (the runner lowers it once it started a job), and claims
+                // are made one at a time (the reactor claims only while the backlog is empty),
+                // so zero here means no earlier job of this handler is still to start.
+                if d.queued.load(Ordering::Acquire) == 0
+                    && let Ok(slot) = Arc::clone(&d.slots).try_acquire_owned()
+                {
+                    inner.metrics.direct_starts.fetch_add(1, Ordering::Relaxed);
+                    start_job(Arc::clone(inner), d.handler.clone(), job, slot);
+                    return;
+                }
+                d.queued.fetch_add(1, Ordering::AcqRel);
+                if runner.tx.send(job).is_err() {
+                    d.queued.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            None => {
+                let _ = runner.tx.send(job);
+            }
+        }
     }
 }
 
@@ -260,19 +304,34 @@ async fn credit_on_resume(inner: Arc<Inner>) {
 /// Route table of one namespace; each handler gets its runner channel.
 fn routes_of(
     table: HashMap<HandlerKey, (Handler, usize)>,
-    runner_rx: &mut Vec<(Handler, usize, mpsc::UnboundedReceiver<Job>)>,
+    runner_tasks: &mut Vec<RunnerTask>,
 ) -> foldhash::HashMap<Box<[u8]>, Route> {
     let mut runners: foldhash::HashMap<Box<[u8]>, Route> = foldhash::HashMap::default();
     for (key, (handler, concurrency)) in table {
         let (tx, rx) = mpsc::unbounded_channel();
+        let concurrent = (concurrency > 1).then(|| {
+            (
+                Arc::new(Semaphore::new(concurrency)),
+                Arc::new(AtomicUsize::new(0)),
+            )
+        });
+        let direct = concurrent.as_ref().map(|(slots, queued)| DirectStart {
+            slots: Arc::clone(slots),
+            handler: handler.clone(),
+            queued: Arc::clone(queued),
+        });
         let route = runners
             .entry(key.packet_name.as_bytes().into())
             .or_insert_with(|| Route {
                 name: SharedStr::from(key.packet_name.clone()),
                 kinds: [None, None],
             });
-        route.kinds[kind_index(key.kind)] = Some(tx);
-        runner_rx.push((handler, concurrency, rx));
+        route.kinds[kind_index(key.kind)] = Some(RunnerRef { tx, direct });
+        runner_tasks.push(RunnerTask {
+            handler,
+            concurrent,
+            rx,
+        });
     }
     runners
 }
@@ -284,31 +343,35 @@ fn kind_index(kind: MessageKind) -> usize {
     }
 }
 
-async fn runner(
-    inner: Arc<Inner>,
-    handler: Handler,
-    concurrency: usize,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-) {
-    if concurrency <= 1 {
+async fn runner(inner: Arc<Inner>, task: RunnerTask) {
+    let RunnerTask {
+        handler,
+        concurrent,
+        mut rx,
+    } = task;
+    let Some((slots, queued)) = concurrent else {
         // Serialized handler: run each job to completion in arrival order, in this task.
         while let Some(job) = rx.recv().await {
             run_job(&inner, &handler, job).await;
         }
         return;
-    }
-    let slots = Arc::new(Semaphore::new(concurrency));
+    };
     while let Some(job) = rx.recv().await {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             break;
         };
-        let inner = Arc::clone(&inner);
-        let handler = handler.clone();
-        tokio::spawn(async move {
-            run_job(&inner, &handler, job).await;
-            drop(slot);
-        });
+        start_job(Arc::clone(&inner), handler.clone(), job, slot);
+        // Started: a later claim may start its job directly once nothing else waits here.
+        queued.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Run `job` in a task of its own, holding one of its handler's concurrency slots.
+fn start_job(inner: Arc<Inner>, handler: Handler, job: Job, slot: OwnedSemaphorePermit) {
+    tokio::spawn(async move {
+        run_job(&inner, &handler, job).await;
+        drop(slot);
+    });
 }
 
 async fn run_job(inner: &Inner, handler: &Handler, job: Job) {

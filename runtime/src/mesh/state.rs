@@ -81,6 +81,9 @@ pub struct MeshMetrics {
     pub rejected: AtomicU64,
     /// Application records handed to handlers.
     pub delivered: AtomicU64,
+    /// Of those, records of a concurrent handler started straight from their claim, without
+    /// the hand-off to the handler's runner task (a diagnostic of that fast path).
+    pub direct_starts: AtomicU64,
     /// Application records for which no handler is registered.
     pub no_handler: AtomicU64,
     /// Handlers that panicked (their record ended as `HandlerFailed`).
