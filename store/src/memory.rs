@@ -24,6 +24,9 @@ use crate::types::{
 /// How long a reservation ID is remembered for replay after it was issued (store time).
 pub const RESERVATION_REPLAY_RETENTION: Duration = Duration::from_secs(600);
 
+/// Fewest kept reservations at which [`MemoryStore`] sweeps expired ones.
+const RESERVATION_SWEEP_MIN: usize = 64;
+
 /// Largest value any counter may reach (`i64::MAX`).
 pub const COUNTER_MAX: u64 = i64::MAX as u64;
 
@@ -81,6 +84,10 @@ struct State {
     usage: HashMap<NodeRef, CapacityUse>,
     authority: HashMap<AuthorityKey, Record>,
     reservations: HashMap<String, (ReserveRequest, Reservation, StoreTime)>,
+    /// Sweep expired reservations once there are this many (twice what the last sweep kept):
+    /// a sweep per reserve made creating n objects cost O(n²). Replay reads check the expiry,
+    /// so an expired entry left until the next sweep is never used.
+    reservations_sweep_at: usize,
     payloads: HashMap<String, (Bytes, StoreTime)>,
     outage: bool,
 }
@@ -200,6 +207,12 @@ impl MemoryStore {
     pub fn with_manual_clock() -> (Self, ManualClock) {
         let clock = ManualClock::default();
         (Self::new(clock.clone()), clock)
+    }
+
+    /// How many reservation IDs are remembered for replay now (expired ones included until
+    /// the next sweep, which runs once twice as many as the last sweep kept are held).
+    pub fn remembered_reservations(&self) -> usize {
+        self.lock_raw().reservations.len()
     }
 
     /// Test hook: every operation fails with `StoreFailure` until [`MemoryStore::end_outage`].
@@ -854,7 +867,10 @@ impl LocationStore for MemoryStore {
                 now.plus(RESERVATION_REPLAY_RETENTION),
             ),
         );
-        st.reservations.retain(|_, (_, _, exp)| *exp > now);
+        if st.reservations.len() >= st.reservations_sweep_at.max(RESERVATION_SWEEP_MIN) {
+            st.reservations.retain(|_, (_, _, exp)| *exp > now);
+            st.reservations_sweep_at = st.reservations.len() * 2;
+        }
         Ok(reservation)
     }
 
