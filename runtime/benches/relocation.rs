@@ -29,7 +29,8 @@
 //! `ZLINK_BENCH_BUSY` (200 Actors), `ZLINK_BENCH_DETAIL=1` (every window, the cores busy in it,
 //! the requests slower than 2 ms by start time, the median stage times of a move and the
 //! relocation counters of each node) and `ZLINK_BENCH_PERF_CTL=<fifo>` (enables and disables
-//! `perf record -D -1 --control fifo:<fifo>` around the move, to profile the move alone;
+//! `perf record -D -1 --control fifo:<fifo>` around the move, to profile the move alone (the
+//! bulk phase's moves too);
 //! `ZLINK_BENCH_PERF_WHAT=before|after` profiles the 500 ms before or after it instead),
 //! `ZLINK_BENCH_NO_MOVE=1` (the same statistic with nothing moving: its floor),
 //! `ZLINK_BENCH_AFTER_MS` (1,000: how long the windows go on after the move) and
@@ -385,14 +386,32 @@ async fn bulk_round(actors: usize) -> (f64, f64) {
         concurrency: env_or("ZLINK_BENCH_CONCURRENCY", 256usize),
         ..RelocatePlan::default()
     };
+    // `perf record -D -1 --control fifo:$ZLINK_BENCH_PERF_CTL` profiles the moves alone here
+    // too (`ZLINK_BENCH_PHASES=bulk`).
+    let perf = std::env::var("ZLINK_BENCH_PERF_CTL").ok();
+    let perf_ctl = |cmd: &str| {
+        if let Some(p) = &perf {
+            std::fs::write(p, format!("{cmd}\n")).unwrap();
+        }
+    };
+    perf_ctl("enable");
     let t1 = Instant::now();
     let reports = w.rts[0].relocate(&plan).await;
     let moved = t1.elapsed();
+    perf_ctl("disable");
     let handed = reports
         .iter()
         .filter(|r| r.outcome == zlink::relocation::host::UnitOutcome::HandedOver)
         .count();
     assert_eq!(handed, actors, "every idle Actor moves");
+    let reads = w.rts[0]
+        .relocation_stats()
+        .authority_reads
+        .load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "  bulk round: {:.2} authority reads per unit on the source",
+        reads as f64 / actors as f64
+    );
     w.shutdown().await;
     (create.as_secs_f64(), moved.as_secs_f64())
 }

@@ -441,6 +441,11 @@ async fn instance_spots_move<S: ObjectStore>(c: Cluster<S>, tag: &str) {
     assert_eq!(arrived, ids.len() as u64);
     let stats = rt0.relocation_stats();
     assert_eq!(stats.handed_over.load(Ordering::Relaxed), ids.len() as u64);
+    // Each unit learned of its commit from a read of its row; none needed the target's
+    // liveness (only a read after the window that finds the row unchanged does: issue 17, a
+    // descriptor listing on every peek made bulk moves slower).
+    assert!(stats.authority_reads.load(Ordering::Relaxed) >= ids.len() as u64);
+    assert_eq!(stats.target_liveness_checks.load(Ordering::Relaxed), 0);
     assert_eq!(
         stats.saved_work.load(Ordering::Relaxed),
         ids.len() as u64 * 5,
@@ -928,6 +933,14 @@ async fn a_target_gone_before_ready_leaves_the_unit_restored() {
     assert_eq!(
         outcomes(&reports),
         vec![("tg-1".into(), UnitOutcome::RestoredTargetGone)]
+    );
+    // Restoring needed proof that the target's lease is gone: the reads after the window ask.
+    assert!(
+        c.rts[0]
+            .relocation_stats()
+            .target_liveness_checks
+            .load(Ordering::Relaxed)
+            >= 1
     );
     assert_eq!(owner_of(&c, "tg-1").await, "node-0");
     let s: Tally = c.rts[2]

@@ -418,6 +418,17 @@ impl MeshNode {
         self.inner.descriptor()
     }
 
+    /// `f` of the current descriptor, read in place: for a field or two on a hot path, where
+    /// [`MeshNode::descriptor`] would clone the whole descriptor (its capabilities and
+    /// channels) to read them.
+    pub fn with_descriptor<R>(&self, f: impl FnOnce(&NodeDescriptor) -> R) -> R {
+        f(&self
+            .inner
+            .descriptor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
     /// The host owner identity of the owner lease.
     pub fn owner_id(&self) -> &str {
         &self.inner.owner_id
@@ -459,6 +470,37 @@ impl MeshNode {
     /// A snapshot of one peer.
     pub fn peer(&self, rid: &str) -> Option<PeerSnapshot> {
         self.inner.peers().get(rid).map(PeerEntry::snapshot)
+    }
+
+    /// `f` of `rid`'s admitted descriptor, read in place (see [`MeshNode::with_descriptor`]).
+    pub fn with_peer_descriptor<R>(
+        &self,
+        rid: &str,
+        f: impl FnOnce(&NodeDescriptor) -> R,
+    ) -> Option<R> {
+        self.inner
+            .peers()
+            .get(rid)
+            .and_then(|e| e.descriptor.as_ref())
+            .map(f)
+    }
+
+    /// The generation of the current connection (epoch) to `rid`, if connected: what
+    /// [`MeshNode::peer`] reports, without building the snapshot (a hot path of relocation).
+    pub fn peer_connection_generation(&self, rid: &str) -> Option<u64> {
+        self.inner
+            .peers()
+            .get(rid)
+            .and_then(|e| e.conn.as_ref().map(|c| c.generation()))
+    }
+
+    /// The chunk limit `rid` admitted us with, if any ([`PeerSnapshot::receive_chunk_limit`]),
+    /// without building the snapshot.
+    pub fn peer_receive_chunk_limit(&self, rid: &str) -> Option<u32> {
+        self.inner
+            .peers()
+            .get(rid)
+            .and_then(|e| e.receive_chunk_limit)
     }
 
     /// The current connection (epoch) to `rid`, if ready.

@@ -460,7 +460,7 @@ impl Collector for ObjectFamilies {
         counter(
             &mut enc,
             "zlink_relocation_events_total",
-            "Relocation events of this host as source (moves_started, saved_work, relayed, handed_over, restored, followed (of those followed_as_sent: records of other nodes forwarded with their own identity), follow_drops, late_followed, budget_waits: units that waited for room in an in-flight payload budget, epochs_lost: new connection epochs to a unit's target mid-move) and as target (arrived, refused, capacity_refusals: Prepares refused for want of capacity, carried_accepted / terminal_roots_published / terminals_completed / terminals_force_stopped / terminals_data_lost / terminals_abandoned / terminal_roots_expired: the durable terminal roots of carried requests and how their units ended, abandoned, cutover_timeouts, late_cutovers, reply_relays_sent, followed_answered: followed requests of other nodes answered to their sender directly, followed_delivered: followed one-way records of other nodes delivered as they sent them), records naming no known relocation (unknown_records), and messageFollow notices sent to senders on an old route (follow_notices_sent; of those follow_notices_at_handover: sent at a handover to a peer notified lately) and received that dropped a cached route (follow_notices_applied).",
+            "Relocation events of this host as source (moves_started, saved_work, relayed, handed_over, restored, followed (of those followed_as_sent: records of other nodes forwarded with their own identity), follow_drops, late_followed, budget_waits: units that waited for room in an in-flight payload budget, epochs_lost: new connection epochs to a unit's target mid-move, authority_reads: reads of a unit's authority row to resolve it, target_liveness_checks: descriptor listings for a target's lease after an unchanged row) and as target (arrived, refused, capacity_refusals: Prepares refused for want of capacity, carried_accepted / terminal_roots_published / terminals_completed / terminals_force_stopped / terminals_data_lost / terminals_abandoned / terminal_roots_expired: the durable terminal roots of carried requests and how their units ended, abandoned, cutover_timeouts, late_cutovers, reply_relays_sent, followed_answered: followed requests of other nodes answered to their sender directly, followed_delivered: followed one-way records of other nodes delivered as they sent them), records naming no known relocation (unknown_records), and messageFollow notices sent to senders on an old route (follow_notices_sent; of those follow_notices_at_handover: sent at a handover to a peer notified lately) and received that dropped a cached route (follow_notices_applied).",
             &[
                 (&[("event", "moves_started")], load(&r.moves_started)),
                 (&[("event", "saved_work")], load(&r.saved_work)),
@@ -481,6 +481,11 @@ impl Collector for ObjectFamilies {
                 (&[("event", "late_followed")], load(&r.late_followed)),
                 (&[("event", "budget_waits")], load(&r.budget_waits)),
                 (&[("event", "epochs_lost")], load(&r.epochs_lost)),
+                (&[("event", "authority_reads")], load(&r.authority_reads)),
+                (
+                    &[("event", "target_liveness_checks")],
+                    load(&r.target_liveness_checks),
+                ),
                 (&[("event", "arrived")], load(&r.arrived)),
                 (&[("event", "refused")], load(&r.refused)),
                 (

@@ -200,7 +200,7 @@ impl<S: ObjectStore> Inner<S> {
                 1,
             );
         };
-        let state = self.mesh.descriptor().state;
+        let state = self.mesh.with_descriptor(|d| d.state);
         if state != RuntimeState::Serving || self.relocations.relocating() {
             return refuse(
                 RelocationFailureReason::ShuttingDown,
@@ -860,12 +860,10 @@ impl<S: ObjectStore> Inner<S> {
         };
         let entry = match (n, members[0].kind) {
             (1, zlink_store::types::ObjectKind::Actor) => {
-                let mine = self.mesh.descriptor().entry_spot_id;
+                let mine = self.mesh.with_descriptor(|d| d.entry_spot_id.clone());
                 let theirs = self
                     .mesh
-                    .peer(&unit.source.rid)
-                    .and_then(|p| p.descriptor)
-                    .map(|d| d.entry_spot_id)
+                    .with_peer_descriptor(&unit.source.rid, |d| d.entry_spot_id.clone())
                     .unwrap_or_default();
                 let member_of = super::membership_of(&rows[0].payload).unwrap_or_default();
                 if mine.is_empty() || !self.live().spot_is_open(&mine) {
@@ -896,7 +894,7 @@ impl<S: ObjectStore> Inner<S> {
             let need = Need::of(members.iter().map(|m| super::wire_kind(m.kind)));
             let me = self.mesh.fence();
             let here = NodeRef {
-                mesh: self.mesh.descriptor().mesh_name,
+                mesh: self.mesh.with_descriptor(|d| d.mesh_name.clone()),
                 rid: me.rid,
                 lifecycle_generation: me.lifecycle_generation,
             };
@@ -996,7 +994,7 @@ impl<S: ObjectStore> Inner<S> {
             ms(restore_deadline.max(ready_at + settings.cutover_wait + Duration::from_millis(1)));
         let mut commit = TargetCommit::new(0);
         let node = NodeRef {
-            mesh: self.mesh.descriptor().mesh_name,
+            mesh: self.mesh.with_descriptor(|d| d.mesh_name.clone()),
             rid: me.rid.clone(),
             lifecycle_generation: me.lifecycle_generation,
         };

@@ -77,7 +77,7 @@ impl<S: ObjectStore> Inner<S> {
             stable_type: stable_type.to_owned(),
             target: TargetFence {
                 node: NodeRef {
-                    mesh: self.mesh.descriptor().mesh_name,
+                    mesh: self.mesh.with_descriptor(|d| d.mesh_name.clone()),
                     rid: target.rid.clone(),
                     lifecycle_generation: target.lifecycle_generation,
                 },
@@ -422,7 +422,7 @@ impl<S: ObjectStore> Inner<S> {
             .store
             .list_descriptors(
                 zlink_store::types::DescriptorKind::MeshNode,
-                &self.mesh.descriptor().mesh_name,
+                &self.mesh.with_descriptor(|d| d.mesh_name.clone()),
             )
             .await
             .map_err(ObjectError::store("list_descriptors"))?;
@@ -533,7 +533,7 @@ impl<S: ObjectStore> Inner<S> {
         let made = self
             .materialize(&ty, kind, &d.id, init, d.membership.as_deref(), reservation)
             .await?;
-        let mesh_name = self.mesh.descriptor().mesh_name;
+        let mesh_name = self.mesh.with_descriptor(|d| d.mesh_name.clone());
         Ok(match kind {
             StoreKind::Spot => {
                 ReplyResult::UserSpotCreate(zlink_protocol::generated::ReplyResultUserSpotCreate {
@@ -810,7 +810,8 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         }
         let me = inner.mesh.fence();
         if target == me {
-            if inner.mesh.descriptor().object_role != zlink_protocol::generated::ObjectRole::Server
+            if inner.mesh.with_descriptor(|d| d.object_role)
+                != zlink_protocol::generated::ObjectRole::Server
             {
                 return Err(CallError::new(
                     ErrorKind::InvalidOperation,

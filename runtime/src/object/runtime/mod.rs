@@ -956,7 +956,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
 
     /// This node's Entry Spot ID (empty without one).
     pub fn entry_spot_id(&self) -> String {
-        self.inner.mesh.descriptor().entry_spot_id
+        self.inner.mesh.with_descriptor(|d| d.entry_spot_id.clone())
     }
 
     /// Stop every live object of this node (waiting requests end with `Unavailable`). The

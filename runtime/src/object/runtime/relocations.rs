@@ -170,6 +170,12 @@ pub struct RelocationStats {
     pub reply_relays_sent: AtomicU64,
     /// Units that waited for room in an in-flight payload budget before their seal (source).
     pub budget_waits: AtomicU64,
+    /// Reads of a unit's authority row to resolve it: the peeks while its cutover window runs
+    /// and the reads after it (source).
+    pub authority_reads: AtomicU64,
+    /// Descriptor listings to learn whether a unit's target still holds its lease: only when a
+    /// read after the window found the row unchanged (source).
+    pub target_liveness_checks: AtomicU64,
     /// New connection epochs to a unit's target while it moved: its transfer or its relays
     /// and cutover were sent again under the same identity (source).
     pub epochs_lost: AtomicU64,
