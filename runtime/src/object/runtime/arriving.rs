@@ -1006,16 +1006,8 @@ impl<S: ObjectStore> Inner<S> {
             .iter()
             .zip(&rows)
             .map(|(m, row)| {
-                let base = match &entry {
-                    Some(spot) => super::with_membership(&row.payload, spot),
-                    None => row.payload.clone(),
-                };
-                let logged = super::with_move(&base, now_unix, window_ms);
-                let payload = match (&entry, logged) {
-                    (_, Some(p)) => Some(p),
-                    (Some(_), None) => Some(base),
-                    (None, None) => None,
-                };
+                let payload =
+                    super::moved_payload(&row.payload, entry.as_deref(), now_unix, window_ms);
                 (m, row, payload)
             })
             .map(|(m, row, payload)| TransferOwner {

@@ -466,21 +466,46 @@ pub fn recent_moves(payload: &[u8]) -> Vec<u64> {
 /// `payload` with one more move at `at_ms` in its history, keeping only the moves within
 /// `window_ms` before it and at most [`MAX_FOLLOW_HOPS`](crate::relocation::follow::MAX_FOLLOW_HOPS)
 /// in all; `None` (payload kept as it is) when it is not a framework JSON object.
+#[cfg(test)]
 fn with_move(payload: &[u8], at_ms: u64, window_ms: u64) -> Option<Bytes> {
-    let mut m = if payload.is_empty() {
+    moved_payload(payload, None, at_ms, window_ms)
+}
+
+/// The payload a move commits: `payload` with this move logged (see `with_move`) and, for a
+/// lone Actor, its Spot membership set to `membership` (see [`with_membership`]) — parsed and
+/// written once, as every unit of a bulk move commits one. `None` (payload kept as it is) when
+/// there is no membership to write and `payload` is not a framework JSON object.
+fn moved_payload(
+    payload: &[u8],
+    membership: Option<&str>,
+    at_ms: u64,
+    window_ms: u64,
+) -> Option<Bytes> {
+    let object = || match serde_json::from_slice::<serde_json::Value>(payload) {
+        Ok(serde_json::Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    let fresh = || {
         let mut m = serde_json::Map::new();
         m.insert("v".into(), serde_json::Value::from(1));
         m
-    } else {
-        match serde_json::from_slice::<serde_json::Value>(payload) {
-            Ok(serde_json::Value::Object(m)) => m,
-            _ => return None,
-        }
     };
-    let mut moves: Vec<u64> = recent_moves(payload)
-        .into_iter()
-        .filter(|t| at_ms.saturating_sub(*t) <= window_ms)
-        .collect();
+    let mut m = match membership {
+        Some(spot) => {
+            // As `with_membership`: anything but an object becomes a fresh framework payload.
+            let mut m = object().unwrap_or_else(fresh);
+            m.insert("membership".into(), serde_json::Value::from(spot));
+            m
+        }
+        None if payload.is_empty() => fresh(),
+        None => object()?,
+    };
+    let mut moves: Vec<u64> = m
+        .get("moves")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default();
+    moves.retain(|t| at_ms.saturating_sub(*t) <= window_ms);
     moves.push(at_ms);
     let keep = crate::relocation::follow::MAX_FOLLOW_HOPS;
     if moves.len() > keep {
@@ -1094,6 +1119,24 @@ mod payload_tests {
         assert_eq!(with_move(b"\x00raw", 1, 1), None);
         assert!(recent_moves(b"\x00raw").is_empty());
         // A membership change keeps the history.
+        // A lone Actor's commit writes both in one pass, as the two steps would.
+        for p in [
+            Bytes::new(),
+            membership_payload("room-1"),
+            q.clone(),
+            Bytes::from_static(b"\x00raw"),
+            Bytes::from_static(b"[1,2]"),
+        ] {
+            assert_eq!(
+                moved_payload(&p, Some("entry-b"), 2_000, 30_000),
+                with_move(&with_membership(&p, "entry-b"), 2_000, 30_000),
+                "{p:?}"
+            );
+            assert_eq!(
+                moved_payload(&p, None, 2_000, 30_000),
+                with_move(&p, 2_000, 30_000)
+            );
+        }
         let moved = with_membership(&q, "entry-b");
         assert_eq!(membership_of(&moved).as_deref(), Some("entry-b"));
         assert_eq!(recent_moves(&moved), recent_moves(&q));
