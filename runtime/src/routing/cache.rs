@@ -25,7 +25,8 @@
 //!   key does not keep it out, so a stream of `messageFollow` notices during a relocation does
 //!   not make every concurrent read a second one.
 
-use std::collections::HashMap;
+// foldhash (seeded, fast for short keys): looked up on every call by ID.
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -196,7 +197,7 @@ pub struct CacheStats {
 pub struct RouteCache {
     config: CacheConfig,
     /// Looked up on every call by ID (foldhash: seeded, fast for short keys).
-    entries: foldhash::HashMap<AuthorityKey, Entry>,
+    entries: HashMap<AuthorityKey, Entry>,
     hits: u64,
     misses: u64,
     removed: [u64; 6],
@@ -231,13 +232,13 @@ impl RouteCache {
     pub fn new(config: CacheConfig) -> Self {
         Self {
             config,
-            entries: foldhash::HashMap::default(),
+            entries: HashMap::default(),
             hits: 0,
             misses: 0,
             removed: [0; 6],
             epoch: 0,
             seq: 0,
-            key_seq: HashMap::new(),
+            key_seq: HashMap::default(),
             inserts: 0,
         }
     }

@@ -12,7 +12,10 @@
 //!   Actor: relocation), so the table is authoritative for the node. A Spot is open from its
 //!   Ready commit until its close starts; a closing Spot takes no new members.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+// foldhash (seeded, fast for short keys): looked up on every message and every move.
+use foldhash::HashMap;
 
 use zlink_store::types::AuthorityKey;
 #[cfg(test)]
@@ -76,7 +79,7 @@ pub(crate) struct MembersLeft {
 #[derive(Debug)]
 pub(crate) struct LiveTable<E> {
     /// Looked up on every message (foldhash: seeded, fast for short keys).
-    entries: foldhash::HashMap<AuthorityKey, E>,
+    entries: HashMap<AuthorityKey, E>,
     /// Spot ID → member Actor IDs, for every open Spot.
     spots: HashMap<String, BTreeSet<String>>,
     /// Actor ID → Spot ID (also for creations in progress, so a close sees them).
@@ -86,9 +89,9 @@ pub(crate) struct LiveTable<E> {
 impl<E> Default for LiveTable<E> {
     fn default() -> Self {
         Self {
-            entries: foldhash::HashMap::default(),
-            spots: HashMap::new(),
-            member_of: HashMap::new(),
+            entries: HashMap::default(),
+            spots: HashMap::default(),
+            member_of: HashMap::default(),
         }
     }
 }

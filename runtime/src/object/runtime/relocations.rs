@@ -3,7 +3,8 @@
 //! arriving here, their temporary queues, and counters.
 
 use crate::relocation::capacity::{Need, fits};
-use std::collections::HashMap;
+// foldhash (seeded, fast for short keys): these maps are touched by every unit of a move.
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
