@@ -835,6 +835,47 @@ async fn a_store_outage_shorter_than_the_restore_timeout_still_commits() {
     c.shutdown().await;
 }
 
+/// A peek at the unit's row while its cutover window runs asks only whether the target
+/// committed. With the target's commit held in the store, the source peeks several times and
+/// finds the row unchanged each time, yet never lists descriptors for the target's liveness:
+/// the source machine ignores it in that state, and asking on every peek made bulk moves slower
+/// (issue 17). Released, the commit lands and the next peek finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peeks_inside_the_cutover_window_do_not_check_the_targets_liveness() {
+    let c = one_tally("pk-1").await;
+    let stall = c.store().stall_aggregates_touching(spot_key("pk-1"));
+    let plan = RelocatePlan::default();
+    let relocate = c.rts[0].relocate(&plan);
+    let reads = || {
+        c.rts[0]
+            .relocation_stats()
+            .authority_reads
+            .load(Ordering::Relaxed)
+    };
+    let hold = async {
+        let mut stall = stall;
+        stall.parked(1).await;
+        // Peeks come 1, 3, 7 ms after the cutover: well inside its 1 s window.
+        let t0 = std::time::Instant::now();
+        while reads() < 3 && t0.elapsed() < WAIT {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        stall.release();
+    };
+    let (reports, ()) = tokio::join!(relocate, hold);
+    assert_eq!(
+        outcomes(&reports),
+        vec![("pk-1".into(), UnitOutcome::HandedOver)]
+    );
+    let stats = c.rts[0].relocation_stats();
+    assert!(
+        stats.authority_reads.load(Ordering::Relaxed) >= 4,
+        "three peeks found the row unchanged, a later one found the commit"
+    );
+    assert_eq!(stats.target_liveness_checks.load(Ordering::Relaxed), 0);
+    c.shutdown().await;
+}
+
 /// Fault matrix "Redis outage longer than the restore timeout → location_update_failed": the
 /// target gives up at its restore deadline and removes everything it prepared; it cannot promise
 /// that an unanswered commit never lands, so it declares nothing, and the source reports the
