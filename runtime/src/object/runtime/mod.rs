@@ -1118,7 +1118,6 @@ mod payload_tests {
         // A payload that is not a framework JSON object is left alone.
         assert_eq!(with_move(b"\x00raw", 1, 1), None);
         assert!(recent_moves(b"\x00raw").is_empty());
-        // A membership change keeps the history.
         // A lone Actor's commit writes both in one pass, as the two steps would.
         for p in [
             Bytes::new(),
@@ -1137,6 +1136,7 @@ mod payload_tests {
                 with_move(&p, 2_000, 30_000)
             );
         }
+        // A membership change keeps the history.
         let moved = with_membership(&q, "entry-b");
         assert_eq!(membership_of(&moved).as_deref(), Some("entry-b"));
         assert_eq!(recent_moves(&moved), recent_moves(&q));
