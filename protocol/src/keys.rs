@@ -42,8 +42,22 @@ impl ObjectKindKey {
 
 /// Whether `b` is an RFC 3986 unreserved byte, kept literally by the key encoding.
 fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+    UNRESERVED[usize::from(b)]
 }
+
+/// [`is_unreserved`] for every byte: one load per byte where keys are built and read (every
+/// ID-addressed call, every unit of a move).
+const UNRESERVED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        // `b` < 256: the cast cannot truncate.
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~');
+        b += 1;
+    }
+    t
+};
 
 /// Percent-encode `id` as the key encoding does: unreserved bytes literally, every other byte as
 /// `%XX` with uppercase hex.
@@ -167,11 +181,17 @@ pub fn authority_key(kind: ObjectKindKey, id: &str) -> Result<String, IdError> {
         ObjectKindKey::Spot => validate_spot_id(id)?,
     }
     // One allocation of the exact size: this runs on every ID-addressed call and admission
-    // (runtime/tests/allocations.rs counts them).
+    // (runtime/tests/allocations.rs counts them). Most IDs need no escape: one scan finds
+    // that, and the ID is then copied at once.
     let len = id.len();
     let len_digits = len.checked_ilog10().unwrap_or(0) as usize + 1;
+    let first_reserved = id.bytes().position(|b| !is_unreserved(b));
+    let encoded = match first_reserved {
+        None => len,
+        Some(at) => at + encoded_len(&id[at..]),
+    };
     let mut key = String::with_capacity(
-        AUTHORITY_KEY_VERSION.len() + 3 + kind.tag().len_utf8() + len_digits + encoded_len(id),
+        AUTHORITY_KEY_VERSION.len() + 3 + kind.tag().len_utf8() + len_digits + encoded,
     );
     key.push_str(AUTHORITY_KEY_VERSION);
     key.push(':');
@@ -179,7 +199,14 @@ pub fn authority_key(kind: ObjectKindKey, id: &str) -> Result<String, IdError> {
     key.push(':');
     push_decimal(&mut key, len);
     key.push(':');
-    push_percent_encoded(&mut key, id);
+    match first_reserved {
+        None => key.push_str(id),
+        Some(at) => {
+            // Bytes before the first reserved one are unreserved ASCII: a char boundary.
+            key.push_str(&id[..at]);
+            push_percent_encoded(&mut key, &id[at..]);
+        }
+    }
     Ok(key)
 }
 
@@ -254,6 +281,17 @@ fn parse_decimal_len(text: &str) -> Result<usize, IdError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_unreserved_table_is_rfc_3986_unreserved() {
+        for b in 0..=u8::MAX {
+            assert_eq!(
+                is_unreserved(b),
+                b.is_ascii_alphanumeric() || b"-._~".contains(&b),
+                "byte {b:#04x}"
+            );
+        }
+    }
 
     #[test]
     fn ascii_ids_keep_unreserved_bytes() {
