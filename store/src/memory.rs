@@ -3,9 +3,11 @@
 //! across an `.await`), so every operation is trivially atomic; time comes from a [`Clock`] that
 //! tests can turn.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use foldhash::HashMap;
 
 use bytes::Bytes;
 use tokio::sync::watch;
