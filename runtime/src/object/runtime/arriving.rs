@@ -1002,12 +1002,24 @@ impl<S: ObjectStore> Inner<S> {
         // this node's Entry Spot too.
         let now_unix = super::now_unix_ms();
         let window_ms = millis(settings.message_follow + settings.cutover_wait);
+        // The move history each object keeps here: the one its new payload records.
+        let mut histories: Vec<Vec<u64>> = Vec::with_capacity(members.len());
         let transfers: Vec<TransferOwner> = members
             .iter()
             .zip(&rows)
             .map(|(m, row)| {
                 let payload =
-                    super::moved_payload(&row.payload, entry.as_deref(), now_unix, window_ms);
+                    match super::moved_payload(&row.payload, entry.as_deref(), now_unix, window_ms)
+                    {
+                        Some((payload, moves)) => {
+                            histories.push(moves);
+                            Some(payload)
+                        }
+                        None => {
+                            histories.push(super::recent_moves(&row.payload));
+                            None
+                        }
+                    };
                 (m, row, payload)
             })
             .map(|(m, row, payload)| TransferOwner {
@@ -1188,10 +1200,9 @@ impl<S: ObjectStore> Inner<S> {
                 }
                 {
                     let mut live = self.live();
-                    for (((m, r), aog), t) in
-                        members.iter().zip(&restored).zip(&aogs).zip(&transfers)
+                    for (((m, r), aog), moves) in
+                        members.iter().zip(&restored).zip(&aogs).zip(&histories)
                     {
-                        let written = t.payload.as_ref().unwrap_or(&r.row.payload);
                         live.insert(
                             m.key.clone(),
                             LiveEntry {
@@ -1199,7 +1210,7 @@ impl<S: ObjectStore> Inner<S> {
                                 authority_owner_generation: *aog,
                                 obj: Arc::clone(&r.obj),
                                 ty: Arc::clone(&r.ty),
-                                moves: super::recent_moves(written),
+                                moves: moves.clone(),
                                 binding: r.session.clone(),
                             },
                         );

@@ -453,14 +453,211 @@ fn with_membership(payload: &[u8], spot: &str) -> Bytes {
 /// The move history an authority payload keeps (routing §2.5; issue 17 item 7): the unix-ms
 /// times of the object's latest owner transfers, oldest first (empty when none is recorded).
 pub fn recent_moves(payload: &[u8]) -> Vec<u64> {
-    serde_json::from_slice::<serde_json::Value>(payload)
-        .ok()
-        .and_then(|v| {
-            v.get("moves")?
-                .as_array()
-                .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
-        })
+    framework_fields(payload)
+        .map(|f| f.moves)
         .unwrap_or_default()
+}
+
+/// The two framework fields of an authority payload that moves and joins read, taken in one
+/// pass without building the JSON tree (every unit of a bulk move reads them): the last
+/// `"membership"` if it is a string, and the whole numbers of the last `"moves"` if it is an
+/// array — as a `serde_json::Value` lookup would give them. `None` for anything but a JSON
+/// object.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FrameworkFields {
+    membership: Option<String>,
+    moves: Vec<u64>,
+}
+
+fn framework_fields(payload: &[u8]) -> Option<FrameworkFields> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    /// A string, or `None` for any other JSON value.
+    struct MaybeString(Option<String>);
+    impl<'de> serde::Deserialize<'de> for MaybeString {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = MaybeString;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_str<E>(self, v: &str) -> Result<MaybeString, E> {
+                    Ok(MaybeString(Some(v.to_owned())))
+                }
+                fn visit_string<E>(self, v: String) -> Result<MaybeString, E> {
+                    Ok(MaybeString(Some(v)))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<MaybeString, E> {
+                    Ok(MaybeString(None))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<MaybeString, E> {
+                    Ok(MaybeString(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<MaybeString, E> {
+                    Ok(MaybeString(None))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<MaybeString, E> {
+                    Ok(MaybeString(None))
+                }
+                fn visit_unit<E>(self) -> Result<MaybeString, E> {
+                    Ok(MaybeString(None))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<MaybeString, A::Error> {
+                    while a.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(MaybeString(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<MaybeString, A::Error> {
+                    while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(MaybeString(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// The whole numbers of an array (`as_u64` of each element), or empty for any other value.
+    struct Whole(Vec<u64>);
+    impl<'de> serde::Deserialize<'de> for Whole {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            /// One element: `Some` for a whole number that fits `u64`.
+            struct Element(Option<u64>);
+            impl<'de> serde::Deserialize<'de> for Element {
+                fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                    struct E;
+                    impl<'de> Visitor<'de> for E {
+                        type Value = Element;
+                        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                            f.write_str("any JSON value")
+                        }
+                        fn visit_u64<X>(self, v: u64) -> Result<Element, X> {
+                            Ok(Element(Some(v)))
+                        }
+                        fn visit_i64<X>(self, v: i64) -> Result<Element, X> {
+                            Ok(Element(u64::try_from(v).ok()))
+                        }
+                        fn visit_f64<X>(self, _: f64) -> Result<Element, X> {
+                            Ok(Element(None))
+                        }
+                        fn visit_bool<X>(self, _: bool) -> Result<Element, X> {
+                            Ok(Element(None))
+                        }
+                        fn visit_str<X>(self, _: &str) -> Result<Element, X> {
+                            Ok(Element(None))
+                        }
+                        fn visit_unit<X>(self) -> Result<Element, X> {
+                            Ok(Element(None))
+                        }
+                        fn visit_seq<A: SeqAccess<'de>>(
+                            self,
+                            mut a: A,
+                        ) -> Result<Element, A::Error> {
+                            while a.next_element::<IgnoredAny>()?.is_some() {}
+                            Ok(Element(None))
+                        }
+                        fn visit_map<A: MapAccess<'de>>(
+                            self,
+                            mut a: A,
+                        ) -> Result<Element, A::Error> {
+                            while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                            Ok(Element(None))
+                        }
+                    }
+                    d.deserialize_any(E)
+                }
+            }
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Whole;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Whole, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(Element(e)) = a.next_element()? {
+                        out.extend(e);
+                    }
+                    Ok(Whole(out))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Whole, A::Error> {
+                    while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Whole(Vec::new()))
+                }
+                fn visit_str<X>(self, _: &str) -> Result<Whole, X> {
+                    Ok(Whole(Vec::new()))
+                }
+                fn visit_bool<X>(self, _: bool) -> Result<Whole, X> {
+                    Ok(Whole(Vec::new()))
+                }
+                fn visit_i64<X>(self, _: i64) -> Result<Whole, X> {
+                    Ok(Whole(Vec::new()))
+                }
+                fn visit_u64<X>(self, _: u64) -> Result<Whole, X> {
+                    Ok(Whole(Vec::new()))
+                }
+                fn visit_f64<X>(self, _: f64) -> Result<Whole, X> {
+                    Ok(Whole(Vec::new()))
+                }
+                fn visit_unit<X>(self) -> Result<Whole, X> {
+                    Ok(Whole(Vec::new()))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// A key, told apart without keeping its text.
+    enum Key {
+        Membership,
+        Moves,
+        Other,
+    }
+    impl<'de> serde::Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct K;
+            impl Visitor<'_> for K {
+                type Value = Key;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object key")
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+                    Ok(match v {
+                        "membership" => Key::Membership,
+                        "moves" => Key::Moves,
+                        _ => Key::Other,
+                    })
+                }
+            }
+            d.deserialize_str(K)
+        }
+    }
+
+    struct Fields;
+    impl<'de> Visitor<'de> for Fields {
+        type Value = FrameworkFields;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<FrameworkFields, A::Error> {
+            let mut out = FrameworkFields::default();
+            // A later duplicate replaces an earlier one, as in `serde_json::Value`.
+            while let Some(key) = a.next_key::<Key>()? {
+                match key {
+                    Key::Membership => out.membership = a.next_value::<MaybeString>()?.0,
+                    Key::Moves => out.moves = a.next_value::<Whole>()?.0,
+                    Key::Other => {
+                        a.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(payload);
+    let fields = de.deserialize_map(Fields).ok()?;
+    de.end().ok()?;
+    Some(fields)
 }
 
 /// `payload` with one more move at `at_ms` in its history, keeping only the moves within
@@ -468,19 +665,20 @@ pub fn recent_moves(payload: &[u8]) -> Vec<u64> {
 /// in all; `None` (payload kept as it is) when it is not a framework JSON object.
 #[cfg(test)]
 fn with_move(payload: &[u8], at_ms: u64, window_ms: u64) -> Option<Bytes> {
-    moved_payload(payload, None, at_ms, window_ms)
+    moved_payload(payload, None, at_ms, window_ms).map(|(p, _)| p)
 }
 
 /// The payload a move commits: `payload` with this move logged (see `with_move`) and, for a
 /// lone Actor, its Spot membership set to `membership` (see [`with_membership`]) — parsed and
-/// written once, as every unit of a bulk move commits one. `None` (payload kept as it is) when
-/// there is no membership to write and `payload` is not a framework JSON object.
+/// written once, as every unit of a bulk move commits one; with the move history it records
+/// (what [`recent_moves`] reads from it). `None` (payload kept as it is) when there is no
+/// membership to write and `payload` is not a framework JSON object.
 fn moved_payload(
     payload: &[u8],
     membership: Option<&str>,
     at_ms: u64,
     window_ms: u64,
-) -> Option<Bytes> {
+) -> Option<(Bytes, Vec<u64>)> {
     let object = || match serde_json::from_slice::<serde_json::Value>(payload) {
         Ok(serde_json::Value::Object(m)) => Some(m),
         _ => None,
@@ -511,14 +709,13 @@ fn moved_payload(
     if moves.len() > keep {
         moves.drain(..moves.len() - keep);
     }
-    m.insert("moves".into(), serde_json::Value::from(moves));
-    serde_json::to_vec(&m).ok().map(Bytes::from)
+    m.insert("moves".into(), serde_json::Value::from(moves.clone()));
+    serde_json::to_vec(&m).ok().map(|p| (Bytes::from(p), moves))
 }
 
 /// The Spot membership recorded in an Actor's authority payload.
 pub fn membership_of(payload: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    v.get("membership")?.as_str().map(str::to_owned)
+    framework_fields(payload)?.membership
 }
 
 impl<S: ObjectStore> Inner<S> {
@@ -1126,19 +1323,107 @@ mod payload_tests {
             Bytes::from_static(b"\x00raw"),
             Bytes::from_static(b"[1,2]"),
         ] {
+            let joined = moved_payload(&p, Some("entry-b"), 2_000, 30_000);
             assert_eq!(
-                moved_payload(&p, Some("entry-b"), 2_000, 30_000),
+                joined.as_ref().map(|(p, _)| p.clone()),
                 with_move(&with_membership(&p, "entry-b"), 2_000, 30_000),
                 "{p:?}"
             );
+            // The history it returns is the one its payload records.
+            let (written, moves) = joined.unwrap();
+            assert_eq!(moves, recent_moves(&written));
+            let alone = moved_payload(&p, None, 2_000, 30_000);
             assert_eq!(
-                moved_payload(&p, None, 2_000, 30_000),
+                alone.as_ref().map(|(p, _)| p.clone()),
                 with_move(&p, 2_000, 30_000)
             );
+            if let Some((written, moves)) = alone {
+                assert_eq!(moves, recent_moves(&written));
+            }
         }
         // A membership change keeps the history.
         let moved = with_membership(&q, "entry-b");
         assert_eq!(membership_of(&moved).as_deref(), Some("entry-b"));
         assert_eq!(recent_moves(&moved), recent_moves(&q));
+    }
+
+    /// What `framework_fields` must give: the lookups of a `serde_json::Value` tree (the
+    /// reading before the one-pass reader).
+    fn by_tree(payload: &[u8]) -> Option<FrameworkFields> {
+        let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+        let m = v.as_object()?;
+        Some(FrameworkFields {
+            membership: m
+                .get("membership")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
+            moves: m
+                .get("moves")
+                .and_then(serde_json::Value::as_array)
+                .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+                .unwrap_or_default(),
+        })
+    }
+
+    #[test]
+    fn the_one_pass_reader_reads_the_framework_fields_as_the_json_tree_does() {
+        for p in [
+            &br#"{"v":1,"membership":"room-1","moves":[1,2,3]}"#[..],
+            br#"{"moves":[5],"membership":"a\"b\u00e9","v":1}"#,
+            br#"{"membership":"x","membership":"y","moves":[1],"moves":[2,3]}"#,
+            br#"{"membership":7,"moves":"no"}"#,
+            br#"{"membership":null,"moves":{"a":1}}"#,
+            br#"{"moves":[1,-2,3.5,"4",null,[5],{"6":6},18446744073709551615,18446744073709551616]}"#,
+            br#"{"other":{"membership":"nested","moves":[9]},"list":[{"moves":[1]}]}"#,
+            br#"{"membership":["a"],"moves":true}"#,
+            br#"  {"moves":[ 1 , 2 ]}  "#,
+            br#"{"m\u0065mbership":"escaped-key"}"#,
+            br#"{}"#,
+            br#"[1,2]"#,
+            br#""membership""#,
+            br#"7"#,
+            br#"{"moves":[1]} trailing"#,
+            br#"{"moves":[1]"#,
+            b"",
+            b"\x00raw",
+        ] {
+            assert_eq!(
+                framework_fields(p),
+                by_tree(p),
+                "{}",
+                String::from_utf8_lossy(p)
+            );
+        }
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// Any JSON object of framework-like and other fields reads alike both ways.
+        #[test]
+        fn the_one_pass_reader_agrees_with_the_json_tree(
+            fields in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec!["membership", "moves", "v", "x"]),
+                    proptest::prop_oneof![
+                        proptest::collection::vec(proptest::num::i64::ANY, 0..5)
+                            .prop_map(|v| serde_json::json!(v)),
+                        ".{0,8}".prop_map(|s| serde_json::json!(s)),
+                        proptest::num::u64::ANY.prop_map(|n| serde_json::json!(n)),
+                        proptest::num::f64::NORMAL.prop_map(|n| serde_json::json!(n)),
+                        proptest::strategy::Just(serde_json::Value::Null),
+                    ],
+                ),
+                0..6,
+            )
+        ) {
+            // Written by hand so duplicate keys stay in (a `Map` would fold them).
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("{}:{v}", serde_json::json!(k)))
+                .collect();
+            let text = format!("{{{}}}", body.join(","));
+            proptest::prop_assert_eq!(framework_fields(text.as_bytes()), by_tree(text.as_bytes()), "{}", text);
+        }
     }
 }
