@@ -1522,6 +1522,114 @@ async fn an_expired_follow_route_is_refused_and_the_next_call_finds_the_new_owne
     c.shutdown().await;
 }
 
+/// Instances of [`Freed`] that lived on node 0 and were dropped there.
+static FREED_ON_NODE_0: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A state that knows the node it lives on and counts its drops on node 0.
+#[derive(Debug, Serialize, Deserialize)]
+struct Freed {
+    #[serde(skip)]
+    node: usize,
+}
+impl Drop for Freed {
+    fn drop(&mut self) {
+        if self.node == 0 {
+            FREED_ON_NODE_0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Which node answered.
+#[derive(Debug, Serialize, Deserialize)]
+struct Where {
+    node: usize,
+}
+impl JsonMessage for Where {
+    const PACKET_NAME: &'static str = "freed.Where";
+}
+
+/// [`Freed`] as JSON, restored as living on node `node`.
+struct FreedState {
+    node: usize,
+}
+impl StateAdapter<Freed> for FreedState {
+    fn capture(&self, state: &Freed) -> Result<bytes::Bytes, CallError> {
+        <JsonState as StateAdapter<Freed>>::capture(&JsonState, state)
+    }
+    fn restore(&self, bytes: &[u8]) -> Result<Freed, CallError> {
+        let mut f: Freed = <JsonState as StateAdapter<Freed>>::restore(&JsonState, bytes)?;
+        f.node = self.node;
+        Ok(f)
+    }
+}
+
+/// The source lets go of a handed-over instance at once: its state (and queue and executor)
+/// is dropped when the move ends, not when its follow window (30 s by default) does — a node
+/// drained of many objects gives their memory back then. The follow route itself stays for
+/// the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_frees_a_handed_over_instance_before_its_follow_window_ends() {
+    let c = Cluster::builder(3)
+        .registry(|i| {
+            let mut reg = Registry::new();
+            reg.instance_spot(
+                "freed",
+                move |_: FactoryInput| async move { Ok(Freed { node: i }) },
+                || {
+                    let mut h: ObjectHandlers<Freed> = ObjectHandlers::new();
+                    h.on_request(|ctx, _r: Read| async move {
+                        Ok::<_, CallError>(Where {
+                            node: ctx.state().node,
+                        })
+                    });
+                    h
+                },
+            )
+            .relocation(Relocation::PreserveWith(Arc::new(FreedState { node: i })))
+            .register();
+            reg
+        })
+        .placement_weights(&[100, 0, 0])
+        .start()
+        .await;
+    let w: Where = c.rts[2]
+        .request_to_instance_spot("freed", "fr-1", &Read {}, T)
+        .await
+        .unwrap();
+    assert_eq!(w.node, 0);
+    open_targets(&c).await;
+    assert!(
+        c.rts[0].relocation_settings().message_follow >= Duration::from_secs(30),
+        "the window outlasts this test's wait"
+    );
+    assert_eq!(FREED_ON_NODE_0.load(Ordering::SeqCst), 0);
+    let reports = c.rts[0].relocate(&RelocatePlan::default()).await;
+    assert_eq!(
+        outcomes(&reports),
+        vec![("fr-1".into(), UnitOutcome::HandedOver)]
+    );
+    let t0 = std::time::Instant::now();
+    while FREED_ON_NODE_0.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < WAIT,
+            "the handed-over instance is still held on the source"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(FREED_ON_NODE_0.load(Ordering::SeqCst), 1);
+    // The follow route is still there, and the object serves on its new node.
+    assert!(
+        c.rts[0].live_generation(ObjectKind::Spot, "fr-1").is_some(),
+        "the follow window ended early"
+    );
+    let w: Where = c.rts[2]
+        .request_to_instance_spot("freed", "fr-1", &Read {}, T)
+        .await
+        .unwrap();
+    assert_ne!(w.node, 0);
+    c.shutdown().await;
+}
+
 /// A turn that does not reach a handler boundary by the relocation deadline leaves the unit
 /// where it is (`Stayed(Deadline)`): the capture gives up, the object is not left paused, and the
 /// calls held meanwhile are served in order once the turn ends.

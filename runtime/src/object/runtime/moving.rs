@@ -91,6 +91,17 @@ struct Part {
     moves: Vec<u64>,
 }
 
+/// A handed-over part while its follow window runs: what the follow route needs of it.
+struct Followed {
+    key: AuthorityKey,
+    kind: zlink_store::types::ObjectKind,
+    id: String,
+    generation: u64,
+    aog: u64,
+    route: RouteFence,
+    intake: Arc<Intake>,
+}
+
 /// One part's transfer: the requests it carries, its Prepare and its chunks.
 struct Built {
     carried_requests: Vec<(u64, CarriedRequest)>,
@@ -1169,7 +1180,21 @@ impl<S: ObjectStore> Inner<S> {
                 );
                 // Message Follow: arrivals on the old routes keep going to the target.
                 let this = Arc::clone(&self);
-                let follow = parts;
+                // Only what the follow route needs stays for the window: the handed-over
+                // instances (their state, queue and executor) are freed now, not when the window
+                // ends 30 s later.
+                let follow: Vec<Followed> = parts
+                    .into_iter()
+                    .map(|p| Followed {
+                        key: p.key,
+                        kind: p.kind,
+                        id: p.id,
+                        generation: p.generation,
+                        aog: p.aog,
+                        route: p.route,
+                        intake: p.intake,
+                    })
+                    .collect();
                 let (follow_target, follow_me) = (target.clone(), me.clone());
                 tokio::spawn(async move {
                     let intakes: Vec<Arc<Intake>> =
