@@ -370,6 +370,19 @@ async fn pause_bench(out: &mut Outcome, moves: usize) {
 /// for one `relocate` of `a` to move them all).
 async fn bulk_round(actors: usize) -> (f64, f64) {
     let w = World::start().await;
+    // `perf record -D -1 --control fifo:$ZLINK_BENCH_PERF_CTL` profiles the moves alone here
+    // too (`ZLINK_BENCH_PHASES=bulk`); with `ZLINK_BENCH_PERF_WHAT=create`, the creations
+    // instead (the baseline's own profile).
+    let perf = std::env::var("ZLINK_BENCH_PERF_CTL").ok();
+    let creation = std::env::var("ZLINK_BENCH_PERF_WHAT").is_ok_and(|w| w == "create");
+    let perf_ctl = |cmd: &str, on_create: bool| {
+        if let Some(p) = &perf
+            && on_create == creation
+        {
+            std::fs::write(p, format!("{cmd}\n")).unwrap();
+        }
+    };
+    perf_ctl("enable", true);
     let t0 = Instant::now();
     let made: Vec<Result<_, CallError>> = futures::stream::iter(0..actors)
         .map(|i| {
@@ -380,25 +393,18 @@ async fn bulk_round(actors: usize) -> (f64, f64) {
         .collect()
         .await;
     let create = t0.elapsed();
+    perf_ctl("disable", true);
     assert!(made.iter().all(Result::is_ok));
     w.open().await;
     let plan = RelocatePlan {
         concurrency: env_or("ZLINK_BENCH_CONCURRENCY", 256usize),
         ..RelocatePlan::default()
     };
-    // `perf record -D -1 --control fifo:$ZLINK_BENCH_PERF_CTL` profiles the moves alone here
-    // too (`ZLINK_BENCH_PHASES=bulk`).
-    let perf = std::env::var("ZLINK_BENCH_PERF_CTL").ok();
-    let perf_ctl = |cmd: &str| {
-        if let Some(p) = &perf {
-            std::fs::write(p, format!("{cmd}\n")).unwrap();
-        }
-    };
-    perf_ctl("enable");
+    perf_ctl("enable", false);
     let t1 = Instant::now();
     let reports = w.rts[0].relocate(&plan).await;
     let moved = t1.elapsed();
-    perf_ctl("disable");
+    perf_ctl("disable", false);
     let handed = reports
         .iter()
         .filter(|r| r.outcome == zlink::relocation::host::UnitOutcome::HandedOver)
