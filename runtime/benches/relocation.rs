@@ -13,7 +13,10 @@
 //!    the wall time of one `relocate` of `a` against the wall time of creating them on `a`
 //!    (64 creations in flight), on fresh nodes per round, both driven from a runtime task (as
 //!    a host runs them); the median of the per-round ratios (`ZLINK_BENCH_ROUNDS`, 5) with min
-//!    and max. Goal ≤ 2×.
+//!    and max. Goal ≤ 2×. Measured on each store of `ZLINK_BENCH_STORE` (`memory,redis`),
+//!    each on its own line: the in-process memory store, where the relocation machinery's own
+//!    CPU shows, and a real `redis-server` started for it on the same cores, the store a
+//!    deployment runs on.
 //! 3. **Worst 100 ms throughput ÷ baseline**: `c` runs closed-loop requests (32 in flight) to
 //!    200 Actors on `a`; after 1 s `a` relocates all of them to `b`. Completions per 100 ms
 //!    window (counted by an OS thread, scaled by each window's real length): the worst window
@@ -23,7 +26,8 @@
 //! Exit status 2 names a missed goal. Every loop is bounded by its count and
 //! `ZLINK_BENCH_LIMIT_SECS` (120). Environment: `ZLINK_BENCH_MOVES` (40 moves per size),
 //! `ZLINK_BENCH_ACTORS` (10,000), `ZLINK_BENCH_WORKERS` (2), `ZLINK_BENCH_ROUNDS` (5),
-//! `ZLINK_BENCH_CONCURRENCY` (256 units in flight in the bulk move), `ZLINK_BENCH_PHASES`
+//! `ZLINK_BENCH_CONCURRENCY` (256 units in flight in the bulk move), `ZLINK_BENCH_STORE`
+//! (`memory,redis`: the bulk phase's stores), `ZLINK_BENCH_PHASES`
 //! (`pause,bulk,throughput`: the parts to run, e.g. `bulk` alone under a profiler).
 //! For the throughput phase: `ZLINK_BENCH_MOVE_CONCURRENCY` (8 units at a time),
 //! `ZLINK_BENCH_BUSY` (200 Actors), `ZLINK_BENCH_DETAIL=1` (every window, the cores busy in it,
@@ -31,12 +35,16 @@
 //! relocation counters of each node) and `ZLINK_BENCH_PERF_CTL=<fifo>` (enables and disables
 //! `perf record -D -1 --control fifo:<fifo>` around the move, to profile the move alone (the
 //! bulk phase's moves too);
-//! `ZLINK_BENCH_PERF_WHAT=before|after` profiles the 500 ms before or after it instead),
+//! `ZLINK_BENCH_PERF_WHAT=before|after` profiles the 500 ms before or after it instead, and
+//! `create` the bulk phase's creations),
 //! `ZLINK_BENCH_NO_MOVE=1` (the same statistic with nothing moving: its floor),
 //! `ZLINK_BENCH_AFTER_MS` (1,000: how long the windows go on after the move) and
 //! `ZLINK_BENCH_DISCOVERY_POLL_MS` (the nodes' descriptor poll, 1,000).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)] // benchmark binary
+
+#[path = "../../store/tests/support/redis_server.rs"]
+mod redis_server;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,10 +59,11 @@ use zlink::mesh::{Handlers, JsonMessage, MeshNode, MeshNodeConfig, RidConfig};
 use zlink::object::ObjectCalls;
 use zlink::object::exec::ObjectHandlers;
 use zlink::object::registry::{FactoryInput, JsonState, Registry, Relocation};
-use zlink::object::runtime::{ObjectRuntime, RelocatePlan, TimelineStep};
+use zlink::object::runtime::{ObjectRuntime, ObjectStore, RelocatePlan, TimelineStep};
 use zlink::routing::CacheConfig;
 use zlink_store::MemoryStore;
 use zlink_store::clock::SystemClock;
+use zlink_store::redis::{RedisStore, RedisStoreConfig};
 
 const SECRET: &[u8] = b"bench-relocation-secret-012345";
 
@@ -117,7 +126,7 @@ fn registry() -> Registry {
     r
 }
 
-async fn node(rid: &str, store: &Arc<MemoryStore>, weight: u16) -> Arc<MeshNode> {
+async fn node(rid: &str, store: Arc<dyn DiscoveryBackend>, weight: u16) -> Arc<MeshNode> {
     let mut c = MeshNodeConfig::new("bench", MeshSecret::from_bytes(SECRET).unwrap());
     c.rid = RidConfig::Fixed(rid.into());
     c.object_capabilities = registry().capabilities();
@@ -127,28 +136,31 @@ async fn node(rid: &str, store: &Arc<MemoryStore>, weight: u16) -> Arc<MeshNode>
         c.timings.discovery_poll = Duration::from_millis(ms.parse().unwrap());
     }
     Arc::new(
-        MeshNode::start(
-            c,
-            Handlers::new(),
-            Some(Arc::clone(store) as Arc<dyn DiscoveryBackend>),
-        )
-        .await
-        .unwrap(),
+        MeshNode::start(c, Handlers::new(), Some(store))
+            .await
+            .unwrap(),
     )
 }
 
-struct World {
+struct World<S: ObjectStore = MemoryStore> {
     nodes: Vec<Arc<MeshNode>>,
-    rts: Vec<ObjectRuntime<MemoryStore>>,
+    rts: Vec<ObjectRuntime<S>>,
 }
 
 impl World {
-    /// Nodes a, b, c: objects are created on `a` (the others weigh 0 until `open`).
+    /// Nodes a, b, c on one in-process memory store: objects are created on `a` (the others
+    /// weigh 0 until `open`).
     async fn start() -> Self {
-        let store = Arc::new(MemoryStore::new(SystemClock));
+        World::start_on(Arc::new(MemoryStore::new(SystemClock))).await
+    }
+}
+
+impl<S: ObjectStore + DiscoveryBackend> World<S> {
+    /// [`World::start`] on `store`.
+    async fn start_on(store: Arc<S>) -> Self {
         let mut nodes = Vec::new();
         for (rid, w) in [("bench-a", 100), ("bench-b", 0), ("bench-c", 0)] {
-            nodes.push(node(rid, &store, w).await);
+            nodes.push(node(rid, Arc::clone(&store) as Arc<dyn DiscoveryBackend>, w).await);
         }
         for x in &nodes {
             for y in &nodes {
@@ -368,8 +380,33 @@ async fn pause_bench(out: &mut Outcome, moves: usize) {
 
 /// One round of the bulk bench on fresh nodes: (seconds to create `actors` on `a`, seconds
 /// for one `relocate` of `a` to move them all).
-async fn bulk_round(actors: usize) -> (f64, f64) {
-    let w = World::start().await;
+async fn bulk_round(actors: usize, redis: Option<String>) -> (f64, f64) {
+    match redis {
+        None => bulk_round_on(World::start().await, actors).await,
+        Some(url) => {
+            // A namespace of its own per round: no round sees another's records.
+            static ROUND: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let round = ROUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let store = RedisStore::connect(
+                &url,
+                RedisStoreConfig {
+                    namespace: format!("bulk-{}-{round}", std::process::id()),
+                    response_timeout: Duration::from_secs(5),
+                    connection_timeout: Duration::from_secs(2),
+                    reconnect_retries: 3,
+                },
+            )
+            .await
+            .unwrap();
+            bulk_round_on(World::start_on(Arc::new(store)).await, actors).await
+        }
+    }
+}
+
+async fn bulk_round_on<S: ObjectStore + DiscoveryBackend>(
+    w: World<S>,
+    actors: usize,
+) -> (f64, f64) {
     // `perf record -D -1 --control fifo:$ZLINK_BENCH_PERF_CTL` profiles the moves alone here
     // too (`ZLINK_BENCH_PHASES=bulk`); with `ZLINK_BENCH_PERF_WHAT=create`, the creations
     // instead (the baseline's own profile).
@@ -433,15 +470,46 @@ fn bulk_bench(
     workers: usize,
     end: Instant,
 ) -> bool {
+    // `ZLINK_BENCH_STORE` (`memory,redis`): the stores to run the bulk phase on, each with its
+    // own rounds and its own line: the in-process memory store (the relocation machinery's own
+    // cost shows), then a real redis-server, started here on the same cores (the store a
+    // deployment uses).
+    let stores = std::env::var("ZLINK_BENCH_STORE").unwrap_or_else(|_| "memory,redis".into());
+    for store in stores.split(',').map(str::trim) {
+        let on_redis = match store {
+            "memory" => false,
+            "redis" => true,
+            other => panic!("ZLINK_BENCH_STORE names an unknown store {other:?}"),
+        };
+        if !bulk_bench_on(out, actors, rounds, workers, end, on_redis) {
+            return false;
+        }
+    }
+    true
+}
+
+/// [`bulk_bench`] on one store. Returns false when the run's `end` came first.
+fn bulk_bench_on(
+    out: &mut Outcome,
+    actors: usize,
+    rounds: usize,
+    workers: usize,
+    end: Instant,
+    on_redis: bool,
+) -> bool {
     let mut ratios = Vec::with_capacity(rounds);
     let (mut creates, mut moves) = (Vec::new(), Vec::new());
+    let server_rt = runtime(1);
+    let server = on_redis.then(|| server_rt.block_on(redis_server::RedisServer::start()));
+    let url = server.as_ref().map(redis_server::RedisServer::url);
     for _ in 0..rounds.max(1) {
         let rt = runtime(workers);
+        let url = url.clone();
         // On a runtime task, as the host runs a relocate (its admin handler) and creations:
         // driven from `block_on`, both phases had the main thread as a third worker, and every
         // unit's report woke it across threads.
         let Ok(Ok((create, moved))) = rt.block_on(async {
-            tokio::time::timeout_at(end.into(), tokio::spawn(bulk_round(actors))).await
+            tokio::time::timeout_at(end.into(), tokio::spawn(bulk_round(actors, url))).await
         }) else {
             return false;
         };
@@ -455,9 +523,11 @@ fn bulk_bench(
         v.sort_by(f64::total_cmp);
     }
     let ratio = quantile(&ratios, 0.5);
+    drop(server);
     out.lines.push(format!(
-        "move {actors} idle Actors: {:.2} s (median of {}); create them: {:.2} s; ratio \
+        "move {actors} idle Actors{}: {:.2} s (median of {}); create them: {:.2} s; ratio \
          {ratio:.2}× (per-round median; min {:.2}×, max {:.2}×; goal ≤ 2×)",
+        if on_redis { " on redis" } else { "" },
         quantile(&moves, 0.5),
         ratios.len(),
         quantile(&creates, 0.5),
@@ -466,7 +536,8 @@ fn bulk_bench(
     ));
     if ratio > 2.0 {
         out.missed.push(format!(
-            "moving {actors} idle Actors took {ratio:.2}× creating them"
+            "moving {actors} idle Actors{} took {ratio:.2}× creating them",
+            if on_redis { " on redis" } else { "" },
         ));
     }
     true
