@@ -294,7 +294,7 @@ impl State {
         }
     }
 
-    fn snapshot(&self, key: &AuthorityKey, r: &Record, now: StoreTime) -> AuthoritySnapshot {
+    fn snapshot(key: &AuthorityKey, r: &Record, now: StoreTime) -> AuthoritySnapshot {
         AuthoritySnapshot {
             key: key.clone(),
             state: r.state,
@@ -311,7 +311,13 @@ impl State {
     }
 
     fn charge(&mut self, node: &NodeRef, kind: ObjectKind, units: i64) {
-        let u = self.usage.entry(node.clone()).or_default();
+        // The node's entry exists after its first charge: no key clone for the others.
+        if !self.usage.contains_key(node) {
+            self.usage.insert(node.clone(), CapacityUse::default());
+        }
+        let Some(u) = self.usage.get_mut(node) else {
+            return;
+        };
         let slot = match kind {
             ObjectKind::Actor => &mut u.actors,
             ObjectKind::Spot => &mut u.spots,
@@ -442,8 +448,7 @@ impl State {
                 if let Some(p) = &t.payload {
                     r.payload = p.clone();
                 }
-                let r = r.clone();
-                Ok(self.snapshot(&t.source.key, &r, now))
+                Ok(State::snapshot(&t.source.key, r, now))
             }
             AggregateOp::Preserve { fence, payload } => {
                 let store_version = self.next(counters::STORE_VERSION)?;
@@ -453,15 +458,14 @@ impl State {
                     .ok_or_else(|| StoreError::Missing(fence.key.as_str().into()))?;
                 r.store_version = store_version;
                 r.payload = payload.clone();
-                let r = r.clone();
-                Ok(self.snapshot(&fence.key, &r, now))
+                Ok(State::snapshot(&fence.key, r, now))
             }
             AggregateOp::Check(fence) => {
                 let r = self
                     .authority
                     .get(&fence.key)
                     .ok_or_else(|| StoreError::Missing(fence.key.as_str().into()))?;
-                Ok(self.snapshot(&fence.key, r, now))
+                Ok(State::snapshot(&fence.key, r, now))
             }
         }
     }
@@ -738,7 +742,7 @@ impl LocationStore for MemoryStore {
     async fn read_authority(&self, key: &AuthorityKey) -> Result<AuthorityRead> {
         let (st, now) = self.lock()?;
         Ok(match st.authority.get(key) {
-            Some(r) => AuthorityRead::Found(Box::new(st.snapshot(key, r, now))),
+            Some(r) => AuthorityRead::Found(Box::new(State::snapshot(key, r, now))),
             None => AuthorityRead::Missing { store_now: now },
         })
     }
@@ -751,7 +755,7 @@ impl LocationStore for MemoryStore {
                 owner_lease: None,
             });
         };
-        let snapshot = st.snapshot(key, r, now);
+        let snapshot = State::snapshot(key, r, now);
         let owner_lease = match st.leases.get(&snapshot.owner.owner_id) {
             Some((g, exp)) if *exp > now => Some(OwnerLeaseState {
                 token: OwnerToken {
@@ -789,9 +793,9 @@ impl LocationStore for MemoryStore {
             return if r.allocation.object_kind == req.object_kind
                 && r.allocation.stable_type == req.stable_type
             {
-                Err(StoreError::AlreadyExists(Box::new(
-                    st.snapshot(&req.key, r, now),
-                )))
+                Err(StoreError::AlreadyExists(Box::new(State::snapshot(
+                    &req.key, r, now,
+                ))))
             } else {
                 Err(StoreError::SpotIdConflict(req.key.as_str().to_owned()))
             };
@@ -890,8 +894,7 @@ impl LocationStore for MemoryStore {
         r.allocation.state = AllocationState::Active;
         r.pending_creation = None;
         r.payload = payload;
-        let r = r.clone();
-        Ok(st.snapshot(&res.key, &r, now))
+        Ok(State::snapshot(&res.key, r, now))
     }
 
     async fn abort(&self, res: &Reservation) -> Result<()> {
@@ -948,8 +951,7 @@ impl LocationStore for MemoryStore {
             .ok_or_else(|| StoreError::Missing(fence.key.as_str().into()))?;
         r.state = to;
         r.store_version = store_version;
-        let r = r.clone();
-        Ok(st.snapshot(&fence.key, &r, now))
+        Ok(State::snapshot(&fence.key, r, now))
     }
 
     async fn commit_aggregate(&self, ops: &[AggregateOp]) -> Result<Vec<AuthoritySnapshot>> {
