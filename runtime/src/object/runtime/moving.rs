@@ -941,10 +941,19 @@ impl<S: ObjectStore> Inner<S> {
         let mut peer_changes = self.mesh.subscribe_peer_changes();
         let mut watching = true;
         let mut epoch = self.mesh.peer_connection_generation(&target.rid);
+        // One timer for the unit's ticks, moved to each next tick (a new one on every turn of
+        // the loop cost a registration in tokio's timer wheel and its removal per turn).
+        let tick = tokio::time::sleep_until(transfer_at.into());
+        tokio::pin!(tick);
         let outcome = loop {
             let next = unit
                 .next_tick_ms(&timings)
                 .map(|t| transfer_at + Duration::from_millis(t));
+            if let Some(at) = next
+                && tick.deadline() != at.into()
+            {
+                tick.as_mut().reset(at.into());
+            }
             let event = tokio::select! {
                 a = answers.recv() => match a.inspect(|_| budget.release()) {
                     // The target answers every Prepare of the unit alike, once all of them
@@ -993,7 +1002,7 @@ impl<S: ObjectStore> Inner<S> {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     SourceEvent::EpochLost
                 }
-                () = sleep_until_opt(next) => SourceEvent::Tick,
+                () = &mut tick, if next.is_some() => SourceEvent::Tick,
             };
             let now = ms(Instant::now());
             let mut actions = unit.step(event, now, &timings);
@@ -1718,12 +1727,5 @@ fn cache_fence(key: AuthorityKey, r: &RouteFence) -> crate::routing::RouteFence 
         owner_rid: r.target_node.rid.clone(),
         owner_lifecycle_generation: r.target_node.lifecycle_generation,
         owner_lease_generation: r.owner_lease_generation,
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
     }
 }
