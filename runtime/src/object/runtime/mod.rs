@@ -473,134 +473,55 @@ fn framework_fields(payload: &[u8]) -> Option<FrameworkFields> {
     use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
     use std::fmt;
 
-    /// A string, or `None` for any other JSON value.
-    struct MaybeString(Option<String>);
-    impl<'de> serde::Deserialize<'de> for MaybeString {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = MaybeString;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("any JSON value")
-                }
-                fn visit_str<E>(self, v: &str) -> Result<MaybeString, E> {
-                    Ok(MaybeString(Some(v.to_owned())))
-                }
-                fn visit_string<E>(self, v: String) -> Result<MaybeString, E> {
-                    Ok(MaybeString(Some(v)))
-                }
-                fn visit_bool<E>(self, _: bool) -> Result<MaybeString, E> {
-                    Ok(MaybeString(None))
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<MaybeString, E> {
-                    Ok(MaybeString(None))
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<MaybeString, E> {
-                    Ok(MaybeString(None))
-                }
-                fn visit_f64<E>(self, _: f64) -> Result<MaybeString, E> {
-                    Ok(MaybeString(None))
-                }
-                fn visit_unit<E>(self) -> Result<MaybeString, E> {
-                    Ok(MaybeString(None))
-                }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<MaybeString, A::Error> {
-                    while a.next_element::<IgnoredAny>()?.is_some() {}
-                    Ok(MaybeString(None))
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<MaybeString, A::Error> {
-                    while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                    Ok(MaybeString(None))
-                }
-            }
-            d.deserialize_any(V)
-        }
+    /// What the reader keeps of a JSON value: a string, a whole number that fits `u64`, the
+    /// whole numbers of an array (what `as_u64` gives of its elements), or nothing.
+    enum Kept {
+        Str(String),
+        Whole(u64),
+        Wholes(Vec<u64>),
+        Other,
     }
-
-    /// The whole numbers of an array (`as_u64` of each element), or empty for any other value.
-    struct Whole(Vec<u64>);
-    impl<'de> serde::Deserialize<'de> for Whole {
+    impl<'de> serde::Deserialize<'de> for Kept {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            /// One element: `Some` for a whole number that fits `u64`.
-            struct Element(Option<u64>);
-            impl<'de> serde::Deserialize<'de> for Element {
-                fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                    struct E;
-                    impl<'de> Visitor<'de> for E {
-                        type Value = Element;
-                        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                            f.write_str("any JSON value")
-                        }
-                        fn visit_u64<X>(self, v: u64) -> Result<Element, X> {
-                            Ok(Element(Some(v)))
-                        }
-                        fn visit_i64<X>(self, v: i64) -> Result<Element, X> {
-                            Ok(Element(u64::try_from(v).ok()))
-                        }
-                        fn visit_f64<X>(self, _: f64) -> Result<Element, X> {
-                            Ok(Element(None))
-                        }
-                        fn visit_bool<X>(self, _: bool) -> Result<Element, X> {
-                            Ok(Element(None))
-                        }
-                        fn visit_str<X>(self, _: &str) -> Result<Element, X> {
-                            Ok(Element(None))
-                        }
-                        fn visit_unit<X>(self) -> Result<Element, X> {
-                            Ok(Element(None))
-                        }
-                        fn visit_seq<A: SeqAccess<'de>>(
-                            self,
-                            mut a: A,
-                        ) -> Result<Element, A::Error> {
-                            while a.next_element::<IgnoredAny>()?.is_some() {}
-                            Ok(Element(None))
-                        }
-                        fn visit_map<A: MapAccess<'de>>(
-                            self,
-                            mut a: A,
-                        ) -> Result<Element, A::Error> {
-                            while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                            Ok(Element(None))
-                        }
-                    }
-                    d.deserialize_any(E)
-                }
-            }
             struct V;
             impl<'de> Visitor<'de> for V {
-                type Value = Whole;
+                type Value = Kept;
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                     f.write_str("any JSON value")
                 }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Whole, A::Error> {
+                fn visit_str<E>(self, v: &str) -> Result<Kept, E> {
+                    Ok(Kept::Str(v.to_owned()))
+                }
+                fn visit_string<E>(self, v: String) -> Result<Kept, E> {
+                    Ok(Kept::Str(v))
+                }
+                fn visit_u64<E>(self, v: u64) -> Result<Kept, E> {
+                    Ok(Kept::Whole(v))
+                }
+                fn visit_i64<E>(self, v: i64) -> Result<Kept, E> {
+                    Ok(u64::try_from(v).map_or(Kept::Other, Kept::Whole))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Kept, E> {
+                    Ok(Kept::Other)
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Kept, E> {
+                    Ok(Kept::Other)
+                }
+                fn visit_unit<E>(self) -> Result<Kept, E> {
+                    Ok(Kept::Other)
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Kept, A::Error> {
                     let mut out = Vec::new();
-                    while let Some(Element(e)) = a.next_element()? {
-                        out.extend(e);
+                    while let Some(e) = a.next_element::<Kept>()? {
+                        if let Kept::Whole(n) = e {
+                            out.push(n);
+                        }
                     }
-                    Ok(Whole(out))
+                    Ok(Kept::Wholes(out))
                 }
-                fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Whole, A::Error> {
+                fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Kept, A::Error> {
                     while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                    Ok(Whole(Vec::new()))
-                }
-                fn visit_str<X>(self, _: &str) -> Result<Whole, X> {
-                    Ok(Whole(Vec::new()))
-                }
-                fn visit_bool<X>(self, _: bool) -> Result<Whole, X> {
-                    Ok(Whole(Vec::new()))
-                }
-                fn visit_i64<X>(self, _: i64) -> Result<Whole, X> {
-                    Ok(Whole(Vec::new()))
-                }
-                fn visit_u64<X>(self, _: u64) -> Result<Whole, X> {
-                    Ok(Whole(Vec::new()))
-                }
-                fn visit_f64<X>(self, _: f64) -> Result<Whole, X> {
-                    Ok(Whole(Vec::new()))
-                }
-                fn visit_unit<X>(self) -> Result<Whole, X> {
-                    Ok(Whole(Vec::new()))
+                    Ok(Kept::Other)
                 }
             }
             d.deserialize_any(V)
@@ -644,8 +565,18 @@ fn framework_fields(payload: &[u8]) -> Option<FrameworkFields> {
             // A later duplicate replaces an earlier one, as in `serde_json::Value`.
             while let Some(key) = a.next_key::<Key>()? {
                 match key {
-                    Key::Membership => out.membership = a.next_value::<MaybeString>()?.0,
-                    Key::Moves => out.moves = a.next_value::<Whole>()?.0,
+                    Key::Membership => {
+                        out.membership = match a.next_value::<Kept>()? {
+                            Kept::Str(s) => Some(s),
+                            Kept::Whole(_) | Kept::Wholes(_) | Kept::Other => None,
+                        };
+                    }
+                    Key::Moves => {
+                        out.moves = match a.next_value::<Kept>()? {
+                            Kept::Wholes(v) => v,
+                            Kept::Str(_) | Kept::Whole(_) | Kept::Other => Vec::new(),
+                        };
+                    }
                     Key::Other => {
                         a.next_value::<IgnoredAny>()?;
                     }
