@@ -27,7 +27,8 @@
 //! `ZLINK_BENCH_LIMIT_SECS` (120). Environment: `ZLINK_BENCH_MOVES` (40 moves per size),
 //! `ZLINK_BENCH_ACTORS` (10,000), `ZLINK_BENCH_WORKERS` (2), `ZLINK_BENCH_ROUNDS` (5),
 //! `ZLINK_BENCH_CONCURRENCY` (256 units in flight in the bulk move), `ZLINK_BENCH_STORE`
-//! (`memory,redis`: the bulk phase's stores), `ZLINK_BENCH_PHASES`
+//! (`memory,redis`: the bulk phase's stores; `memory` alone when profiling the relocation
+//! machinery, or the perf control below covers the redis rounds too), `ZLINK_BENCH_PHASES`
 //! (`pause,bulk,throughput`: the parts to run, e.g. `bulk` alone under a profiler).
 //! For the throughput phase: `ZLINK_BENCH_MOVE_CONCURRENCY` (8 units at a time),
 //! `ZLINK_BENCH_BUSY` (200 Actors), `ZLINK_BENCH_DETAIL=1` (every window, the cores busy in it,
