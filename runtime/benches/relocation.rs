@@ -500,8 +500,11 @@ fn bulk_bench_on(
 ) -> bool {
     let mut ratios = Vec::with_capacity(rounds);
     let (mut creates, mut moves) = (Vec::new(), Vec::new());
-    let server_rt = runtime(1);
-    let server = on_redis.then(|| server_rt.block_on(redis_server::RedisServer::start()));
+    // The redis-server (and the runtime that starts it) only for the redis rounds.
+    let server_rt = on_redis.then(|| runtime(1));
+    let server = server_rt
+        .as_ref()
+        .map(|rt| rt.block_on(redis_server::RedisServer::start()));
     let url = server.as_ref().map(redis_server::RedisServer::url);
     for _ in 0..rounds.max(1) {
         let rt = runtime(workers);

@@ -1015,8 +1015,9 @@ impl<S: ObjectStore> Inner<S> {
                             histories.push(moves);
                             Some(payload)
                         }
+                        // Not a framework JSON object (kept as it is): it records no history.
                         None => {
-                            histories.push(super::recent_moves(&row.payload));
+                            histories.push(Vec::new());
                             None
                         }
                     };
@@ -1200,8 +1201,11 @@ impl<S: ObjectStore> Inner<S> {
                 }
                 {
                     let mut live = self.live();
-                    for (((m, r), aog), moves) in
-                        members.iter().zip(&restored).zip(&aogs).zip(&histories)
+                    for (((m, r), aog), moves) in members
+                        .iter()
+                        .zip(&restored)
+                        .zip(&aogs)
+                        .zip(histories.drain(..))
                     {
                         live.insert(
                             m.key.clone(),
@@ -1210,7 +1214,7 @@ impl<S: ObjectStore> Inner<S> {
                                 authority_owner_generation: *aog,
                                 obj: Arc::clone(&r.obj),
                                 ty: Arc::clone(&r.ty),
-                                moves: moves.clone(),
+                                moves,
                                 binding: r.session.clone(),
                             },
                         );
