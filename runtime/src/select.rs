@@ -173,6 +173,17 @@ impl<K: Clone + Eq + Hash> SmoothWeighted<K> {
     /// `current`, so they resume their share when they become eligible again. Returns `None`
     /// when no candidate is eligible with a positive weight.
     pub fn pick_filtered(&mut self, eligible: impl Fn(&K) -> bool) -> Option<K> {
+        let index = self.pick_index_filtered(eligible)?;
+        self.candidates.get(index).map(|c| c.key.clone())
+    }
+
+    /// [`pick`](Self::pick), giving the chosen candidate's position in the order last given to
+    /// [`set_candidates`](Self::set_candidates) instead of a copy of its key.
+    pub fn pick_index(&mut self) -> Option<usize> {
+        self.pick_index_filtered(|_| true)
+    }
+
+    fn pick_index_filtered(&mut self, eligible: impl Fn(&K) -> bool) -> Option<usize> {
         let bound = self.bound;
         let mut participating_weight: i128 = 0;
         let mut best: Option<(usize, i128)> = None;
@@ -190,7 +201,7 @@ impl<K: Clone + Eq + Hash> SmoothWeighted<K> {
         let (index, _) = best?;
         let chosen = self.candidates.get_mut(index)?;
         chosen.current = (chosen.current - participating_weight).max(-bound);
-        Some(chosen.key.clone())
+        Some(index)
     }
 
     /// The number of candidates, including those with weight `0`.

@@ -472,6 +472,22 @@ impl MeshNode {
         self.inner.peers().get(rid).map(PeerEntry::snapshot)
     }
 
+    /// `f` over the admitted descriptors of the `Ready` peers, read in place, in no particular
+    /// order: placement looks at every peer on each creation, and a snapshot of each
+    /// ([`MeshNode::peers`]) copied all their descriptors to read a few fields. The peer table
+    /// stays locked while `f` runs: keep it short, and take no mesh lock in it.
+    pub fn with_ready_peer_descriptors<R>(
+        &self,
+        f: impl FnOnce(&mut dyn Iterator<Item = &NodeDescriptor>) -> R,
+    ) -> R {
+        let peers = self.inner.peers();
+        let mut ready = peers
+            .values()
+            .filter(|e| e.state == PeerState::Ready)
+            .filter_map(|e| e.descriptor.as_ref());
+        f(&mut ready)
+    }
+
     /// `f` of `rid`'s admitted descriptor, read in place (see [`MeshNode::with_descriptor`]).
     pub fn with_peer_descriptor<R>(
         &self,
