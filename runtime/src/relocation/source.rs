@@ -26,10 +26,11 @@ use zlink_protocol::generated::RelocationFailureReason;
 /// How often an unresolved unit re-reads the authority.
 pub const RESOLVE_EVERY_MS: u64 = 1_000;
 
-/// The first early look at the authority after the cutover submit (then 2×, 4×, … until the
-/// window ends): most commits land within a millisecond (the cutover's hop and one store
-/// write), and a unit handed over early lets a relocation of many units finish without waiting
-/// out every window. Until the source sees the handover, arrivals on the old route are relayed
+/// The earliest first look at the authority after the cutover submit (it comes one Prepare →
+/// Ready round trip after it when that took longer, see [`first_peek_ms`]; then 2×, 4×, …
+/// that gap until the window ends): unloaded, most commits land within a millisecond (the
+/// cutover's hop and one store write), and a unit handed over early lets a relocation of many
+/// units finish without waiting out every window. Until the source sees the handover, arrivals on the old route are relayed
 /// as carried work (terminal ledger, 33/46) and no `messageFollow` notice goes out, so the
 /// first look is early: 1 ms instead of 2 cut the move of 200 busy Actors, 8 at a time, from
 /// 81–103 ms to 53–66 ms (`scripts/bench-relocation`, docs/benchmarks.md). On Redis a look is
@@ -63,7 +64,7 @@ pub enum SourceUnit {
         /// When the next early look at the authority is due: a row that names the target
         /// already is a handover (a commit is never undone); anything else waits for the window.
         next_peek_ms: u64,
-        /// The gap after that look (doubling from [`FIRST_PEEK_MS`]).
+        /// The gap after that look (twice the first look's delay, doubling after each look).
         peek_gap_ms: u64,
     },
     /// The window ended without a decision: re-reading the authority.
@@ -144,6 +145,17 @@ pub enum SourceAction {
     ReportUnresolved,
 }
 
+/// The first early look after the cutover submit: one Prepare → Ready round trip after it
+/// (`round_trip_ms`), at least [`FIRST_PEEK_MS`], at most the window. The commit needs the
+/// cutover's hop and the target's store write, so it is rarely seen sooner than a round trip
+/// under the same load; a fixed first look at 1 ms read the store 3.5 times per unit while
+/// 10,000 idle Actors moved, most of them too early (`scripts/bench-relocation`).
+pub fn first_peek_ms(round_trip_ms: u64, t: &SourceTimings) -> u64 {
+    round_trip_ms
+        .max(FIRST_PEEK_MS)
+        .min(t.cutover_wait_ms.max(FIRST_PEEK_MS))
+}
+
 impl SourceUnit {
     /// A unit whose Prepare was submitted at `now_ms`.
     pub fn new(now_ms: u64) -> Self {
@@ -187,11 +199,12 @@ impl SourceUnit {
             abandoned,
         };
         match (self.clone(), event) {
-            (Self::Preparing { .. }, E::Ready) => {
+            (Self::Preparing { since_ms }, E::Ready) => {
+                let first = first_peek_ms(now_ms.saturating_sub(since_ms), t);
                 *self = Self::CutoverSent {
                     at_ms: now_ms,
-                    next_peek_ms: now_ms.saturating_add(FIRST_PEEK_MS),
-                    peek_gap_ms: FIRST_PEEK_MS * 2,
+                    next_peek_ms: now_ms.saturating_add(first),
+                    peek_gap_ms: first.saturating_mul(2),
                 };
                 vec![A::SendCutover]
             }
@@ -367,6 +380,39 @@ mod tests {
         }
     }
 
+    /// The first look comes a round trip after the cutover: never sooner than
+    /// [`FIRST_PEEK_MS`], never later than the window.
+    #[test]
+    fn the_first_look_waits_one_round_trip_within_bounds() {
+        let window_0 = SourceTimings {
+            cutover_wait_ms: 0,
+            ..T
+        };
+        let cases: [(u64, SourceTimings, u64); 6] = [
+            (0, T, FIRST_PEEK_MS),
+            (FIRST_PEEK_MS, T, FIRST_PEEK_MS),
+            (7, T, 7),
+            (999, T, 999),
+            (5_000, T, 1_000),
+            (5, window_0, FIRST_PEEK_MS),
+        ];
+        for (round_trip, t, want) in cases {
+            assert_eq!(
+                first_peek_ms(round_trip, &t),
+                want,
+                "round trip {round_trip}"
+            );
+        }
+        // In the machine: Ready 7 ms after the Prepare looks at 7 ms after the cutover, then
+        // 14 ms after that.
+        let mut u = SourceUnit::new(10);
+        assert_eq!(u.step(E::Ready, 17, &T), vec![A::SendCutover]);
+        assert_eq!(u.next_tick_ms(&T), Some(24));
+        assert_eq!(u.step(E::Tick, 23, &T), vec![]);
+        assert_eq!(u.step(E::Tick, 24, &T), vec![A::ReadAuthority]);
+        assert_eq!(u.next_tick_ms(&T), Some(38));
+    }
+
     /// Every state × event, with the state and actions it must give.
     #[test]
     fn table_of_every_state_and_event() {
@@ -384,8 +430,8 @@ mod tests {
                 50,
                 SourceUnit::CutoverSent {
                     at_ms: 50,
-                    next_peek_ms: 50 + FIRST_PEEK_MS,
-                    peek_gap_ms: FIRST_PEEK_MS * 2,
+                    next_peek_ms: 100,
+                    peek_gap_ms: 100,
                 },
                 vec![A::SendCutover],
             ),
