@@ -176,13 +176,24 @@ fn upper_hex_value(c: u8) -> Option<u8> {
 /// # Errors
 /// The errors of [`validate_actor_id`] or [`validate_spot_id`].
 pub fn authority_key(kind: ObjectKindKey, id: &str) -> Result<String, IdError> {
+    let mut key = String::new();
+    push_authority_key(kind, id, &mut key)?;
+    Ok(key)
+}
+
+/// [`authority_key`], appended to `key` (a buffer the caller reuses, so a lookup by key text
+/// allocates nothing); `key` is unchanged on an error.
+///
+/// # Errors
+/// The errors of [`validate_actor_id`] or [`validate_spot_id`].
+pub fn push_authority_key(kind: ObjectKindKey, id: &str, key: &mut String) -> Result<(), IdError> {
     match kind {
         ObjectKindKey::Actor => validate_actor_id(id)?,
         ObjectKindKey::Spot => validate_spot_id(id)?,
     }
-    // One allocation of the exact size: this runs on every ID-addressed call and admission
-    // (runtime/tests/allocations.rs counts them). Most IDs need no escape: one scan finds
-    // that, and the ID is then copied at once.
+    // At most one allocation, of the exact size: this runs on every ID-addressed call and
+    // admission (runtime/tests/allocations.rs counts them). Most IDs need no escape: one scan
+    // finds that, and the ID is then copied at once.
     let len = id.len();
     let len_digits = len.checked_ilog10().unwrap_or(0) as usize + 1;
     let first_reserved = id.bytes().position(|b| !is_unreserved(b));
@@ -190,24 +201,22 @@ pub fn authority_key(kind: ObjectKindKey, id: &str) -> Result<String, IdError> {
         None => len,
         Some(at) => at + encoded_len(&id[at..]),
     };
-    let mut key = String::with_capacity(
-        AUTHORITY_KEY_VERSION.len() + 3 + kind.tag().len_utf8() + len_digits + encoded,
-    );
+    key.reserve(AUTHORITY_KEY_VERSION.len() + 3 + kind.tag().len_utf8() + len_digits + encoded);
     key.push_str(AUTHORITY_KEY_VERSION);
     key.push(':');
     key.push(kind.tag());
     key.push(':');
-    push_decimal(&mut key, len);
+    push_decimal(key, len);
     key.push(':');
     match first_reserved {
         None => key.push_str(id),
         Some(at) => {
             // Bytes before the first reserved one are unreserved ASCII: a char boundary.
             key.push_str(&id[..at]);
-            push_percent_encoded(&mut key, &id[at..]);
+            push_percent_encoded(key, &id[at..]);
         }
     }
-    Ok(key)
+    Ok(())
 }
 
 /// `zla1:a:<byte-length>:<encoded-ActorId>`.

@@ -206,6 +206,33 @@ impl AuthorityKey {
         Ok(Self(key))
     }
 
+    /// `f` of the key text of an object — what [`AuthorityKey::new`] would hold — built in a
+    /// buffer this thread reuses: a map keyed by `AuthorityKey` is searched with it (it borrows
+    /// as `str`) without a key allocated per lookup, as on every ID-addressed send and every
+    /// admission of a received message.
+    ///
+    /// # Errors
+    /// The ID is not 1..=255 UTF-8 bytes (`f` is not called).
+    pub fn with_text<R>(
+        kind: ObjectKind,
+        id: &str,
+        f: impl FnOnce(&str) -> R,
+    ) -> Result<R, zlink_protocol::ids::IdError> {
+        thread_local! {
+            static TEXT: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+        }
+        // Taken out while `f` runs: a nested call finds an empty buffer and allocates its own.
+        let mut text = TEXT.take();
+        text.clear();
+        let tag = match kind {
+            ObjectKind::Actor => zlink_protocol::keys::ObjectKindKey::Actor,
+            ObjectKind::Spot => zlink_protocol::keys::ObjectKindKey::Spot,
+        };
+        let out = zlink_protocol::keys::push_authority_key(tag, id, &mut text).map(|()| f(&text));
+        TEXT.set(text);
+        out
+    }
+
     /// Wrap an already formatted key (e.g. read back from the store).
     pub fn from_raw(raw: impl Into<String>) -> Self {
         Self(raw.into())
@@ -213,6 +240,15 @@ impl AuthorityKey {
 
     /// The key text.
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Maps keyed by `AuthorityKey` can be searched with the key text (a key built in a reused
+/// buffer on a hot path, without an allocation): the derived `Hash`, `Eq` and `Ord` of the
+/// one-field struct are those of its `String`, so of the `str`.
+impl std::borrow::Borrow<str> for AuthorityKey {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }
@@ -519,5 +555,58 @@ mod bytes_hex {
         zlink_protocol::codec::hex::decode(&s)
             .map(Bytes::from)
             .map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// The reused buffer gives exactly the text `AuthorityKey::new` holds (IDs with and
+    /// without escapes, one call nested in another, the buffer reused after a long ID), the
+    /// same error for an invalid ID, and a map keyed by `AuthorityKey` finds the key by it.
+    #[test]
+    fn the_key_text_is_the_key_and_finds_it() {
+        let long = "é".repeat(100);
+        let ids = ["p-1", "room/7", "a b%c", long.as_str(), "x"];
+        let mut map: HashMap<AuthorityKey, usize> = HashMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            for kind in [ObjectKind::Actor, ObjectKind::Spot] {
+                let key = AuthorityKey::new(kind, id).unwrap();
+                let text = AuthorityKey::with_text(kind, id, str::to_owned).unwrap();
+                assert_eq!(text, key.as_str(), "{kind:?} {id:?}");
+                map.insert(key, i);
+            }
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let found = AuthorityKey::with_text(ObjectKind::Spot, id, |k| map.get(k).copied());
+            assert_eq!(found.unwrap(), Some(i), "{id:?}");
+        }
+        let nested = AuthorityKey::with_text(ObjectKind::Actor, "outer", |outer| {
+            let inner = AuthorityKey::with_text(ObjectKind::Actor, "inner", str::to_owned);
+            (outer.to_owned(), inner.unwrap())
+        })
+        .unwrap();
+        assert_eq!(
+            nested.0,
+            AuthorityKey::new(ObjectKind::Actor, "outer")
+                .unwrap()
+                .as_str()
+        );
+        assert_eq!(
+            nested.1,
+            AuthorityKey::new(ObjectKind::Actor, "inner")
+                .unwrap()
+                .as_str()
+        );
+        let too_long = "x".repeat(256);
+        for bad in ["", too_long.as_str()] {
+            let want = AuthorityKey::new(ObjectKind::Actor, bad).unwrap_err();
+            let got = AuthorityKey::with_text(ObjectKind::Actor, bad, |_| unreachable!());
+            assert_eq!(got.unwrap_err(), want, "{bad:?}");
+        }
     }
 }

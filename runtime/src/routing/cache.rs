@@ -282,7 +282,11 @@ impl RouteCache {
 
     /// The usable route of `key`, without counting a hit or a miss (a second look by the
     /// resolver within one lookup).
-    pub fn peek(&self, key: &AuthorityKey, now: Instant) -> Option<Arc<ReadyRoute>> {
+    pub fn peek<Q>(&self, key: &Q, now: Instant) -> Option<Arc<ReadyRoute>>
+    where
+        Q: std::hash::Hash + Eq + ?Sized,
+        AuthorityKey: std::borrow::Borrow<Q>,
+    {
         self.entries
             .get(key)
             .filter(|e| e.expires > now)
@@ -291,7 +295,11 @@ impl RouteCache {
 
     /// The usable route of `key`, counting a hit; nothing counted or removed when there is
     /// none (the caller's [`RouteCache::get`] follows and counts the miss).
-    pub fn hit(&mut self, key: &AuthorityKey, now: Instant) -> Option<Arc<ReadyRoute>> {
+    pub fn hit<Q>(&mut self, key: &Q, now: Instant) -> Option<Arc<ReadyRoute>>
+    where
+        Q: std::hash::Hash + Eq + ?Sized,
+        AuthorityKey: std::borrow::Borrow<Q>,
+    {
         let route = self.peek(key, now)?;
         self.hits += 1;
         Some(route)

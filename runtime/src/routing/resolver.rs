@@ -269,7 +269,11 @@ impl Resolver {
 
     /// The cached route of `key` when there is one (counted as a hit, as by
     /// [`Resolver::resolve`]); `None` — nothing counted — otherwise, and the caller resolves.
-    pub fn cached(&self, key: &AuthorityKey) -> Option<Arc<ReadyRoute>> {
+    pub fn cached<Q>(&self, key: &Q) -> Option<Arc<ReadyRoute>>
+    where
+        Q: std::hash::Hash + Eq + ?Sized,
+        AuthorityKey: std::borrow::Borrow<Q>,
+    {
         self.check_recovery();
         let route = self.cache().hit(key, (self.clock)())?;
         self.count(0);

@@ -39,11 +39,22 @@ impl<S: ObjectStore> Inner<S> {
         timeout: Option<Duration>,
     ) -> Result<Option<TypedPayload>, CallError> {
         let inner = self;
-        let key = AuthorityKey::new(kind, id)
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let invalid = |e: zlink_protocol::ids::IdError| {
+            CallError::new(ErrorKind::InvalidOperation, e.to_string())
+        };
+        // A cached route is found by the key text in a reused buffer; the key is allocated
+        // only for a read from the store.
+        let cached = match cached {
+            Some(r) => Some(r),
+            None => AuthorityKey::with_text(kind, id, |key| inner.resolver.cached(key))
+                .map_err(invalid)?,
+        };
         let resolved = match cached {
             Some(r) => Resolution::ReadyRoute(r),
-            None => inner.resolver.resolve(&key).await,
+            None => {
+                let key = AuthorityKey::new(kind, id).map_err(invalid)?;
+                inner.resolver.resolve(&key).await
+            }
         };
         let route = match resolved {
             Resolution::ReadyRoute(r) => r,
@@ -155,10 +166,9 @@ impl<S: ObjectStore> Inner<S> {
                 route,
             })
         };
-        let Ok(key) = AuthorityKey::new(kind, id) else {
-            return Err(later(payload, metadata, None));
-        };
-        let Some(route) = self.resolver.cached(&key) else {
+        // The key text is built in a reused buffer: no key allocated per send.
+        let Ok(Some(route)) = AuthorityKey::with_text(kind, id, |key| self.resolver.cached(key))
+        else {
             return Err(later(payload, metadata, None));
         };
         let fence = route_fence(&route, kind, id);
@@ -309,8 +319,19 @@ impl<S: ObjectStore> Inner<S> {
                 format!("{} on {}: {why}", route.object_id, self.mesh.rid()),
             )
         };
-        let key = AuthorityKey::new(store_kind(route.object_kind), &route.object_id)
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
+        let kind = store_kind(route.object_kind);
+        // Looked up by the key text, built in a reused buffer (no key allocated per received
+        // message); the checks below decide whether the lookup's answer is used.
+        let admitted = AuthorityKey::with_text(kind, &route.object_id, |key| {
+            self.live()
+                .admit(
+                    key,
+                    route.object_generation,
+                    route.authority_owner_generation,
+                )
+                .map(|e| Arc::clone(&e.obj))
+        })
+        .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
         if !self.mesh.admission_open() {
             // Fenced (glossary §8): renewals failed past the fencing deadline; no new work.
             return Err(CallError::new(
@@ -328,18 +349,11 @@ impl<S: ObjectStore> Inner<S> {
                 "the route's owner lease is not this host's current lease",
             ));
         }
-        let admitted = self
-            .live()
-            .admit(
-                &key,
-                route.object_generation,
-                route.authority_owner_generation,
-            )
-            .map(|e| Arc::clone(&e.obj));
         match admitted {
             Ok(obj) => Ok(obj),
-            Err(refusal) => self
-                .temporary_admit(&key, route)
+            Err(refusal) => AuthorityKey::new(kind, &route.object_id)
+                .ok()
+                .and_then(|key| self.temporary_admit(&key, route))
                 .ok_or_else(|| stale(refusal.why())),
         }
     }

@@ -224,12 +224,16 @@ impl<E: Incarnation> LiveTable<E> {
     ///
     /// # Errors
     /// [`Refusal`] when the caller's route is stale.
-    pub(crate) fn admit(
+    pub(crate) fn admit<Q>(
         &self,
-        key: &AuthorityKey,
+        key: &Q,
         generation: u64,
         owner_generation: u64,
-    ) -> Result<&E, Refusal> {
+    ) -> Result<&E, Refusal>
+    where
+        Q: std::hash::Hash + Eq + ?Sized,
+        AuthorityKey: std::borrow::Borrow<Q>,
+    {
         match self.entries.get(key) {
             Some(e)
                 if e.generation() == generation
