@@ -121,6 +121,55 @@ async fn handler_errors_and_missing_handlers_come_back_typed() {
     b.shutdown().await;
 }
 
+/// A handler's reply that the wire cannot carry (here a packet name over the 255 bytes of
+/// wire §5) is answered with `InvalidOperation` naming why, instead of never (the reply is
+/// encoded straight into the transport message; its error path sends the error reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_the_wire_cannot_carry_comes_back_as_invalid_operation() {
+    #[derive(serde::Serialize, serde::Deserialize, Debug)]
+    struct Huge;
+    impl zlink::mesh::JsonMessage for Huge {
+        const PACKET_NAME: &'static str = concat!(
+            "test.Huge.0123456789012345678901234567890123456789012345678901234567890123456789",
+            "0123456789012345678901234567890123456789012345678901234567890123456789012345678",
+            "0123456789012345678901234567890123456789012345678901234567890123456789012345678",
+            "0123456789012345678901234567890123456789"
+        );
+    }
+    assert!(<Huge as zlink::mesh::JsonMessage>::PACKET_NAME.len() > 255);
+    let mut hb = Handlers::new();
+    hb.on_request(|_, _: Echo| async { Ok::<_, CallError>(Huge) });
+    let (a, b) = pair(Handlers::new(), hb).await;
+    let err = a
+        .request::<Echo, Huge>(
+            "node-b",
+            &Echo {
+                text: String::new(),
+                n: 0,
+            },
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOperation, "{err:?}");
+    assert!(err.detail().starts_with("reply not encodable"), "{err:?}");
+    // The connection carries on.
+    let err = a
+        .request::<Echo, Huge>(
+            "node-b",
+            &Echo {
+                text: String::new(),
+                n: 1,
+            },
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidOperation, "{err:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_handler_times_out_once_and_the_late_reply_is_dropped_and_counted() {
     let calls = Arc::new(AtomicU64::new(0));

@@ -344,6 +344,12 @@ impl Connection {
         let Some(msg) = Packed::stamped_from_frames(&frames) else {
             return false;
         };
+        self.send_control_packed(leg, msg)
+    }
+
+    /// [`Connection::send_control`] of a record already encoded into a [`Packed::stamped`]
+    /// message (no buffer per frame, no copy into the message).
+    pub(crate) fn send_control_packed(&self, leg: Leg, msg: Packed) -> bool {
         let mut ok = true;
         self.stamp_and(leg, 0, msg, |m| {
             ok = self

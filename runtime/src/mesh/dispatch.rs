@@ -485,9 +485,11 @@ pub(crate) fn send_reply_tail(
     }));
     record.payload = payload;
     inner.metrics.replies_sent.fetch_add(1, Ordering::Relaxed);
-    match record.encode(WireContext::route_mesh(WireLeg::Reply)) {
-        Ok(frames) => {
-            conn.send_control(Leg::Reply, frames);
+    // Encoded straight into the message: no buffer per frame and no copy of the reply's
+    // payload into the message (every request's reply takes this path).
+    match inner.encode_packed(&record, WireContext::route_mesh(WireLeg::Reply)) {
+        Ok(msg) => {
+            conn.send_control_packed(Leg::Reply, msg);
         }
         Err(e) => {
             // The handler's payload did not fit the wire: answer with the error instead.
@@ -496,11 +498,11 @@ pub(crate) fn send_reply_tail(
                 reply_route_id: req.reply_route_id,
                 correlation_id: req.correlation_id.clone(),
                 status: TerminalStatus::InvalidOperation,
-                detail: format!("reply not encodable: {e}"),
+                detail: format!("reply not encodable: {}", e.detail()),
                 result: ReplyResult::None,
             }));
-            if let Ok(frames) = err.encode(WireContext::route_mesh(WireLeg::Reply)) {
-                conn.send_control(Leg::Reply, frames);
+            if let Ok(msg) = inner.encode_packed(&err, WireContext::route_mesh(WireLeg::Reply)) {
+                conn.send_control_packed(Leg::Reply, msg);
             }
         }
     }

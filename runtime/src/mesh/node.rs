@@ -1474,10 +1474,12 @@ impl MeshNode {
         let conn = self.conn_to(target, "a relocation")?;
         let mut record = Record::new(body);
         record.payload = payload;
-        let frames = record
-            .encode(zlink_protocol::record::WireContext::route_mesh(leg.wire()))
-            .map_err(|e| CallError::new(ErrorKind::InvalidOperation, e.to_string()))?;
-        if conn.send_control(leg, frames) {
+        // Encoded straight into the message (a chunk's payload is copied once, not twice).
+        let msg = self.inner.encode_packed(
+            &record,
+            zlink_protocol::record::WireContext::route_mesh(leg.wire()),
+        )?;
+        if conn.send_control_packed(leg, msg) {
             Ok(())
         } else {
             Err(CallError::new(

@@ -364,7 +364,11 @@ impl Inner {
     /// Encode `record` straight into a [`Packed::stamped`] message in a buffer of the pump's
     /// pool: the same checks and bytes as [`Record::encode`], without a buffer per frame and a
     /// copy of each into the message (runtime/tests/allocations.rs counts the difference).
-    fn encode_packed(&self, record: &Record, ctx: WireContext) -> Result<Packed, CallError> {
+    pub(crate) fn encode_packed(
+        &self,
+        record: &Record,
+        ctx: WireContext,
+    ) -> Result<Packed, CallError> {
         let capacity = 4
             + FRAME0_ESTIMATE
             + record.metadata.as_ref().map_or(0, |m| 4 + m.encoded_len())
