@@ -30,11 +30,12 @@ pub const RESOLVE_EVERY_MS: u64 = 1_000;
 /// Ready round trip after it when that took longer, see [`first_peek_ms`]; then 2×, 4×, …
 /// that gap until the window ends): unloaded, most commits land within a millisecond (the
 /// cutover's hop and one store write), and a unit handed over early lets a relocation of many
-/// units finish without waiting out every window. Until the source sees the handover, arrivals on the old route are relayed
-/// as carried work (terminal ledger, 33/46) and no `messageFollow` notice goes out, so the
-/// first look is early: 1 ms instead of 2 cut the move of 200 busy Actors, 8 at a time, from
-/// 81–103 ms to 53–66 ms (`scripts/bench-relocation`, docs/benchmarks.md). On Redis a look is
-/// one round trip; a unit whose commit is not seen at 1 ms is looked at again at 3, 7, 15 ms…
+/// units finish without waiting out every window. Until the source sees the handover,
+/// arrivals on the old route are relayed as carried work (terminal ledger, 33/46) and no
+/// `messageFollow` notice goes out, so the first look is early: 1 ms instead of 2 cut the move
+/// of 200 busy Actors, 8 at a time, from 81–103 ms to 53–66 ms (`scripts/bench-relocation`,
+/// docs/benchmarks.md). On Redis a look is one round trip; a unit whose commit is not seen at
+/// its first look is looked at again after 2×, 4×, … that delay.
 pub const FIRST_PEEK_MS: u64 = 1;
 
 /// Timing of one unit (milliseconds of the caller's clock).
@@ -148,8 +149,8 @@ pub enum SourceAction {
 /// The first early look after the cutover submit: one Prepare → Ready round trip after it
 /// (`round_trip_ms`), at least [`FIRST_PEEK_MS`], at most the window. The commit needs the
 /// cutover's hop and the target's store write, so it is rarely seen sooner than a round trip
-/// under the same load; a fixed first look at 1 ms read the store 3.5 times per unit while
-/// 10,000 idle Actors moved, most of them too early (`scripts/bench-relocation`).
+/// under the same load; a fixed first look at 1 ms read the store 1.4 times per unit while
+/// 10,000 idle Actors moved (the round trip: 1.0; `scripts/bench-relocation` prints it).
 pub fn first_peek_ms(round_trip_ms: u64, t: &SourceTimings) -> u64 {
     round_trip_ms
         .max(FIRST_PEEK_MS)
