@@ -199,11 +199,16 @@ impl AuthorityKey {
     /// # Errors
     /// The ID is not 1..=255 UTF-8 bytes.
     pub fn new(kind: ObjectKind, id: &str) -> Result<Self, zlink_protocol::ids::IdError> {
-        let key = match kind {
-            ObjectKind::Actor => zlink_protocol::keys::actor_authority_key(id)?,
-            ObjectKind::Spot => zlink_protocol::keys::spot_authority_key(id)?,
-        };
-        Ok(Self(key))
+        zlink_protocol::keys::authority_key(Self::tag(kind), id).map(Self)
+    }
+
+    /// The key's kind tag of `kind` (one mapping for [`AuthorityKey::new`] and
+    /// [`AuthorityKey::with_text`], so both build the same text).
+    fn tag(kind: ObjectKind) -> zlink_protocol::keys::ObjectKindKey {
+        match kind {
+            ObjectKind::Actor => zlink_protocol::keys::ObjectKindKey::Actor,
+            ObjectKind::Spot => zlink_protocol::keys::ObjectKindKey::Spot,
+        }
     }
 
     /// `f` of the key text of an object — what [`AuthorityKey::new`] would hold — built in a
@@ -224,11 +229,8 @@ impl AuthorityKey {
         // Taken out while `f` runs: a nested call finds an empty buffer and allocates its own.
         let mut text = TEXT.take();
         text.clear();
-        let tag = match kind {
-            ObjectKind::Actor => zlink_protocol::keys::ObjectKindKey::Actor,
-            ObjectKind::Spot => zlink_protocol::keys::ObjectKindKey::Spot,
-        };
-        let out = zlink_protocol::keys::push_authority_key(tag, id, &mut text).map(|()| f(&text));
+        let out = zlink_protocol::keys::push_authority_key(Self::tag(kind), id, &mut text)
+            .map(|()| f(&text));
         TEXT.set(text);
         out
     }
