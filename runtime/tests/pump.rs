@@ -166,6 +166,29 @@ async fn a_full_peer_pipe_parks_messages_without_loss_or_reordering() {
     assert_eq!(a.handle().queued_data_bytes(), 0);
 }
 
+/// A connection comes up while the accepting side's [`Inbound`] is never read: the new pipe
+/// reaches b's socket as a command that only a call on that socket processes (and with it b's
+/// probe to a goes out), posted just before b's `HANDSHAKE_SUCCEEDED` monitor event. b's pump
+/// thread must touch the socket after the last monitor event it read; when it read the monitor
+/// after the socket, a wake-up for `ACCEPTED` that also took `HANDSHAKE_SUCCEEDED` left the
+/// command unprocessed and a waited for the probe forever (a rare flake of the tests that
+/// [`connect`] before reading b). The race is a matter of thread timing, so the test gives it
+/// many chances: fresh pairs, one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_comes_up_while_the_accepting_side_reads_nothing() {
+    for round in 0..60 {
+        let ctx = zmq::Context::new();
+        let (mut a, mut arx) = pump(&ctx, "a", 1000);
+        let (mut b, brx) = pump(&ctx, "b", 1000);
+        tokio::time::timeout(Duration::from_secs(8), connect(&a, &mut arx, &b))
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: no probe from the accepting side"));
+        drop((arx, brx));
+        a.stop();
+        b.stop();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_pump_sleeps() {
     let ctx = zmq::Context::new();

@@ -1154,6 +1154,15 @@ impl PumpThread {
             // read-modify-write (not a plain store) so the clear is ordered with the producers'
             // `swap(true)` on the flag itself, independently of the queue lock that follows.
             self.shared.woken.swap(false, Ordering::AcqRel);
+            // The monitor first, the socket after: a connection's pipe reaches the socket as a
+            // command that only a call on the socket processes (and with it a ROUTER's probe
+            // to the new peer goes out), posted just before its `HANDSHAKE_SUCCEEDED` event.
+            // Reading the monitor after the socket could take that event (behind an earlier
+            // one that woke us) and sleep with the command unprocessed, so the connection would
+            // wait for the socket's reader — which may not be reading.
+            if mon_in {
+                self.read_monitor(&mut events);
+            }
             {
                 let shared = Arc::clone(&self.shared);
                 let mut wire = lock_wire(&shared);
@@ -1176,9 +1185,6 @@ impl PumpThread {
                 if readable {
                     shared.readable.notify_one();
                 }
-            }
-            if mon_in {
-                self.read_monitor(&mut events);
             }
             // Never while holding the wire: a full event channel must not block producers'
             // direct sends.
