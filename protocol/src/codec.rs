@@ -227,6 +227,20 @@ impl<'a> Reader<'a> {
         SharedStr::from_utf8(self.share(bytes)).map_err(|_| ProtocolError::InvalidUtf8 { field })
     }
 
+    /// Read a length-prefixed UTF-8 string with byte-length bounds through this thread's table
+    /// of recent texts ([`SharedStr::interned`]): for fields with few distinct values (node
+    /// identities), no allocation once a text was seen, and never a slice of the frame.
+    pub fn interned_str(
+        &mut self,
+        ty: LenType,
+        min: u64,
+        max: u64,
+        field: &'static str,
+    ) -> Result<SharedStr> {
+        let bytes = self.length_delimited(ty, min, max, field)?;
+        SharedStr::interned(bytes).map_err(|()| ProtocolError::InvalidUtf8 { field })
+    }
+
     /// Read a length-prefixed printable-ASCII string (`0x21..=0x7E`).
     pub fn ascii(
         &mut self,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{LenType, Reader, Writer, check_bounds, check_nonzero};
 use crate::error::{ProtocolError, Result};
+use crate::shared_str::SharedStr;
 
 /// Wire major version (frame 0 byte 2).
 pub const WIRE_MAJOR: u8 = 1;
@@ -1044,7 +1045,7 @@ impl TimerKind {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeFence {
     /// `rid`: UTF-8 with U8 length prefix, 1..=255 bytes.
-    pub rid: String,
+    pub rid: SharedStr,
     /// `lifecycleGeneration`: non-zero u64 in 1..=9223372036854775807.
     pub lifecycle_generation: u64,
 }
@@ -1058,7 +1059,7 @@ impl NodeFence {
     /// # Errors
     /// The first [`ProtocolError`] found, before allocating for any length or count.
     pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self> {
-        let rid = r.string(LenType::U8, 1, 255, "NodeFence.rid")?;
+        let rid = r.interned_str(LenType::U8, 1, 255, "NodeFence.rid")?;
         let lifecycle_generation = { let v = r.u64("NodeFence.lifecycleGeneration")?; check_nonzero("NodeFence.lifecycleGeneration", u64::from(v), 9223372036854775807)?; v };
         let v = Self { rid, lifecycle_generation };
         v.check()?;

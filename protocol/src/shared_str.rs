@@ -67,9 +67,114 @@ impl SharedStr {
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Static(s) => s,
-            // Checked at construction; the fallback is unreachable and keeps this panic-free.
-            Repr::Shared(b) => std::str::from_utf8(b).unwrap_or_default(),
+            // SAFETY: a `Shared` is made only from bytes checked to be UTF-8 (`from_utf8`,
+            // `interned`) or from a `str`/`String` (`copy_from`, `From<String>`), and `Bytes` is
+            // immutable. Not re-checked here: `as_str` runs on every deref, hash and comparison
+            // by text, and a check is ~5 instructions a byte.
+            #[allow(unsafe_code)]
+            Repr::Shared(b) => unsafe { std::str::from_utf8_unchecked(b) },
         }
+    }
+
+    /// [`SharedStr::interned`] of a text already known to be UTF-8: for node identities held
+    /// as `String` elsewhere, put into a fence.
+    pub fn intern(text: &str) -> Self {
+        Self::interned(text.as_bytes()).unwrap_or_else(|()| Self::copy_from(text))
+    }
+
+    /// The text of `bytes` from this thread's table of recently seen texts (see [`Interner`]),
+    /// or a copy that the table then keeps. For values with few distinct texts decoded over and
+    /// over — node identities on every record — this costs a hash and a comparison instead of
+    /// an allocation, and every copy shares one buffer; unlike [`SharedStr::from_utf8`] of a
+    /// slice of a received frame, it never keeps the frame alive.
+    ///
+    /// # Errors
+    /// `Err(())` when the bytes are not UTF-8.
+    #[allow(clippy::result_unit_err)]
+    pub fn interned(bytes: &[u8]) -> Result<Self, ()> {
+        INTERNER.with(|table| table.borrow_mut().get(bytes))
+    }
+}
+
+/// A bounded table of texts for [`SharedStr::interned`], one per thread (no lock). Holds at
+/// most [`Interner::CAP`] texts of at most [`Interner::MAX_LEN`] bytes; when full it starts
+/// over, so a stream of ever-new texts costs a copy each, as without it, and never grows the
+/// table. Longer texts are copied, not kept.
+struct Interner {
+    texts: std::collections::HashMap<Key, (), std::hash::BuildHasherDefault<Fnv>>,
+}
+
+impl Interner {
+    const CAP: usize = 1024;
+    const MAX_LEN: usize = 255;
+
+    fn get(&mut self, bytes: &[u8]) -> Result<SharedStr, ()> {
+        if let Some((Key(s), ())) = self.texts.get_key_value(bytes) {
+            return Ok(s.clone());
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| ())?;
+        let s = SharedStr::copy_from(text);
+        if bytes.len() <= Self::MAX_LEN {
+            if self.texts.len() >= Self::CAP {
+                self.texts.clear();
+            }
+            self.texts.insert(Key(s.clone()), ());
+        }
+        Ok(s)
+    }
+}
+
+thread_local! {
+    static INTERNER: std::cell::RefCell<Interner> = std::cell::RefCell::new(Interner {
+        texts: std::collections::HashMap::default(),
+    });
+}
+
+/// A table key: a [`SharedStr`] found by its bytes (hashed and compared as `[u8]`, unlike
+/// `SharedStr` itself, which hashes as `str`).
+struct Key(SharedStr);
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_bytes() == other.0.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.as_bytes().hash(state);
+    }
+}
+
+impl Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+/// FNV-1a: short keys (node identities are tens of bytes), no seed needed (the table is
+/// bounded and starts over when full, so colliding keys cannot make it slow for long).
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
     }
 }
 
@@ -146,6 +251,12 @@ impl PartialEq<&str> for SharedStr {
 
 impl PartialEq<String> for SharedStr {
     fn eq(&self, other: &String) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl PartialEq<SharedStr> for String {
+    fn eq(&self, other: &SharedStr) -> bool {
         self.as_bytes() == other.as_bytes()
     }
 }
@@ -241,6 +352,64 @@ mod tests {
     fn bytes_that_are_not_utf8_are_refused() {
         let bad = Bytes::from_static(&[0x66, 0xff, 0x6f]);
         assert_eq!(SharedStr::from_utf8(bad.clone()).unwrap_err(), bad);
+    }
+
+    #[test]
+    fn an_interned_text_is_one_buffer_that_does_not_borrow_the_input() {
+        let frame = Bytes::from(b"xxnode-a-1yy".to_vec());
+        let first = SharedStr::interned(&frame[2..10]).unwrap();
+        let again = SharedStr::interned(b"node-a-1").unwrap();
+        assert_eq!(first, "node-a-1");
+        assert_eq!(again, "node-a-1");
+        // The second lookup found the first text: same buffer, no copy.
+        assert_eq!(first.as_bytes().as_ptr(), again.as_bytes().as_ptr());
+        // Never a slice of what it was read from (that would keep a whole frame alive).
+        let frame_bytes = frame.as_ptr_range();
+        assert!(!frame_bytes.contains(&first.as_bytes().as_ptr()));
+        assert_eq!(
+            SharedStr::intern("node-a-1").as_bytes().as_ptr(),
+            first.as_bytes().as_ptr()
+        );
+        // Another text is another buffer.
+        let other = SharedStr::interned(b"node-b-1").unwrap();
+        assert_eq!(other, "node-b-1");
+        assert_ne!(other.as_bytes().as_ptr(), first.as_bytes().as_ptr());
+    }
+
+    #[test]
+    fn a_decoded_node_fence_shares_its_rid_with_the_last_one_and_not_with_the_frame() {
+        use crate::codec::{Reader, Writer};
+        use crate::generated::NodeFence;
+        let fence = NodeFence {
+            rid: SharedStr::from_static("node-decoded-1"),
+            lifecycle_generation: 7,
+        };
+        let mut w = Writer::new();
+        fence.encode_to(&mut w).unwrap();
+        let frame = Bytes::from(w.into_vec());
+        let a = NodeFence::decode_from(&mut Reader::shared(&frame)).unwrap();
+        let b = NodeFence::decode_from(&mut Reader::shared(&frame)).unwrap();
+        assert_eq!(a, fence);
+        assert_eq!(a.rid.as_bytes().as_ptr(), b.rid.as_bytes().as_ptr());
+        assert!(!frame.as_ptr_range().contains(&a.rid.as_bytes().as_ptr()));
+    }
+
+    #[test]
+    fn interning_refuses_non_utf8_and_stays_bounded() {
+        assert!(SharedStr::interned(&[0x66, 0xff, 0x6f]).is_err());
+        // Far more distinct texts than the table holds: each still decodes to itself, and the
+        // table never holds more than its cap.
+        for i in 0..(3 * Interner::CAP) {
+            let text = format!("node-{i}");
+            assert_eq!(SharedStr::interned(text.as_bytes()).unwrap(), text.as_str());
+            INTERNER.with(|t| assert!(t.borrow().texts.len() <= Interner::CAP));
+        }
+        // Texts longer than the table keeps are copied each time, not kept.
+        let long = "n".repeat(Interner::MAX_LEN + 1);
+        let a = SharedStr::interned(long.as_bytes()).unwrap();
+        let b = SharedStr::interned(long.as_bytes()).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
     }
 
     #[test]

@@ -138,7 +138,7 @@ fn ident() -> impl Strategy<Value = String> {
 
 fn node() -> impl Strategy<Value = NodeFence> {
     (ident(), 1..=i64::MAX as u64).prop_map(|(rid, g)| NodeFence {
-        rid,
+        rid: rid.into(),
         lifecycle_generation: g,
     })
 }

@@ -53,9 +53,9 @@ use zlink_store::MemoryStore;
 use zlink_store::clock::SystemClock;
 
 /// Allocations per message on node `a`'s threads (the sender), at most.
-const SEND_BUDGET: f64 = 7.5;
+const SEND_BUDGET: f64 = 5.5;
 /// Allocations per message on node `b`'s threads (the receiver), at most.
-const RECEIVE_BUDGET: f64 = 12.5;
+const RECEIVE_BUDGET: f64 = 10.5;
 
 const MESSAGES: u64 = 10_000;
 const WARM_UP: u64 = 1_000;

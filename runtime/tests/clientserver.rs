@@ -320,7 +320,7 @@ impl Rogue {
     fn send_update(&self, rid: &str, revision: u64, weight: u16) {
         let update = Record::new(CommandBody::Update(Update {
             sender: NodeFence {
-                rid: rid.into(),
+                rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
                 lifecycle_generation: self.lifecycle,
             },
             descriptor_revision: revision,
@@ -1375,7 +1375,7 @@ async fn a_hello_captured_for_one_server_is_rejected_by_another() {
         security_identity: "zlink".into(),
     };
     let for_a = NodeFence {
-        rid: a.rid().into(),
+        rid: zlink_protocol::shared_str::SharedStr::copy_from(a.rid()),
         lifecycle_generation: a.lifecycle_generation(),
     };
     let hello = admission::hello(&secret(), &me, MIB, [5; 32], Some(&for_a));

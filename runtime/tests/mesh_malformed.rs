@@ -134,7 +134,7 @@ impl RawPeer {
             socket,
             node_rid: node.rid().as_bytes().to_vec(),
             node: NodeFence {
-                rid: node.rid().to_owned(),
+                rid: node.rid().to_owned().into(),
                 lifecycle_generation: node.lifecycle_generation(),
             },
             descriptor: NodeDescriptor {

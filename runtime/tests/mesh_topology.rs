@@ -91,7 +91,7 @@ async fn handlers_see_the_metadata_snapshot_of_their_message() {
             seen.lock().unwrap().push((
                 ctx.metadata.find("trace").map(str::to_owned),
                 ctx.correlation_id.is_some(),
-                ctx.source.rid.clone(),
+                ctx.source.rid.to_string(),
             ));
             async move { Ok(e) }
         });

@@ -438,7 +438,7 @@ async fn an_owner_whose_lease_renewals_fail_stops_admitting_at_its_fencing_deadl
         object_id: "p-9".into(),
         object_generation: a.object_generation,
         target_node: NodeFence {
-            rid: a.owner_node.rid.clone(),
+            rid: a.owner_node.rid.clone().into(),
             lifecycle_generation: a.owner_node.lifecycle_generation,
         },
         authority_owner_generation: a.authority_owner_generation,

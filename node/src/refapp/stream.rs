@@ -94,7 +94,7 @@ pub fn register(handlers: &mut SessionHandlers) -> Result<(), StreamError> {
         match bound {
             Ok(route) => reply.json(&Bound {
                 binding_generation: route.binding_generation,
-                owner_rid: route.actor.owner().rid.clone(),
+                owner_rid: route.actor.owner().rid.to_string(),
             }),
             Err(e) => reply.call_error(&e),
         }

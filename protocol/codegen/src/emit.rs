@@ -52,6 +52,15 @@ fn rust_field(name: &str) -> String {
     }
 }
 
+/// UTF-8 fields with few distinct values that every record carries, decoded into a
+/// `SharedStr` through the decoding thread's table of recent texts
+/// (`Reader::interned_str`): no allocation per decode, and copies share one buffer.
+const INTERNED: &[&str] = &["NodeFence.rid"];
+
+fn interned(path: &str) -> bool {
+    INTERNED.contains(&path)
+}
+
 fn rust_ty(m: &Model, ty: &Ty) -> String {
     match ty {
         Ty::Int { width, .. } => match width {
@@ -185,7 +194,13 @@ fn decode_expr(m: &Model, ty: &Ty, path: &str, depth: usize) -> String {
             min,
             max,
         } => {
-            let f = if *ascii { "ascii" } else { "string" };
+            let f = if *ascii {
+                "ascii"
+            } else if interned(path) {
+                "interned_str"
+            } else {
+                "string"
+            };
             format!("r.{f}({}, {min}, {max}, {p})?", len.rust())
         }
         Ty::Bytes { len, min, max } => format!("r.bytes({}, {min}, {max}, {p})?", len.rust()),
@@ -392,7 +407,12 @@ fn emit_struct(m: &Model, o: &mut Out, s: &StructDef, visibility_codec: &str) {
             if let Some(a) = serde_attr(&f.ty, f.when.is_some()) {
                 o.line(1, a);
             }
-            let t = rust_ty(m, &f.ty);
+            let t = if matches!(f.ty, Ty::Str { .. }) && interned(&format!("{}.{}", s.name, f.name))
+            {
+                "SharedStr".to_owned()
+            } else {
+                rust_ty(m, &f.ty)
+            };
             let t = if f.when.is_some() {
                 format!("Option<{t}>")
             } else {
@@ -1271,6 +1291,7 @@ pub fn generate(m: &Model) -> String {
         "use crate::codec::{LenType, Reader, Writer, check_bounds, check_nonzero};",
     );
     o.line(0, "use crate::error::{ProtocolError, Result};");
+    o.line(0, "use crate::shared_str::SharedStr;");
     o.line(0, "");
     o.doc(0, "Wire major version (frame 0 byte 2).");
     o.line(0, &format!("pub const WIRE_MAJOR: u8 = {};", m.wire_major));

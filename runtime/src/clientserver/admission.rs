@@ -140,7 +140,7 @@ pub fn descriptor(
     NodeDescriptor {
         mesh_name: me.channel_name.clone(),
         node: NodeFence {
-            rid: me.rid.clone(),
+            rid: me.rid.clone().into(),
             lifecycle_generation: me.lifecycle_generation,
         },
         descriptor_revision: revision.max(1),
@@ -457,7 +457,7 @@ mod tests {
 
     fn fence(me: &SideIdentity) -> NodeFence {
         NodeFence {
-            rid: me.rid.clone(),
+            rid: me.rid.clone().into(),
             lifecycle_generation: me.lifecycle_generation,
         }
     }

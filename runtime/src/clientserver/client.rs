@@ -456,7 +456,7 @@ impl ClientInner {
                 endpoint: c.endpoint.clone(),
                 ready: c.phase == Phase::Ready,
                 selectable: c.selectable(),
-                server_rid: c.last_server.as_ref().map(|s| s.rid.clone()),
+                server_rid: c.last_server.as_ref().map(|s| s.rid.to_string()),
                 lifecycle_generation: c.last_server.as_ref().map(|s| s.lifecycle_generation),
                 weight: c.weight(),
                 state: c.admitted.as_ref().map(|a| a.state),
@@ -538,7 +538,7 @@ impl ClientInner {
         // not known: the hello is unbound then.
         let target = match c.expected.as_slice() {
             [e] => Some(NodeFence {
-                rid: e.rid.clone(),
+                rid: e.rid.clone().into(),
                 lifecycle_generation: e.lifecycle_generation,
             }),
             _ => None,

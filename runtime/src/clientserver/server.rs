@@ -118,7 +118,7 @@ struct ReplyTo {
 
 pub(crate) struct ServerInner {
     config: ServerConfig,
-    rid: String,
+    rid: zlink_protocol::shared_str::SharedStr,
     lifecycle: u64,
     endpoint: String,
     owner_id: String,
@@ -259,7 +259,7 @@ impl ClientServerServer {
                 revision: 1,
             }),
             config,
-            rid,
+            rid: rid.into(),
             lifecycle,
             endpoint,
             owner_id,
@@ -499,7 +499,7 @@ impl ServerInner {
     fn identity(&self) -> SideIdentity {
         SideIdentity {
             channel_name: self.config.channel_name.clone(),
-            rid: self.rid.clone(),
+            rid: self.rid.to_string(),
             lifecycle_generation: self.lifecycle,
             endpoint: self.endpoint.clone(),
             security_identity: self.config.security_identity.clone(),
@@ -522,7 +522,7 @@ impl ServerInner {
         ServerDescriptor {
             v: super::descriptor::DESCRIPTOR_VERSION,
             channel_name: self.config.channel_name.clone(),
-            server_rid: self.rid.clone(),
+            server_rid: self.rid.to_string(),
             lifecycle_generation: self.lifecycle,
             descriptor_revision: s.revision,
             endpoint: self.endpoint.clone(),

@@ -224,7 +224,7 @@ mod tests {
         NodeDescriptor {
             mesh_name: "m".into(),
             node: NodeFence {
-                rid: rid.into(),
+                rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
                 lifecycle_generation: 3,
             },
             descriptor_revision: 1,

@@ -454,7 +454,7 @@ pub(crate) fn send_reply_tail(
     let conn = {
         let peers = inner.peers();
         peers
-            .get(&source.rid)
+            .get(source.rid.as_str())
             .filter(|e| e.state == PeerState::Ready)
             .and_then(|e| e.conn.clone())
             .filter(|c| c.peer().lifecycle_generation == source.lifecycle_generation)

@@ -239,7 +239,7 @@ impl MeshNode {
         let descriptor = NodeDescriptor {
             mesh_name: config.mesh_name.clone(),
             node: NodeFence {
-                rid: rid.clone(),
+                rid: rid.clone().into(),
                 lifecycle_generation: lifecycle,
             },
             descriptor_revision: 1,
@@ -341,7 +341,7 @@ impl MeshNode {
         let inner = Arc::new(Inner {
             secret: config.secret.clone(),
             config,
-            rid,
+            rid: rid.into(),
             lifecycle,
             endpoint,
             owner_id,

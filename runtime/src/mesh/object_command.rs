@@ -242,7 +242,7 @@ mod tests {
 
     fn fence(rid: &str) -> NodeFence {
         NodeFence {
-            rid: rid.into(),
+            rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
             lifecycle_generation: 7,
         }
     }

@@ -225,7 +225,7 @@ impl Reactor {
     fn reconcile(&mut self, list: Vec<DesiredPeer>) {
         let wanted: HashMap<String, DesiredPeer> = list
             .into_iter()
-            .map(|p| (p.descriptor.node.rid.clone(), p))
+            .map(|p| (p.descriptor.node.rid.to_string(), p))
             .collect();
         // Discovered intents whose descriptor is gone are removed (terminal).
         let gone: Vec<String> = self
@@ -535,7 +535,7 @@ impl Reactor {
         }
         let frame = Header::Greeting {
             nonce,
-            rid: self.inner.rid.clone(),
+            rid: self.inner.rid.to_string(),
             endpoint: self.inner.endpoint.clone(),
         }
         .encode();
@@ -1462,7 +1462,7 @@ impl Reactor {
         }
         let peers = self.inner.peers();
         if let Some(exp) = peers
-            .get(&d.node.rid)
+            .get(d.node.rid.as_str())
             .and_then(|e| e.intent.as_ref())
             .and_then(|i| i.expected.as_ref())
         {
@@ -1493,7 +1493,7 @@ impl Reactor {
         };
         if let Err((reason, detail)) = self.check_hello(zmq_id, &h, &acceptor_nonce) {
             if reason == RejectReason::RoleMismatch {
-                let rid = h.descriptor.node.rid.clone();
+                let rid = h.descriptor.node.rid.to_string();
                 let mut peers = self.inner.peers();
                 let e = peers
                     .entry(rid.clone())
@@ -1548,7 +1548,7 @@ impl Reactor {
         let mut restarted = None;
         {
             let mut peers = self.inner.peers();
-            let rid = d.node.rid.clone();
+            let rid = d.node.rid.to_string();
             let e = peers
                 .entry(rid.clone())
                 .or_insert_with(|| PeerEntry::new(rid, None));
@@ -1594,7 +1594,7 @@ impl Reactor {
         let same = {
             let peers = self.inner.peers();
             peers
-                .get(&conn.peer().rid)
+                .get(conn.peer().rid.as_str())
                 .and_then(|e| e.descriptor.as_ref())
                 .is_some_and(|d| {
                     d.node == h.descriptor.node

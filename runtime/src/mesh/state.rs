@@ -137,7 +137,7 @@ pub(crate) struct Ids {
 /// State shared by the node's tasks and its handle.
 pub(crate) struct Inner {
     pub(crate) config: MeshNodeConfig,
-    pub(crate) rid: String,
+    pub(crate) rid: zlink_protocol::shared_str::SharedStr,
     pub(crate) lifecycle: u64,
     pub(crate) endpoint: String,
     pub(crate) owner_id: String,

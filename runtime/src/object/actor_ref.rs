@@ -78,7 +78,7 @@ impl ActorRef {
             actor_id: self.route.object_id.clone(),
             object_generation: self.route.object_generation,
             mesh_name: self.mesh_name.clone(),
-            node_rid: self.route.target_node.rid.clone(),
+            node_rid: self.route.target_node.rid.to_string(),
         }
     }
 }

@@ -136,7 +136,7 @@ mod tests {
 
     fn node(rid: &str) -> NodeFence {
         NodeFence {
-            rid: rid.into(),
+            rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
             lifecycle_generation: 1,
         }
     }

@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 
 use zlink_protocol::generated::{NodeFence, ObjectKind, RouteFence};
+use zlink_protocol::shared_str::SharedStr;
 
 /// Most suppression entries a node keeps.
 pub const MAX_ENTRIES: usize = 65_536;
@@ -45,7 +46,7 @@ impl From<&RouteFence> for FenceKey {
             object_kind: r.object_kind.to_wire(),
             object_id: r.object_id.clone(),
             object_generation: r.object_generation,
-            target_rid: r.target_node.rid.clone(),
+            target_rid: r.target_node.rid.to_string(),
             target_lifecycle: r.target_node.lifecycle_generation,
             authority_owner_generation: r.authority_owner_generation,
             owner_lease_generation: r.owner_lease_generation,
@@ -71,7 +72,7 @@ impl NotifyKey {
         target_route: &RouteFence,
     ) -> Self {
         Self {
-            recipient_rid: recipient.rid.clone(),
+            recipient_rid: recipient.rid.to_string(),
             recipient_lifecycle: recipient.lifecycle_generation,
             source_route: source_route.into(),
             target_route: target_route.into(),
@@ -185,7 +186,7 @@ pub const RECENT_RECIPIENTS_MAX: usize = 8;
 #[derive(Debug, Default)]
 pub struct RecentRecipients {
     /// (rid, lifecycle generation) → when it was last sent a notice.
-    last: HashMap<(String, u64), u64>,
+    last: HashMap<(SharedStr, u64), u64>,
 }
 
 impl RecentRecipients {
@@ -233,7 +234,7 @@ mod tests {
 
     fn node(rid: &str, lifecycle: u64) -> NodeFence {
         NodeFence {
-            rid: rid.into(),
+            rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
             lifecycle_generation: lifecycle,
         }
     }
@@ -376,7 +377,7 @@ mod tests {
 
     fn peer(rid: &str, lifecycle_generation: u64) -> NodeFence {
         NodeFence {
-            rid: rid.into(),
+            rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
             lifecycle_generation,
         }
     }

@@ -271,7 +271,7 @@ mod tests {
                 object_id: id.into(),
                 object_generation: generation,
                 target_node: NodeFence {
-                    rid: node.into(),
+                    rid: zlink_protocol::shared_str::SharedStr::copy_from(node),
                     lifecycle_generation: 1,
                 },
                 authority_owner_generation: 1,

@@ -895,7 +895,7 @@ impl<S: ObjectStore> Inner<S> {
             let me = self.mesh.fence();
             let here = NodeRef {
                 mesh: self.mesh.with_descriptor(|d| d.mesh_name.clone()),
-                rid: me.rid,
+                rid: me.rid.into(),
                 lifecycle_generation: me.lifecycle_generation,
             };
             let stored = match self.store.capacity_use(&here).await {
@@ -995,7 +995,7 @@ impl<S: ObjectStore> Inner<S> {
         let mut commit = TargetCommit::new(0);
         let node = NodeRef {
             mesh: self.mesh.with_descriptor(|d| d.mesh_name.clone()),
-            rid: me.rid.clone(),
+            rid: me.rid.to_string(),
             lifecycle_generation: me.lifecycle_generation,
         };
         // Each payload logs this move (the chain bound of routing §2.5); a lone Actor's names

@@ -78,7 +78,7 @@ impl<S: ObjectStore> Inner<S> {
             target: TargetFence {
                 node: NodeRef {
                     mesh: self.mesh.with_descriptor(|d| d.mesh_name.clone()),
-                    rid: target.rid.clone(),
+                    rid: target.rid.to_string(),
                     lifecycle_generation: target.lifecycle_generation,
                 },
                 owner,
@@ -405,7 +405,7 @@ impl<S: ObjectStore> Inner<S> {
             id,
             generation,
             zlink_protocol::generated::NodeFence {
-                rid: reservation.target.node.rid.clone(),
+                rid: reservation.target.node.rid.clone().into(),
                 lifecycle_generation: reservation.target.node.lifecycle_generation,
             },
             snapshot.authority_owner_generation,
@@ -542,7 +542,7 @@ impl<S: ObjectStore> Inner<S> {
                         spot_id: made.id,
                         object_generation: made.object_generation,
                         mesh_name,
-                        node_rid: me.rid,
+                        node_rid: me.rid.into(),
                     },
                 })
             }
@@ -553,7 +553,7 @@ impl<S: ObjectStore> Inner<S> {
                         actor_id: made.id,
                         object_generation: made.object_generation,
                         mesh_name,
-                        node_rid: me.rid,
+                        node_rid: me.rid.into(),
                     },
                 })
             }
@@ -772,7 +772,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             Resolution::StoreFailure(e) => return Err(store_error(e)),
         };
         let target = zlink_protocol::generated::NodeFence {
-            rid: route.owner_node.rid.clone(),
+            rid: zlink_protocol::shared_str::SharedStr::intern(&route.owner_node.rid),
             lifecycle_generation: route.owner_node.lifecycle_generation,
         };
         self.create_on(

@@ -382,7 +382,7 @@ fn route_fence(r: &ReadyRoute, kind: StoreKind, id: &str) -> RouteFence {
         object_id: id.to_owned(),
         object_generation: r.object_generation,
         target_node: zlink_protocol::generated::NodeFence {
-            rid: r.owner_node.rid.clone(),
+            rid: zlink_protocol::shared_str::SharedStr::intern(&r.owner_node.rid),
             lifecycle_generation: r.owner_node.lifecycle_generation,
         },
         authority_owner_generation: r.authority_owner_generation,

@@ -1169,7 +1169,9 @@ impl<S: ObjectStore> Inner<S> {
                                     object_id: p.id.clone(),
                                     object_generation: a.object_generation,
                                     target_node: NodeFence {
-                                        rid: a.owner_node.rid.clone(),
+                                        rid: zlink_protocol::shared_str::SharedStr::intern(
+                                            &a.owner_node.rid,
+                                        ),
                                         lifecycle_generation: a.owner_node.lifecycle_generation,
                                     },
                                     authority_owner_generation: a.authority_owner_generation,
@@ -1724,7 +1726,7 @@ fn cache_fence(key: AuthorityKey, r: &RouteFence) -> crate::routing::RouteFence 
         key,
         object_generation: r.object_generation,
         authority_owner_generation: r.authority_owner_generation,
-        owner_rid: r.target_node.rid.clone(),
+        owner_rid: r.target_node.rid.to_string(),
         owner_lifecycle_generation: r.target_node.lifecycle_generation,
         owner_lease_generation: r.owner_lease_generation,
     }

@@ -187,7 +187,7 @@ mod tests {
         NodeDescriptor {
             mesh_name: "m".into(),
             node: NodeFence {
-                rid: rid.into(),
+                rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
                 lifecycle_generation: 1,
             },
             descriptor_revision: 1,
@@ -273,7 +273,7 @@ mod tests {
         let mut counts: HashMap<String, usize> = HashMap::new();
         for _ in 0..300 {
             let d = p.choose(WireKind::Spot, "room", nodes.clone()).unwrap();
-            *counts.entry(d.node.rid).or_default() += 1;
+            *counts.entry(d.node.rid.to_string()).or_default() += 1;
         }
         assert_eq!(counts.get("a"), Some(&200));
         assert_eq!(counts.get("b"), Some(&100));
@@ -290,6 +290,7 @@ mod tests {
                     .unwrap()
                     .node
                     .rid
+                    .to_string()
             })
             .collect();
         // Interleaving another type does not shift the rooms' rotation.
@@ -328,6 +329,7 @@ mod tests {
                 .unwrap()
                 .node
                 .rid
+                .to_string()
             })
             .collect();
         assert_eq!(picks.iter().filter(|r| *r == "a").count(), 2);

@@ -144,7 +144,7 @@ pub fn may_take(
             RelocationMode::PlannedMaintenance => d.application_version == me.application_version,
             RelocationMode::RollingUpdate => d.application_version == plan.target_version,
         }
-        && (plan.target_rids.is_empty() || plan.target_rids.contains(&d.node.rid))
+        && (plan.target_rids.is_empty() || plan.target_rids.iter().any(|r| *r == d.node.rid))
         && (kind == WireKind::Spot || !d.entry_spot_id.is_empty())
         && d.object_capabilities.iter().any(|c| {
             c.object_kind == kind && c.stable_type == stable_type && c.relocation_policy == policy
@@ -189,7 +189,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let me = inner.mesh.fence();
         let node = zlink_store::types::NodeRef {
             mesh: inner.mesh.descriptor().mesh_name,
-            rid: me.rid,
+            rid: me.rid.into(),
             lifecycle_generation: me.lifecycle_generation,
         };
         inner
@@ -211,7 +211,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         let me = self.inner.mesh.fence();
         let node = zlink_store::types::NodeRef {
             mesh: self.inner.mesh.descriptor().mesh_name,
-            rid: me.rid,
+            rid: me.rid.into(),
             lifecycle_generation: me.lifecycle_generation,
         };
         self.inner
@@ -423,19 +423,19 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 // what this relocation already sent its way.
                 let limits = limits_of(&d.object_capabilities);
                 if is_limited(limits) {
-                    let used = match capacity.get(&d.node.rid) {
+                    let used = match capacity.get(d.node.rid.as_str()) {
                         Some(u) => Some(*u),
                         None => inner
                             .store
                             .capacity_use(&zlink_store::types::NodeRef {
                                 mesh: d.mesh_name.clone(),
-                                rid: d.node.rid.clone(),
+                                rid: d.node.rid.to_string(),
                                 lifecycle_generation: d.node.lifecycle_generation,
                             })
                             .await
                             .ok()
                             .inspect(|u| {
-                                capacity.insert(d.node.rid.clone(), *u);
+                                capacity.insert(d.node.rid.to_string(), *u);
                             }),
                     };
                     // Unreadable: the target's own check at Prepare decides.
@@ -448,7 +448,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
             let _ = selector.set_candidates(
                 candidates
                     .iter()
-                    .map(|d| (d.node.rid.clone(), d.placement_weight)),
+                    .map(|d| (d.node.rid.to_string(), d.placement_weight)),
             );
             let Some(rid) = (!candidates.is_empty()).then(|| selector.pick()).flatten() else {
                 report(None, UnitOutcome::Stayed(StayReason::NoTarget));
@@ -462,7 +462,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 report(None, UnitOutcome::Stayed(StayReason::NoTarget));
                 continue;
             };
-            if let Some(used) = capacity.get_mut(&target.rid) {
+            if let Some(used) = capacity.get_mut(target.rid.as_str()) {
                 *used = need.add_to(*used);
             }
             let keys: Vec<AuthorityKey> = std::iter::once(u.key.clone())
@@ -487,7 +487,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                         id,
                         stable_type,
                         members,
-                        target: Some(target.rid),
+                        target: Some(target.rid.into()),
                         outcome: m.outcome,
                         follow_until: m.follow_until,
                     };
@@ -517,7 +517,7 @@ mod tests {
         NodeDescriptor {
             mesh_name: "m".into(),
             node: NodeFence {
-                rid: rid.into(),
+                rid: zlink_protocol::shared_str::SharedStr::copy_from(rid),
                 lifecycle_generation: 1,
             },
             descriptor_revision: 1,

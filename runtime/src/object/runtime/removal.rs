@@ -269,7 +269,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
                 object_id: id.to_owned(),
                 object_generation: snapshot.object_generation,
                 target_node: zlink_protocol::generated::NodeFence {
-                    rid: snapshot.owner_node.rid.clone(),
+                    rid: zlink_protocol::shared_str::SharedStr::intern(&snapshot.owner_node.rid),
                     lifecycle_generation: snapshot.owner_node.lifecycle_generation,
                 },
                 authority_owner_generation: snapshot.authority_owner_generation,
@@ -284,7 +284,7 @@ impl<S: ObjectStore> ObjectRuntime<S> {
         }
         // Remote close (command 48): the owner checks the same fences and deletes.
         let target = zlink_protocol::generated::NodeFence {
-            rid: snapshot.owner_node.rid.clone(),
+            rid: zlink_protocol::shared_str::SharedStr::intern(&snapshot.owner_node.rid),
             lifecycle_generation: snapshot.owner_node.lifecycle_generation,
         };
         let spot = zlink_protocol::generated::SpotRef {

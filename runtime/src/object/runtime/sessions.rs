@@ -303,7 +303,13 @@ pub(super) struct LegRef {
 /// A 42 waiting for its 43: (relocation, session owner RID and lifecycle, session id, binding
 /// generation). Session ids and binding generations are per session owner, so the owner is
 /// part of the key.
-type SealAnswerKey = ([u8; 16], String, u64, u64, u64);
+type SealAnswerKey = (
+    [u8; 16],
+    zlink_protocol::shared_str::SharedStr,
+    u64,
+    u64,
+    u64,
+);
 
 /// Where a unit's coordinator hears its legs' 43s: (leg, outcome).
 type LegAnswers = mpsc::UnboundedSender<(usize, SealOutcome)>;
@@ -1873,7 +1879,7 @@ impl<S: ObjectStore> Inner<S> {
         let me = self.mesh.fence();
         let payload = encode_json(&Unbound {
             session_id: id.get(),
-            owner_rid: me.rid,
+            owner_rid: me.rid.into(),
             owner_lifecycle_generation: me.lifecycle_generation,
             binding_generation: route.binding_generation,
         })?;
@@ -1898,7 +1904,7 @@ impl<S: ObjectStore> Inner<S> {
         let notice = Disconnected {
             session_id: id.get(),
             reason: reason.to_owned(),
-            owner_rid: me.rid,
+            owner_rid: me.rid.into(),
             owner_lifecycle_generation: me.lifecycle_generation,
             binding_generation: route.binding_generation,
         };

@@ -763,7 +763,7 @@ fn root_terminal(t: &Terminal, acked: bool) -> RootTerminal {
         operation_low: b.operation_id.low,
         reply_route_id: b.reply_route_id,
         correlation_id: b.correlation_id.clone(),
-        source_rid: b.source_lease.owner_node.rid.clone(),
+        source_rid: b.source_lease.owner_node.rid.to_string(),
         source_lifecycle_generation: b.source_lease.owner_node.lifecycle_generation,
         source_lease_generation: b.source_lease.owner_lease_generation,
         status: b.status as u8,
