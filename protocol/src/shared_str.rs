@@ -92,7 +92,13 @@ impl SharedStr {
     /// `Err(())` when the bytes are not UTF-8.
     #[allow(clippy::result_unit_err)]
     pub fn interned(bytes: &[u8]) -> Result<Self, ()> {
-        INTERNER.with(|table| table.borrow_mut().get(bytes))
+        // While the thread's locals are torn down the table is gone: a plain copy then.
+        INTERNER
+            .try_with(|table| table.borrow_mut().get(bytes))
+            .unwrap_or_else(|_| {
+                let text = std::str::from_utf8(bytes).map_err(|_| ())?;
+                Ok(Self::copy_from(text))
+            })
     }
 }
 
