@@ -107,7 +107,9 @@ impl SharedStr {
 /// over, so a stream of ever-new texts costs a copy each, as without it, and never grows the
 /// table. Longer texts are copied, not kept.
 struct Interner {
-    texts: std::collections::HashMap<Key, (), std::hash::BuildHasherDefault<Fnv>>,
+    /// Seeded per table: the texts come from peers and clients, who must not be able to choose
+    /// colliding ones.
+    texts: std::collections::HashMap<Key, (), foldhash::fast::RandomState>,
 }
 
 impl Interner {
@@ -157,30 +159,6 @@ impl Hash for Key {
 impl Borrow<[u8]> for Key {
     fn borrow(&self) -> &[u8] {
         self.0.as_bytes()
-    }
-}
-
-/// FNV-1a: short keys (node identities are tens of bytes), no seed needed (the table is
-/// bounded and starts over when full, so colliding keys cannot make it slow for long).
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
     }
 }
 

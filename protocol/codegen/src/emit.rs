@@ -196,7 +196,7 @@ fn decode_expr(m: &Model, ty: &Ty, path: &str, depth: usize) -> String {
         } => {
             let f = if *ascii {
                 "ascii"
-            } else if interned(path) {
+            } else if depth == 0 && interned(path) {
                 "interned_str"
             } else {
                 "string"
