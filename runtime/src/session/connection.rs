@@ -122,7 +122,16 @@ pub(super) async fn serve(
         let deadline = core.poll_timeout().map(Instant::from_std);
         tokio::select! {
             read = rd.read(&mut rbuf), if can_read => match read {
-                Ok(0) | Err(_) => core.handle_eof(),
+                Ok(0) | Err(_) => {
+                    // What the handlers queued before the client went away is applied first:
+                    // a refusal queues its error reply and then `Close(Unauthenticated)`, and
+                    // a client that read the reply and hung up must not turn that close into
+                    // `ClientClosed` (the first close names the session's end).
+                    while let Ok(c) = control.try_recv() {
+                        apply(&mut core, c, &mut waiters, &shared);
+                    }
+                    core.handle_eof();
+                }
                 Ok(n) => core.handle_read(&rbuf[..n], now()),
             },
             written = wr.write(&wbuf[wpos..]), if wpos < wbuf.len() => match written {
